@@ -1,0 +1,81 @@
+//! Scheduling modules of tcpvs.
+//!
+//! A module decides which server of a pool gets a request. It is pure logic: it never touches a
+//! socket, never sleeps and never spawns; it sees a read-only [`RequestView`] and a [`PoolView`]
+//! whose load counters the switch keeps up to date. This is the KTCPVS `tcp_vs_scheduler` and
+//! HAProxy `lbprm` idea, with Pingora's "candidates in preference order" made explicit through
+//! the `tried` argument of [`Scheduler::pick`]: the switch asks again, naming the servers it
+//! already tried, when a connection fails.
+//!
+//! One file per module; [`registry`] maps the names used in rule files to constructors.
+
+mod options;
+pub mod registry;
+pub mod rr;
+mod view;
+pub mod wlc;
+
+pub use options::{OptionError, OptionValue};
+pub use registry::{build, BuildError, MODULE_NAMES};
+pub use view::{HeaderLookup, PoolView, RequestView, ServerState};
+
+use std::fmt;
+
+/// A server-selection policy for one pool.
+///
+/// Implementations are shared by every worker thread, so they keep their own state in atomics
+/// or behind short locks.
+pub trait Scheduler: Send + Sync + fmt::Debug {
+    /// The name the rule file uses (`wlc`, `rr`, ...).
+    fn name(&self) -> &'static str;
+
+    /// The preferred server for `request`, skipping every index in `tried`.
+    ///
+    /// Calling again with the previous answers appended to `tried` yields the next candidates in
+    /// preference order. `None` means no usable server is left: every remaining one is down,
+    /// quiescent (weight 0) or already tried.
+    fn pick(
+        &self,
+        request: &RequestView<'_>,
+        pool: &PoolView<'_>,
+        tried: &[usize],
+    ) -> Option<usize>;
+
+    /// A request started occupying `server` (HAProxy `take_conn`). The switch has already
+    /// counted it in the server's active connections.
+    fn connection_started(&self, _server: usize) {}
+
+    /// A request stopped occupying `server` (HAProxy `drop_conn`).
+    fn connection_ended(&self, _server: usize) {}
+
+    /// A server went up or down or changed weight.
+    fn servers_changed(&self, _pool: &PoolView<'_>) {}
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use crate::{HeaderLookup, RequestView, ServerState};
+    use std::net::{IpAddr, Ipv4Addr};
+
+    pub struct NoHeaders;
+    impl HeaderLookup for NoHeaders {
+        fn header(&self, _name: &str) -> Option<&[u8]> {
+            None
+        }
+    }
+
+    pub fn request() -> RequestView<'static> {
+        RequestView {
+            method: "GET",
+            path: b"/",
+            query: None,
+            host: None,
+            headers: &NoHeaders,
+            client: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        }
+    }
+
+    pub fn pool_of(weights: &[u32]) -> Vec<ServerState> {
+        weights.iter().map(|&w| ServerState::new(w)).collect()
+    }
+}

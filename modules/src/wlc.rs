@@ -1,0 +1,182 @@
+//! `wlc`: weighted least-connection, as LVS and KTCPVS (`tcp_vs_wlc.c`) define it.
+//!
+//! The server with the fewest active connections per unit of weight wins; the ratios are
+//! compared by cross-multiplication (`a1 * w2 < a2 * w1`), never by division, so no precision is
+//! lost. Weight 0 is quiescent: such a server keeps its current connections but gets no new one.
+//!
+//! LVS breaks ties by list order, which sends every request of a lightly loaded pool (all
+//! counts 0 between sequential requests) to the first server. Here ties go to the server with
+//! the fewest picks per unit of weight, so an idle pool is shared in weight proportion (1:2
+//! weights give 1/3 and 2/3 of sequential requests). Those pick counters restart whenever
+//! servers change, so a server that comes back is not flooded while it catches up.
+
+use crate::{PoolView, RequestView, Scheduler};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Debug)]
+pub struct WeightedLeastConnection {
+    picks: Box<[AtomicU64]>,
+}
+
+impl WeightedLeastConnection {
+    pub fn new(pool: &PoolView<'_>) -> Self {
+        WeightedLeastConnection {
+            picks: pool.servers.iter().map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+}
+
+/// The best candidate so far, with the figures it is compared by.
+#[derive(Clone, Copy)]
+struct Candidate {
+    index: usize,
+    active: u64,
+    weight: u64,
+    picks: u64,
+}
+
+impl Candidate {
+    /// `self` carries less load per weight than `other`, ties broken by picks per weight.
+    fn beats(&self, other: &Candidate) -> bool {
+        let mine = self.active * other.weight;
+        let theirs = other.active * self.weight;
+        if mine != theirs {
+            return mine < theirs;
+        }
+        // u128: a pick counter times a 16-bit weight may exceed u64 after years of uptime.
+        (self.picks as u128) * (other.weight as u128)
+            < (other.picks as u128) * (self.weight as u128)
+    }
+}
+
+impl Scheduler for WeightedLeastConnection {
+    fn name(&self) -> &'static str {
+        "wlc"
+    }
+
+    fn pick(
+        &self,
+        _request: &RequestView<'_>,
+        pool: &PoolView<'_>,
+        tried: &[usize],
+    ) -> Option<usize> {
+        let mut best: Option<Candidate> = None;
+        for (index, server) in pool.servers.iter().enumerate() {
+            if !server.is_usable() || tried.contains(&index) {
+                continue;
+            }
+            let candidate = Candidate {
+                index,
+                active: u64::from(server.active()),
+                weight: u64::from(server.weight()),
+                picks: self
+                    .picks
+                    .get(index)
+                    .map_or(0, |p| p.load(Ordering::Relaxed)),
+            };
+            if best.is_none_or(|b| candidate.beats(&b)) {
+                best = Some(candidate);
+            }
+        }
+        let chosen = best?.index;
+        if let Some(picks) = self.picks.get(chosen) {
+            picks.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(chosen)
+    }
+
+    fn servers_changed(&self, _pool: &PoolView<'_>) {
+        for picks in self.picks.iter() {
+            picks.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{pool_of, request};
+    use crate::ServerState;
+
+    fn wlc(servers: &[ServerState]) -> WeightedLeastConnection {
+        WeightedLeastConnection::new(&PoolView { servers })
+    }
+
+    #[test]
+    fn sequential_requests_follow_weights() {
+        let servers = pool_of(&[1, 2]);
+        let sched = wlc(&servers);
+        let pool = PoolView { servers: &servers };
+        let mut counts = [0usize; 2];
+        for _ in 0..300 {
+            let i = sched.pick(&request(), &pool, &[]).unwrap();
+            counts[i] += 1;
+        }
+        assert_eq!(counts, [100, 200]);
+    }
+
+    #[test]
+    fn least_active_per_weight_wins() {
+        let servers = pool_of(&[1, 3]);
+        // 2 active on weight 1 (ratio 2) against 5 active on weight 3 (ratio 1.67): server 1.
+        for _ in 0..2 {
+            servers[0].add_active();
+        }
+        for _ in 0..5 {
+            servers[1].add_active();
+        }
+        let sched = wlc(&servers);
+        let pool = PoolView { servers: &servers };
+        assert_eq!(sched.pick(&request(), &pool, &[]), Some(1));
+        // One more at server 1: 6/3 = 2 equals 2/1; the tie goes by picks per weight: server 0
+        // has 0 picks, server 1 has 1.
+        servers[1].add_active();
+        assert_eq!(sched.pick(&request(), &pool, &[]), Some(0));
+    }
+
+    #[test]
+    fn quiescent_and_down_servers_get_nothing() {
+        let servers = pool_of(&[0, 5, 1]);
+        servers[1].set_up(false);
+        let sched = wlc(&servers);
+        let pool = PoolView { servers: &servers };
+        for _ in 0..10 {
+            assert_eq!(sched.pick(&request(), &pool, &[]), Some(2));
+        }
+        servers[2].set_weight(0);
+        assert_eq!(sched.pick(&request(), &pool, &[]), None);
+    }
+
+    #[test]
+    fn tried_servers_yield_the_next_candidates() {
+        let servers = pool_of(&[1, 1, 1]);
+        servers[0].add_active();
+        servers[1].add_active();
+        servers[1].add_active();
+        let sched = wlc(&servers);
+        let pool = PoolView { servers: &servers };
+        assert_eq!(sched.pick(&request(), &pool, &[]), Some(2));
+        assert_eq!(sched.pick(&request(), &pool, &[2]), Some(0));
+        assert_eq!(sched.pick(&request(), &pool, &[2, 0]), Some(1));
+        assert_eq!(sched.pick(&request(), &pool, &[2, 0, 1]), None);
+    }
+
+    #[test]
+    fn a_returning_server_is_not_flooded() {
+        let servers = pool_of(&[1, 1]);
+        let sched = wlc(&servers);
+        let pool = PoolView { servers: &servers };
+        servers[1].set_up(false);
+        sched.servers_changed(&pool);
+        for _ in 0..1000 {
+            sched.pick(&request(), &pool, &[]);
+        }
+        servers[1].set_up(true);
+        sched.servers_changed(&pool);
+        let mut counts = [0usize; 2];
+        for _ in 0..100 {
+            counts[sched.pick(&request(), &pool, &[]).unwrap()] += 1;
+        }
+        assert_eq!(counts, [50, 50]);
+    }
+}

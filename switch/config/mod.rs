@@ -1,0 +1,614 @@
+//! Rule files: TOML in the format of the design notes, read with serde and checked as a whole.
+//!
+//! A file is either accepted completely or refused with every problem found, each as
+//! `FILE:LINE:COL: message`.
+
+mod error;
+mod raw;
+pub mod units;
+
+pub use error::{ConfigError, ConfigErrors};
+
+use crate::rules::{HeaderCondition, Rule, RuleSet};
+use error::ErrorSink;
+use raw::{RawFile, RawPool, RawRule, RawService, RawSwitch};
+use regex::bytes::{Regex, RegexBuilder};
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::Path;
+use std::time::Duration;
+use tcpvs_modules::{OptionValue, PoolView, ServerState};
+use toml::Spanned;
+
+/// Process-wide settings, `[switch]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SwitchSettings {
+    /// Worker threads; 0 means one per CPU.
+    pub workers: usize,
+    pub max_clients: usize,
+    pub header_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub keepalive_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub shutdown_timeout: Duration,
+    pub access_log: bool,
+    pub splice: bool,
+    pub splice_threshold: u64,
+    pub connect_attempts: usize,
+    pub server_idle_max: usize,
+    pub server_idle_timeout: Duration,
+}
+
+impl Default for SwitchSettings {
+    fn default() -> Self {
+        SwitchSettings {
+            workers: 0,
+            max_clients: 10_000,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(180),
+            keepalive_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(3),
+            shutdown_timeout: Duration::from_secs(10),
+            access_log: true,
+            splice: true,
+            splice_threshold: 64 * 1024,
+            connect_attempts: 3,
+            server_idle_max: 64,
+            server_idle_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A virtual service: one listener and its rules.
+#[derive(Debug)]
+pub struct ServiceConfig {
+    pub name: String,
+    pub listen: SocketAddr,
+    pub rules: RuleSet,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerConfig {
+    pub addr: SocketAddr,
+    pub weight: u32,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolConfig {
+    pub name: String,
+    pub scheduler: String,
+    pub options: Vec<(String, OptionValue)>,
+    pub servers: Vec<ServerConfig>,
+}
+
+/// A checked rule file.
+#[derive(Debug)]
+pub struct Config {
+    pub file: String,
+    pub switch: SwitchSettings,
+    pub admin: Option<SocketAddr>,
+    pub services: Vec<ServiceConfig>,
+    pub pools: Vec<PoolConfig>,
+}
+
+#[derive(Debug)]
+pub enum LoadError {
+    Read(String, std::io::Error),
+    Invalid(ConfigErrors),
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::Read(file, e) => write!(f, "{file}: cannot read: {e}"),
+            LoadError::Invalid(errors) => write!(f, "{errors}"),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, LoadError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| LoadError::Read(file.clone(), e))?;
+        Config::parse(&file, &text).map_err(LoadError::Invalid)
+    }
+
+    /// Checks `text`, naming it `file` in error messages.
+    pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
+        let mut sink = ErrorSink::new(file, text);
+        let raw: RawFile = match toml::from_str(text) {
+            Ok(raw) => raw,
+            Err(e) => {
+                sink.at(e.span().unwrap_or(0..0), e.message().trim().to_string());
+                return Err(sink.finish());
+            }
+        };
+        let switch = build_switch(raw.switch.as_ref().map(|s| s.get_ref()), &mut sink);
+        let pools = build_pools(&raw.pools, &mut sink);
+        let pool_index: HashMap<&str, usize> = pools
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.name.as_str(), i))
+            .collect();
+        let mut listens = ListenRegistry::default();
+        let services = build_services(&raw.services, &pool_index, &mut listens, &mut sink);
+        let admin = raw.admin.as_ref().and_then(|admin| {
+            let listen = &admin.get_ref().listen;
+            let addr = parse_listen(listen, &mut sink)?;
+            listens.claim(addr, "the admin endpoint", listen.span(), text, &mut sink);
+            Some(addr)
+        });
+        if raw.services.is_empty() {
+            sink.at(
+                0..0,
+                "no virtual service: add a [virtual.NAME] table with `listen` and `default_pool`",
+            );
+        }
+        if !sink.is_empty() {
+            return Err(sink.finish());
+        }
+        Ok(Config {
+            file: file.to_string(),
+            switch,
+            admin,
+            services,
+            pools,
+        })
+    }
+
+    /// One line for `tcpvs check`.
+    pub fn summary(&self) -> String {
+        let servers: usize = self.pools.iter().map(|p| p.servers.len()).sum();
+        let rules: usize = self.services.iter().map(|s| s.rules.rules.len()).sum();
+        format!(
+            "{}: ok: {} virtual service{}, {} pool{}, {} server{}, {} rule{}",
+            self.file,
+            self.services.len(),
+            plural(self.services.len()),
+            self.pools.len(),
+            plural(self.pools.len()),
+            servers,
+            plural(servers),
+            rules,
+            plural(rules),
+        )
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+fn build_switch(raw: Option<&RawSwitch>, sink: &mut ErrorSink<'_>) -> SwitchSettings {
+    let mut s = SwitchSettings::default();
+    let Some(raw) = raw else { return s };
+    if let Some(v) = &raw.workers {
+        s.workers = int_in(v, 0, 1024, "workers", sink).unwrap_or(s.workers);
+    }
+    if let Some(v) = &raw.max_clients {
+        s.max_clients = int_in(v, 1, 10_000_000, "max_clients", sink).unwrap_or(s.max_clients);
+    }
+    if let Some(v) = &raw.connect_attempts {
+        s.connect_attempts =
+            int_in(v, 1, 100, "connect_attempts", sink).unwrap_or(s.connect_attempts);
+    }
+    if let Some(v) = &raw.server_idle_max {
+        s.server_idle_max =
+            int_in(v, 0, 1_000_000, "server_idle_max", sink).unwrap_or(s.server_idle_max);
+    }
+    let durations = [
+        (&raw.header_timeout, &mut s.header_timeout),
+        (&raw.idle_timeout, &mut s.idle_timeout),
+        (&raw.keepalive_timeout, &mut s.keepalive_timeout),
+        (&raw.connect_timeout, &mut s.connect_timeout),
+        (&raw.shutdown_timeout, &mut s.shutdown_timeout),
+        (&raw.server_idle_timeout, &mut s.server_idle_timeout),
+    ];
+    for (value, slot) in durations {
+        if let Some(v) = value {
+            match units::parse_duration(v.get_ref()) {
+                Ok(d) if d.is_zero() => sink.at(v.span(), "a timeout must be longer than 0"),
+                Ok(d) => *slot = d,
+                Err(e) => sink.at(v.span(), e),
+            }
+        }
+    }
+    if let Some(v) = raw.access_log {
+        s.access_log = v;
+    }
+    if let Some(v) = raw.splice {
+        s.splice = v;
+    }
+    if let Some(v) = &raw.splice_threshold {
+        let parsed = match v.get_ref() {
+            toml::Value::Integer(n) => {
+                u64::try_from(*n).map_err(|_| "splice_threshold cannot be negative".to_string())
+            }
+            toml::Value::String(text) => units::parse_size(text),
+            _ => {
+                Err("splice_threshold must be a size in bytes, like 65536 or \"64KiB\"".to_string())
+            }
+        };
+        match parsed {
+            Ok(n) => s.splice_threshold = n,
+            Err(e) => sink.at(v.span(), e),
+        }
+    }
+    s
+}
+
+fn int_in(
+    v: &Spanned<i64>,
+    min: i64,
+    max: i64,
+    key: &str,
+    sink: &mut ErrorSink<'_>,
+) -> Option<usize> {
+    let n = *v.get_ref();
+    if n < min || n > max {
+        sink.at(
+            v.span(),
+            format!("{key} = {n} is out of range {min}..={max}"),
+        );
+        return None;
+    }
+    usize::try_from(n).ok()
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+fn build_pools(
+    raw: &std::collections::BTreeMap<Spanned<String>, Spanned<RawPool>>,
+    sink: &mut ErrorSink<'_>,
+) -> Vec<PoolConfig> {
+    let mut pools = Vec::new();
+    for (name, pool) in raw {
+        let pool_span = name.span();
+        let name = name.get_ref();
+        if !valid_name(name) {
+            sink.at(
+                pool_span.clone(),
+                format!("invalid pool name `{name}`: use letters, digits, `-`, `_`, `.`"),
+            );
+        }
+        let pool = pool.get_ref();
+        let scheduler = pool
+            .scheduler
+            .as_ref()
+            .map_or_else(|| "wlc".to_string(), |s| s.get_ref().clone());
+        let servers = build_servers(name, pool, pool_span.clone(), sink);
+        let options = build_options(pool, sink);
+        // Build the module once now, so an unknown name or a bad option is refused at load.
+        let states: Vec<ServerState> = servers.iter().map(|s| ServerState::new(s.weight)).collect();
+        let plain: Vec<(String, OptionValue)> = options
+            .iter()
+            .map(|(k, v, _)| (k.clone(), v.clone()))
+            .collect();
+        if let Err(e) = tcpvs_modules::build(&scheduler, &plain, &PoolView { servers: &states }) {
+            let span = match &e {
+                tcpvs_modules::BuildError::BadOption(o) => {
+                    options.get(o.index).map(|(_, _, span)| span.clone())
+                }
+                tcpvs_modules::BuildError::UnknownModule(_) => {
+                    pool.scheduler.as_ref().map(|s| s.span())
+                }
+            };
+            sink.at(span.unwrap_or(pool_span), e.to_string());
+        }
+        pools.push(PoolConfig {
+            name: name.clone(),
+            scheduler,
+            options: plain,
+            servers,
+        });
+    }
+    pools
+}
+
+fn build_servers(
+    pool_name: &str,
+    pool: &RawPool,
+    pool_span: Range<usize>,
+    sink: &mut ErrorSink<'_>,
+) -> Vec<ServerConfig> {
+    let Some(list) = &pool.servers else {
+        sink.at(pool_span, format!("pool `{pool_name}` has no `servers`"));
+        return Vec::new();
+    };
+    if list.get_ref().is_empty() {
+        sink.at(
+            list.span(),
+            format!("pool `{pool_name}` is empty: list at least one server"),
+        );
+    }
+    let mut servers: Vec<ServerConfig> = Vec::new();
+    for server in list.get_ref() {
+        let raw = server.get_ref();
+        let addr = match raw.addr.get_ref().parse::<SocketAddr>() {
+            Ok(a) if a.port() == 0 => {
+                sink.at(raw.addr.span(), format!("server address {a} has port 0"));
+                continue;
+            }
+            Ok(a) => a,
+            Err(_) => {
+                sink.at(
+                    raw.addr.span(),
+                    format!(
+                        "invalid server address {:?}: expected IP:PORT like \"127.0.0.1:9001\"",
+                        raw.addr.get_ref()
+                    ),
+                );
+                continue;
+            }
+        };
+        let weight = match &raw.weight {
+            None => 1,
+            Some(w) => match u32::try_from(*w.get_ref()) {
+                Ok(w) if w <= 65_535 => w,
+                _ => {
+                    sink.at(
+                        w.span(),
+                        format!("weight {} is out of range 0..=65535", w.get_ref()),
+                    );
+                    continue;
+                }
+            },
+        };
+        if servers.iter().any(|s| s.addr == addr) {
+            sink.at(
+                raw.addr.span(),
+                format!("server {addr} is listed twice in pool `{pool_name}`"),
+            );
+            continue;
+        }
+        servers.push(ServerConfig { addr, weight });
+    }
+    servers
+}
+
+fn build_options(
+    pool: &RawPool,
+    sink: &mut ErrorSink<'_>,
+) -> Vec<(String, OptionValue, Range<usize>)> {
+    let mut options = Vec::new();
+    for (key, value) in &pool.options {
+        let converted = match value.get_ref() {
+            toml::Value::Integer(n) => OptionValue::Integer(*n),
+            toml::Value::Float(f) => OptionValue::Float(*f),
+            toml::Value::String(s) => OptionValue::String(s.clone()),
+            toml::Value::Boolean(b) => OptionValue::Boolean(*b),
+            _ => {
+                sink.at(
+                    value.span(),
+                    format!(
+                        "option `{}` must be a number, string or boolean",
+                        key.get_ref()
+                    ),
+                );
+                continue;
+            }
+        };
+        options.push((key.get_ref().clone(), converted, key.span()));
+    }
+    options
+}
+
+/// Listen addresses claimed so far, to refuse two listeners on one address.
+#[derive(Default)]
+struct ListenRegistry {
+    claimed: Vec<(SocketAddr, String, usize)>,
+}
+
+impl ListenRegistry {
+    fn claim(
+        &mut self,
+        addr: SocketAddr,
+        owner: &str,
+        span: Range<usize>,
+        text: &str,
+        sink: &mut ErrorSink<'_>,
+    ) {
+        // Port 0 asks the kernel for a fresh port each time; two of them never collide.
+        if addr.port() != 0 {
+            if let Some((_, other, line)) = self.claimed.iter().find(|(a, _, _)| *a == addr) {
+                sink.at(
+                    span,
+                    format!("listen address {addr} is already used by {other} (line {line})"),
+                );
+                return;
+            }
+        }
+        let (line, _) = error::line_and_column(text, span.start);
+        self.claimed.push((addr, owner.to_string(), line));
+    }
+}
+
+fn parse_listen(listen: &Spanned<String>, sink: &mut ErrorSink<'_>) -> Option<SocketAddr> {
+    match listen.get_ref().parse::<SocketAddr>() {
+        Ok(a) => Some(a),
+        Err(_) => {
+            sink.at(
+                listen.span(),
+                format!(
+                    "invalid listen address {:?}: expected IP:PORT like \"127.0.0.1:8080\"",
+                    listen.get_ref()
+                ),
+            );
+            None
+        }
+    }
+}
+
+fn build_services(
+    raw: &std::collections::BTreeMap<Spanned<String>, Spanned<RawService>>,
+    pools: &HashMap<&str, usize>,
+    listens: &mut ListenRegistry,
+    sink: &mut ErrorSink<'_>,
+) -> Vec<ServiceConfig> {
+    // Claim addresses in file order so "already used" points at the later one.
+    let mut ordered: Vec<(&Spanned<String>, &Spanned<RawService>)> = raw.iter().collect();
+    ordered.sort_by_key(|(name, _)| name.span().start);
+    let text_len_hint = ordered.len();
+    let mut services = Vec::with_capacity(text_len_hint);
+    for (name, service) in ordered {
+        let service_name = name.get_ref();
+        if !valid_name(service_name) {
+            sink.at(
+                name.span(),
+                format!("invalid virtual service name `{service_name}`"),
+            );
+        }
+        let service = service.get_ref();
+        let listen = parse_listen(&service.listen, sink);
+        if let Some(addr) = listen {
+            listens.claim(
+                addr,
+                &format!("virtual service `{service_name}`"),
+                service.listen.span(),
+                sink.source(),
+                sink,
+            );
+        }
+        let default_pool = service
+            .default_pool
+            .as_ref()
+            .and_then(|p| resolve_pool(p, pools, sink));
+        let rules = service
+            .rule
+            .iter()
+            .filter_map(|r| build_rule(r, pools, sink))
+            .collect();
+        if let Some(listen) = listen {
+            services.push(ServiceConfig {
+                name: service_name.clone(),
+                listen,
+                rules: RuleSet {
+                    rules,
+                    default_pool,
+                },
+            });
+        }
+    }
+    services
+}
+
+fn resolve_pool(
+    name: &Spanned<String>,
+    pools: &HashMap<&str, usize>,
+    sink: &mut ErrorSink<'_>,
+) -> Option<usize> {
+    match pools.get(name.get_ref().as_str()) {
+        Some(&i) => Some(i),
+        None => {
+            let mut known: Vec<&str> = pools.keys().copied().collect();
+            known.sort_unstable();
+            let known = if known.is_empty() {
+                "none defined".to_string()
+            } else {
+                known.join(", ")
+            };
+            sink.at(
+                name.span(),
+                format!("unknown pool `{}` (pools: {known})", name.get_ref()),
+            );
+            None
+        }
+    }
+}
+
+fn build_rule(
+    rule: &Spanned<RawRule>,
+    pools: &HashMap<&str, usize>,
+    sink: &mut ErrorSink<'_>,
+) -> Option<Rule> {
+    let raw = rule.get_ref();
+    let pool = resolve_pool(&raw.pool, pools, sink);
+    let path = raw.path.as_ref().and_then(|p| compile(p, false, sink));
+    let host = raw.host.as_ref().and_then(|h| compile(h, true, sink));
+    let method = raw.method.as_ref().and_then(|m| {
+        let method = m.get_ref();
+        if method.is_empty() || !method.bytes().all(is_token_byte) {
+            sink.at(
+                m.span(),
+                format!("invalid method {method:?}: a method is a token like \"GET\""),
+            );
+            return None;
+        }
+        Some(method.clone())
+    });
+    let header = raw.header.as_ref().and_then(|h| {
+        let condition = h.get_ref();
+        let name = condition.name.get_ref();
+        if name.is_empty() || !name.bytes().all(is_token_byte) {
+            sink.at(
+                condition.name.span(),
+                format!("invalid header name {name:?}"),
+            );
+            return None;
+        }
+        let value = compile(&condition.value, false, sink)?;
+        Some(HeaderCondition {
+            name: name.clone(),
+            value,
+        })
+    });
+    let conditions_ok = raw.path.is_some() == path.is_some()
+        && raw.host.is_some() == host.is_some()
+        && raw.method.is_some() == method.is_some()
+        && raw.header.is_some() == header.is_some();
+    if !conditions_ok {
+        return None;
+    }
+    Some(Rule {
+        path,
+        host,
+        method,
+        header,
+        pool: pool?,
+    })
+}
+
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+fn compile(
+    pattern: &Spanned<String>,
+    case_insensitive: bool,
+    sink: &mut ErrorSink<'_>,
+) -> Option<Regex> {
+    match RegexBuilder::new(pattern.get_ref())
+        .case_insensitive(case_insensitive)
+        .build()
+    {
+        Ok(r) => Some(r),
+        Err(e) => {
+            // The regex crate explains syntax errors over several lines with a caret; keep the
+            // final "error: ..." line so each problem stays on one line.
+            let text = e.to_string();
+            let why = text
+                .lines()
+                .rev()
+                .find_map(|l| l.trim().strip_prefix("error: "))
+                .unwrap_or(text.lines().next().unwrap_or("invalid"));
+            sink.at(
+                pattern.span(),
+                format!("invalid regex {:?}: {why}", pattern.get_ref()),
+            );
+            None
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! Incremental decoder for the chunked transfer coding (RFC 9112 section 7.1).
+//!
+//! The decoder is strict where leniency has been used to smuggle requests: chunk sizes are hex
+//! digits only (at most 16), every line ends in CRLF, chunk data is followed by CRLF, and
+//! extensions may not contain control characters. Trailer fields are parsed with httparse and
+//! re-emitted by the caller.
+
+use std::ops::Range;
+
+/// The largest trailer section accepted.
+pub const MAX_TRAILER_BYTES: usize = 16 * 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkError(pub &'static str);
+
+impl std::fmt::Display for ChunkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid chunked body: {}", self.0)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Reading hex digits of a chunk size.
+    Size {
+        value: u64,
+        digits: u8,
+    },
+    /// Inside `;ext` after the size.
+    Extension {
+        size: u64,
+    },
+    /// After the CR that ends a size line.
+    SizeLf {
+        size: u64,
+    },
+    /// Chunk data bytes still to come.
+    Data {
+        left: u64,
+    },
+    DataCr,
+    DataLf,
+    /// After the last chunk: collecting the trailer section.
+    Trailers,
+    Done,
+}
+
+/// What one call to [`ChunkedDecoder::decode`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decoded {
+    /// More input is needed.
+    NeedMore,
+    /// This range of the input is chunk data.
+    Data(Range<usize>),
+    /// The body is complete; the trailer section (possibly empty, without the final CRLF) is in
+    /// [`ChunkedDecoder::trailers`].
+    End,
+}
+
+#[derive(Debug)]
+pub struct ChunkedDecoder {
+    state: State,
+    trailers: Vec<u8>,
+}
+
+impl Default for ChunkedDecoder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ChunkedDecoder {
+    pub fn new() -> Self {
+        ChunkedDecoder {
+            state: State::Size {
+                value: 0,
+                digits: 0,
+            },
+            trailers: Vec::new(),
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    /// The raw trailer section, each line ending in CRLF, without the terminating empty line.
+    pub fn trailers(&self) -> &[u8] {
+        &self.trailers
+    }
+
+    /// Decodes from `input`; returns the bytes consumed and what they were. Framing bytes are
+    /// consumed silently; `Decoded::Data` ranges index into `input` and are consumed too.
+    pub fn decode(&mut self, input: &[u8]) -> Result<(usize, Decoded), ChunkError> {
+        let mut i = 0;
+        while i < input.len() {
+            let b = input[i];
+            match self.state {
+                State::Size { value, digits } => {
+                    if let Some(d) = hex_value(b) {
+                        if digits == 16 {
+                            return Err(ChunkError("chunk size too large"));
+                        }
+                        self.state = State::Size {
+                            value: value << 4 | u64::from(d),
+                            digits: digits + 1,
+                        };
+                    } else if digits == 0 {
+                        return Err(ChunkError("chunk size expected"));
+                    } else if b == b'\r' {
+                        self.state = State::SizeLf { size: value };
+                    } else if b == b';' || b == b' ' || b == b'\t' {
+                        self.state = State::Extension { size: value };
+                    } else {
+                        return Err(ChunkError("invalid character in chunk size"));
+                    }
+                    i += 1;
+                }
+                State::Extension { size } => {
+                    if b == b'\r' {
+                        self.state = State::SizeLf { size };
+                    } else if b != b'\t' && (b < 0x20 || b == 0x7f) {
+                        return Err(ChunkError("control character in chunk extension"));
+                    }
+                    i += 1;
+                }
+                State::SizeLf { size } => {
+                    if b != b'\n' {
+                        return Err(ChunkError("chunk size line not ended by CRLF"));
+                    }
+                    i += 1;
+                    self.state = if size == 0 {
+                        State::Trailers
+                    } else {
+                        State::Data { left: size }
+                    };
+                }
+                State::Data { left } => {
+                    let available = (input.len() - i) as u64;
+                    let take = left.min(available) as usize;
+                    let rest = left - take as u64;
+                    self.state = if rest == 0 {
+                        State::DataCr
+                    } else {
+                        State::Data { left: rest }
+                    };
+                    return Ok((i + take, Decoded::Data(i..i + take)));
+                }
+                State::DataCr => {
+                    if b != b'\r' {
+                        return Err(ChunkError("chunk data not followed by CRLF"));
+                    }
+                    self.state = State::DataLf;
+                    i += 1;
+                }
+                State::DataLf => {
+                    if b != b'\n' {
+                        return Err(ChunkError("chunk data not followed by CRLF"));
+                    }
+                    self.state = State::Size {
+                        value: 0,
+                        digits: 0,
+                    };
+                    i += 1;
+                }
+                State::Trailers => {
+                    self.trailers.push(b);
+                    i += 1;
+                    if self.trailers.len() > MAX_TRAILER_BYTES {
+                        return Err(ChunkError("trailer section too large"));
+                    }
+                    if self.trailers.ends_with(b"\n") {
+                        if !self.trailers.ends_with(b"\r\n") {
+                            return Err(ChunkError("trailer line not ended by CRLF"));
+                        }
+                        let line_start = self.trailers.len() - 2;
+                        let at_line_start =
+                            line_start == 0 || self.trailers[..line_start].ends_with(b"\r\n");
+                        if at_line_start && self.trailers.len() - line_start == 2 {
+                            // The empty line: end of the body.
+                            self.trailers.truncate(line_start);
+                            validate_trailers(&self.trailers)?;
+                            self.state = State::Done;
+                            return Ok((i, Decoded::End));
+                        }
+                    }
+                }
+                State::Done => return Ok((i, Decoded::End)),
+            }
+        }
+        if self.state == State::Done {
+            return Ok((i, Decoded::End));
+        }
+        Ok((i, Decoded::NeedMore))
+    }
+}
+
+fn hex_value(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Trailer lines must be well-formed field lines, like header fields.
+fn validate_trailers(section: &[u8]) -> Result<(), ChunkError> {
+    if section.is_empty() {
+        return Ok(());
+    }
+    let mut terminated = Vec::with_capacity(section.len() + 2);
+    terminated.extend_from_slice(section);
+    terminated.extend_from_slice(b"\r\n");
+    let mut fields = [httparse::EMPTY_HEADER; 64];
+    match httparse::parse_headers(&terminated, &mut fields) {
+        Ok(httparse::Status::Complete((len, _))) if len == terminated.len() => Ok(()),
+        _ => Err(ChunkError("malformed trailer field")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `input` in pieces of `step` bytes and collects the data and trailers.
+    fn decode_all(input: &[u8], step: usize) -> Result<(Vec<u8>, Vec<u8>, usize), ChunkError> {
+        let mut d = ChunkedDecoder::new();
+        let mut data = Vec::new();
+        let mut pending: Vec<u8> = Vec::new();
+        let mut fed = 0;
+        let mut consumed_total = 0;
+        loop {
+            if fed < input.len() {
+                let end = (fed + step).min(input.len());
+                pending.extend_from_slice(&input[fed..end]);
+                fed = end;
+            }
+            loop {
+                let (used, what) = d.decode(&pending)?;
+                if let Decoded::Data(r) = &what {
+                    data.extend_from_slice(&pending[r.clone()]);
+                }
+                pending.drain(..used);
+                consumed_total += used;
+                match what {
+                    Decoded::End => return Ok((data, d.trailers().to_vec(), consumed_total)),
+                    Decoded::NeedMore => break,
+                    Decoded::Data(_) => {}
+                }
+            }
+            if fed == input.len() {
+                return Err(ChunkError("truncated"));
+            }
+        }
+    }
+
+    #[test]
+    fn decodes_at_every_split() {
+        let body = b"5\r\nhello\r\n1;name=value\r\n \r\n10\r\n0123456789abcdef\r\n0\r\nX-Sum: 1\r\n\r\nNEXT";
+        for step in 1..body.len() {
+            let (data, trailers, used) = decode_all(body, step).unwrap();
+            assert_eq!(data, b"hello 0123456789abcdef");
+            assert_eq!(trailers, b"X-Sum: 1\r\n");
+            assert_eq!(used, body.len() - 4, "stops before the next message");
+        }
+    }
+
+    #[test]
+    fn last_chunk_without_trailers() {
+        let (data, trailers, used) = decode_all(b"0\r\n\r\n", 1).unwrap();
+        assert!(data.is_empty() && trailers.is_empty());
+        assert_eq!(used, 5);
+    }
+
+    #[test]
+    fn refuses_smuggling_shapes() {
+        for bad in [
+            &b"5\nhello\r\n0\r\n\r\n"[..],
+            b"5\r\nhello\n0\r\n\r\n",
+            b"5\r\nhelloXX0\r\n\r\n",
+            b"-5\r\nhello\r\n0\r\n\r\n",
+            b"0x5\r\nhello\r\n0\r\n\r\n",
+            b" 5\r\nhello\r\n0\r\n\r\n",
+            b"\r\n",
+            b"10000000000000000\r\n",
+            b"5;a\x00b\r\nhello\r\n0\r\n\r\n",
+            b"0\r\nBad Field: x\r\n\r\n",
+            b"0\r\nX: y\n\r\n",
+        ] {
+            assert!(
+                decode_all(bad, 3).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn large_sizes_are_exact() {
+        let mut d = ChunkedDecoder::new();
+        let (used, what) = d.decode(b"ffffffffffffffff\r\n").unwrap();
+        assert_eq!((used, what), (18, Decoded::NeedMore));
+        let (used, what) = d.decode(b"abc").unwrap();
+        assert_eq!((used, what), (3, Decoded::Data(0..3)));
+    }
+}

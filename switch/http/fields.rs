@@ -1,0 +1,295 @@
+//! Spans into a read buffer, and the field-value grammar shared by requests and responses.
+
+use std::ops::Range;
+
+/// A byte range of the connection's read buffer. u32 halves the size of a head's field table;
+/// heads are capped at 64 KiB, far below u32::MAX.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Span {
+    pub start: u32,
+    pub end: u32,
+}
+
+impl Span {
+    /// The span of `part`, which must lie inside `base`.
+    pub(crate) fn of(base: &[u8], part: &[u8]) -> Span {
+        let start = (part.as_ptr() as usize).wrapping_sub(base.as_ptr() as usize);
+        debug_assert!(start + part.len() <= base.len());
+        Span {
+            start: start as u32,
+            end: (start + part.len()) as u32,
+        }
+    }
+
+    pub fn range(self) -> Range<usize> {
+        self.start as usize..self.end as usize
+    }
+
+    pub fn get(self, buf: &[u8]) -> &[u8] {
+        buf.get(self.range()).unwrap_or_default()
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.start >= self.end
+    }
+
+    /// The part of this span between `from` and `to` (relative offsets).
+    pub(crate) fn slice(self, from: usize, to: usize) -> Span {
+        Span {
+            start: self.start + from as u32,
+            end: self.start + to as u32,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Version {
+    Http10,
+    Http11,
+}
+
+/// What the switch does with one header field when it rebuilds the head for the other side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldRole {
+    /// Sent on unchanged.
+    Forward,
+    /// Connection-specific (hop-by-hop): dropped.
+    Drop,
+    /// Content-Length: replaced by the validated length at its first occurrence.
+    ContentLength,
+    /// Host: kept, or replaced when the target was in absolute form.
+    Host,
+    /// X-Forwarded-For: the client address is appended to the last one.
+    ForwardedFor,
+    /// Transfer-Encoding: kept when the body is relayed chunked.
+    TransferEncoding,
+    /// Upgrade: kept only on an upgrade exchange.
+    Upgrade,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Field {
+    pub name: Span,
+    pub value: Span,
+    pub role: FieldRole,
+}
+
+/// The role a field name plays, before Connection tokens are applied.
+pub(crate) fn role_of(name: &[u8]) -> FieldRole {
+    // Dispatch on length first: most names are rejected without a single comparison.
+    match name.len() {
+        4 if name.eq_ignore_ascii_case(b"host") => FieldRole::Host,
+        2 if name.eq_ignore_ascii_case(b"te") => FieldRole::Drop,
+        7 if name.eq_ignore_ascii_case(b"upgrade") => FieldRole::Upgrade,
+        10 if name.eq_ignore_ascii_case(b"connection")
+            || name.eq_ignore_ascii_case(b"keep-alive") =>
+        {
+            FieldRole::Drop
+        }
+        14 if name.eq_ignore_ascii_case(b"content-length") => FieldRole::ContentLength,
+        15 if name.eq_ignore_ascii_case(b"x-forwarded-for") => FieldRole::ForwardedFor,
+        16 if name.eq_ignore_ascii_case(b"proxy-connection") => FieldRole::Drop,
+        17 if name.eq_ignore_ascii_case(b"transfer-encoding") => FieldRole::TransferEncoding,
+        _ => FieldRole::Forward,
+    }
+}
+
+/// Comma-separated list elements with optional whitespace trimmed; empty elements skipped
+/// (RFC 9110 section 5.6.1).
+pub(crate) fn list_items(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|&b| b == b',')
+        .map(trim_ows)
+        .filter(|item| !item.is_empty())
+}
+
+pub(crate) fn trim_ows(mut s: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = s {
+        s = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = s {
+        s = rest;
+    }
+    s
+}
+
+/// Connection options found in Connection fields.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ConnectionOptions {
+    pub close: bool,
+    pub keep_alive: bool,
+    pub upgrade: bool,
+    /// Some token names another field, which must then be dropped as hop-by-hop.
+    pub names_fields: bool,
+}
+
+pub(crate) fn connection_options<'a>(values: impl Iterator<Item = &'a [u8]>) -> ConnectionOptions {
+    let mut options = ConnectionOptions::default();
+    for value in values {
+        for token in list_items(value) {
+            if token.eq_ignore_ascii_case(b"close") {
+                options.close = true;
+            } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                options.keep_alive = true;
+            } else if token.eq_ignore_ascii_case(b"upgrade") {
+                options.upgrade = true;
+            } else {
+                options.names_fields = true;
+            }
+        }
+    }
+    options
+}
+
+/// Marks as dropped every field named by a Connection token. Framing and routing fields keep
+/// their role whatever the client lists: a request must not be able to hide its own
+/// Content-Length or Host from the server this way.
+pub(crate) fn drop_fields_named_in_connection(fields: &mut [Field], buf: &[u8]) {
+    let mut named = [Span::default(); 8];
+    let mut count = 0;
+    for field in fields.iter() {
+        if field.role == FieldRole::Drop && field.name.get(buf).eq_ignore_ascii_case(b"connection")
+        {
+            let value = field.value.get(buf);
+            for token in list_items(value) {
+                if count < named.len() {
+                    named[count] = Span::of(buf, token);
+                    count += 1;
+                }
+            }
+        }
+    }
+    for field in fields.iter_mut() {
+        if field.role != FieldRole::Forward {
+            continue;
+        }
+        let name = field.name.get(buf);
+        if named[..count]
+            .iter()
+            .any(|t| t.get(buf).eq_ignore_ascii_case(name))
+        {
+            field.role = FieldRole::Drop;
+        }
+    }
+}
+
+/// Parses a Content-Length value: digits only, or a list of identical digit strings (RFC 9110
+/// section 8.6). `None` for anything else, including overflow.
+pub(crate) fn parse_content_length(value: &[u8]) -> Option<u64> {
+    let mut result: Option<u64> = None;
+    let mut any = false;
+    for item in value.split(|&b| b == b',').map(trim_ows) {
+        if item.is_empty() || item.len() > 19 || !item.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let n = item.iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
+        if result.is_some_and(|r| r != n) {
+            return None;
+        }
+        result = Some(n);
+        any = true;
+    }
+    if any {
+        result
+    } else {
+        None
+    }
+}
+
+/// Outcome of reading Transfer-Encoding fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TransferCoding {
+    /// The final coding is chunked (and chunked appears once).
+    Chunked,
+    /// Codings present, chunked not final: the length cannot be determined from framing.
+    NotChunkedFinal,
+    /// An empty value, or chunked applied twice: the message is malformed.
+    Invalid,
+}
+
+pub(crate) fn transfer_coding<'a>(values: impl Iterator<Item = &'a [u8]>) -> TransferCoding {
+    let mut chunked_seen = false;
+    let mut last_is_chunked = false;
+    let mut any = false;
+    for value in values {
+        let mut in_value = false;
+        for item in list_items(value) {
+            in_value = true;
+            any = true;
+            let name = trim_ows(item.split(|&b| b == b';').next().unwrap_or_default());
+            let is_chunked = name.eq_ignore_ascii_case(b"chunked");
+            if is_chunked && chunked_seen {
+                return TransferCoding::Invalid;
+            }
+            if !is_chunked && chunked_seen {
+                // A coding applied after chunked: invalid (chunked must be final).
+                return TransferCoding::NotChunkedFinal;
+            }
+            chunked_seen |= is_chunked;
+            last_is_chunked = is_chunked;
+        }
+        if !in_value {
+            return TransferCoding::Invalid;
+        }
+    }
+    if any && last_is_chunked {
+        TransferCoding::Chunked
+    } else if any {
+        TransferCoding::NotChunkedFinal
+    } else {
+        TransferCoding::Invalid
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_length_values() {
+        assert_eq!(parse_content_length(b"0"), Some(0));
+        assert_eq!(parse_content_length(b"42"), Some(42));
+        assert_eq!(parse_content_length(b"42, 42"), Some(42));
+        assert_eq!(parse_content_length(b"42,43"), None);
+        assert_eq!(parse_content_length(b"+42"), None);
+        assert_eq!(parse_content_length(b"4 2"), None);
+        assert_eq!(parse_content_length(b""), None);
+        assert_eq!(parse_content_length(b"42,"), None);
+        assert_eq!(parse_content_length(b"0x10"), None);
+        assert_eq!(parse_content_length(b"18446744073709551615"), None);
+        assert_eq!(
+            parse_content_length(b"9999999999999999999"),
+            Some(9_999_999_999_999_999_999)
+        );
+    }
+
+    #[test]
+    fn transfer_codings() {
+        let tc = |vals: &[&[u8]]| transfer_coding(vals.iter().copied());
+        assert_eq!(tc(&[b"chunked"]), TransferCoding::Chunked);
+        assert_eq!(tc(&[b"CHUNKED"]), TransferCoding::Chunked);
+        assert_eq!(tc(&[b"gzip, chunked"]), TransferCoding::Chunked);
+        assert_eq!(tc(&[b"gzip", b"chunked"]), TransferCoding::Chunked);
+        assert_eq!(tc(&[b"chunked, gzip"]), TransferCoding::NotChunkedFinal);
+        assert_eq!(tc(&[b"gzip"]), TransferCoding::NotChunkedFinal);
+        assert_eq!(tc(&[b"chunked", b"chunked"]), TransferCoding::Invalid);
+        assert_eq!(tc(&[b""]), TransferCoding::Invalid);
+        assert_eq!(tc(&[b"chunkedx"]), TransferCoding::NotChunkedFinal);
+    }
+
+    #[test]
+    fn connection_tokens() {
+        let o = connection_options([&b"Keep-Alive, Upgrade"[..], b" close ,x-foo"].into_iter());
+        assert!(o.close && o.keep_alive && o.upgrade && o.names_fields);
+    }
+
+    #[test]
+    fn roles() {
+        assert_eq!(role_of(b"Content-Length"), FieldRole::ContentLength);
+        assert_eq!(role_of(b"connection"), FieldRole::Drop);
+        assert_eq!(role_of(b"Keep-Alive"), FieldRole::Drop);
+        assert_eq!(role_of(b"X-Forwarded-For"), FieldRole::ForwardedFor);
+        assert_eq!(role_of(b"Accept"), FieldRole::Forward);
+        assert_eq!(role_of(b"TE"), FieldRole::Drop);
+    }
+}

@@ -1,0 +1,562 @@
+//! Request heads: parsing (httparse), validation and the facts routing needs.
+
+use super::fields::{
+    connection_options, drop_fields_named_in_connection, parse_content_length, role_of,
+    transfer_coding, Field, FieldRole, Span, TransferCoding, Version,
+};
+use super::{BodyFraming, HeadError, MAX_HEADER_FIELDS, MAX_HEAD_BYTES};
+use std::mem::MaybeUninit;
+use tcpvs_modules::HeaderLookup;
+
+/// The form of the request target (RFC 9112 section 3.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetForm {
+    /// `/path?query`
+    Origin,
+    /// `http://authority/path?query`: sent on in origin form, Host taken from the authority.
+    Absolute,
+    /// `host:port`, for CONNECT only.
+    Authority,
+    /// `*`, for OPTIONS only.
+    Asterisk,
+}
+
+/// A parsed request head. Spans point into the buffer given to [`parse_request`]; the field
+/// vector keeps its capacity from request to request.
+#[derive(Debug)]
+pub struct RequestHead {
+    /// Length of the head in the buffer, final empty line included.
+    pub len: usize,
+    pub method: Span,
+    pub target: Span,
+    pub target_form: TargetForm,
+    /// Path part of the target (empty for absolute form without a path).
+    pub path: Span,
+    pub query: Option<Span>,
+    /// Host without port: from the absolute-form target, else from the Host field.
+    pub host: Option<Span>,
+    /// Authority of an absolute-form target, which replaces the Host field when sent on.
+    pub authority: Option<Span>,
+    pub version: Version,
+    pub fields: Vec<Field>,
+    pub framing: BodyFraming,
+    /// The client may send another request on this connection after this one.
+    pub keep_alive: bool,
+    /// Connection: upgrade with an Upgrade field.
+    pub upgrade: bool,
+    pub expect_continue: bool,
+    pub is_head: bool,
+    pub is_connect: bool,
+    /// Safe to send twice (RFC 9110 section 9.2.2).
+    pub idempotent: bool,
+}
+
+impl Default for RequestHead {
+    fn default() -> Self {
+        RequestHead {
+            len: 0,
+            method: Span::default(),
+            target: Span::default(),
+            target_form: TargetForm::Origin,
+            path: Span::default(),
+            query: None,
+            host: None,
+            authority: None,
+            version: Version::Http11,
+            fields: Vec::with_capacity(32),
+            framing: BodyFraming::Empty,
+            keep_alive: false,
+            upgrade: false,
+            expect_continue: false,
+            is_head: false,
+            is_connect: false,
+            idempotent: false,
+        }
+    }
+}
+
+impl RequestHead {
+    pub fn method<'b>(&self, buf: &'b [u8]) -> &'b str {
+        // httparse admits only token bytes in a method, which are ASCII.
+        std::str::from_utf8(self.method.get(buf)).unwrap_or("")
+    }
+
+    pub fn has_body(&self) -> bool {
+        !matches!(self.framing, BodyFraming::Empty | BodyFraming::Length(0))
+    }
+
+    /// Header lookup over this head, for routing and modules.
+    pub fn lookup<'a>(&'a self, buf: &'a [u8]) -> FieldLookup<'a> {
+        FieldLookup {
+            fields: &self.fields,
+            buf,
+        }
+    }
+}
+
+/// [`HeaderLookup`] over a parsed head.
+pub struct FieldLookup<'a> {
+    fields: &'a [Field],
+    buf: &'a [u8],
+}
+
+impl HeaderLookup for FieldLookup<'_> {
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.fields
+            .iter()
+            .find(|f| f.name.get(self.buf).eq_ignore_ascii_case(name.as_bytes()))
+            .map(|f| f.value.get(self.buf))
+    }
+}
+
+/// Parses the request head at the start of `buf` into `head`.
+///
+/// `Ok(false)`: the head is not complete yet (and may still fit). `Ok(true)`: `head` is filled
+/// and `head.len` bytes of `buf` belong to it. `Err`: the request must be refused with the
+/// error's status and the connection closed.
+pub fn parse_request(buf: &[u8], head: &mut RequestHead) -> Result<bool, HeadError> {
+    let mut storage = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADER_FIELDS];
+    let mut request = httparse::Request::new(&mut []);
+    let len = match request.parse_with_uninit_headers(buf, &mut storage) {
+        Ok(httparse::Status::Complete(len)) if len <= MAX_HEAD_BYTES => len,
+        Ok(httparse::Status::Complete(_)) => return Err(too_large()),
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD_BYTES => return Err(too_large()),
+        Ok(httparse::Status::Partial) => return Ok(false),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(HeadError {
+                status: 431,
+                reason: "too many header fields",
+            })
+        }
+        Err(httparse::Error::Version) => {
+            return Err(HeadError {
+                status: 505,
+                reason: "HTTP version not supported",
+            })
+        }
+        Err(_) => return Err(HeadError::bad_request("malformed request head")),
+    };
+    let (Some(method), Some(target), Some(minor)) = (request.method, request.path, request.version)
+    else {
+        return Err(HeadError::bad_request("malformed request line"));
+    };
+
+    head.len = len;
+    head.method = Span::of(buf, method.as_bytes());
+    head.target = Span::of(buf, target.as_bytes());
+    head.version = if minor == 0 {
+        Version::Http10
+    } else {
+        Version::Http11
+    };
+    head.is_head = method == "HEAD";
+    head.is_connect = method == "CONNECT";
+    head.idempotent = matches!(
+        method,
+        "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
+    );
+    head.fields.clear();
+    for h in request.headers.iter() {
+        head.fields.push(Field {
+            name: Span::of(buf, h.name.as_bytes()),
+            value: Span::of(buf, h.value),
+            role: role_of(h.name.as_bytes()),
+        });
+    }
+    split_target(buf, head, method)?;
+    read_fields(buf, head)?;
+    Ok(true)
+}
+
+fn too_large() -> HeadError {
+    HeadError {
+        status: 431,
+        reason: "request head too large",
+    }
+}
+
+/// Classifies the target and finds path, query and (absolute form) authority.
+fn split_target(buf: &[u8], head: &mut RequestHead, method: &str) -> Result<(), HeadError> {
+    let target = head.target.get(buf);
+    head.authority = None;
+    head.host = None;
+    head.query = None;
+    if target.contains(&b'#') {
+        return Err(HeadError::bad_request("fragment in request target"));
+    }
+    let path_and_query = if target.first() == Some(&b'/') {
+        head.target_form = TargetForm::Origin;
+        head.target
+    } else if target == b"*" {
+        if method != "OPTIONS" {
+            return Err(HeadError::bad_request("asterisk target outside OPTIONS"));
+        }
+        head.target_form = TargetForm::Asterisk;
+        head.path = head.target;
+        return Ok(());
+    } else if method == "CONNECT" {
+        head.target_form = TargetForm::Authority;
+        let host =
+            host_without_port(target).ok_or(HeadError::bad_request("invalid CONNECT target"))?;
+        if target.len() == host.len() {
+            return Err(HeadError::bad_request("CONNECT target without port"));
+        }
+        head.host = Some(Span::of(buf, host));
+        head.path = Span::of(buf, &target[..0]);
+        return Ok(());
+    } else {
+        let scheme_len = if starts_with_ignore_case(target, b"http://") {
+            7
+        } else if starts_with_ignore_case(target, b"https://") {
+            8
+        } else {
+            return Err(HeadError::bad_request("invalid request target"));
+        };
+        head.target_form = TargetForm::Absolute;
+        let rest = &target[scheme_len..];
+        let authority_len = rest
+            .iter()
+            .position(|&b| b == b'/' || b == b'?')
+            .unwrap_or(rest.len());
+        let authority = &rest[..authority_len];
+        if authority.is_empty() || authority.contains(&b'@') {
+            return Err(HeadError::bad_request(
+                "invalid authority in request target",
+            ));
+        }
+        let host = host_without_port(authority)
+            .ok_or(HeadError::bad_request("invalid host in request target"))?;
+        head.authority = Some(Span::of(buf, authority));
+        head.host = Some(Span::of(buf, host));
+        head.target.slice(scheme_len + authority_len, target.len())
+    };
+    if method == "CONNECT" {
+        return Err(HeadError::bad_request("CONNECT needs an authority target"));
+    }
+    let pq = path_and_query.get(buf);
+    match pq.iter().position(|&b| b == b'?') {
+        Some(q) => {
+            head.path = path_and_query.slice(0, q);
+            head.query = Some(path_and_query.slice(q + 1, pq.len()));
+        }
+        None => head.path = path_and_query,
+    }
+    Ok(())
+}
+
+/// Reads framing, connection options and Host from the fields (RFC 9112 sections 3.2, 6, 9.3).
+fn read_fields(buf: &[u8], head: &mut RequestHead) -> Result<(), HeadError> {
+    let mut content_length: Option<u64> = None;
+    let mut has_transfer_encoding = false;
+    let mut host_fields = 0;
+    let mut host_value: &[u8] = &[];
+    let mut has_upgrade_field = false;
+    head.expect_continue = false;
+
+    for field in &head.fields {
+        let value = field.value.get(buf);
+        match field.role {
+            FieldRole::ContentLength => {
+                let n = parse_content_length(value)
+                    .ok_or(HeadError::bad_request("invalid Content-Length"))?;
+                if content_length.is_some_and(|c| c != n) {
+                    return Err(HeadError::bad_request("conflicting Content-Length fields"));
+                }
+                content_length = Some(n);
+            }
+            FieldRole::TransferEncoding => has_transfer_encoding = true,
+            FieldRole::Host => {
+                host_fields += 1;
+                host_value = value;
+            }
+            FieldRole::Upgrade => has_upgrade_field = true,
+            FieldRole::Forward if field.name.get(buf).eq_ignore_ascii_case(b"expect") => {
+                head.expect_continue = value.eq_ignore_ascii_case(b"100-continue");
+            }
+            _ => {}
+        }
+    }
+
+    if host_fields > 1 {
+        return Err(HeadError::bad_request("more than one Host field"));
+    }
+    if host_fields == 0 && head.version == Version::Http11 {
+        return Err(HeadError::bad_request("HTTP/1.1 request without Host"));
+    }
+    if host_fields == 1 {
+        let host = host_without_port(host_value).ok_or(HeadError::bad_request("invalid Host"))?;
+        if head.host.is_none() && !host.is_empty() {
+            head.host = Some(Span::of(buf, host));
+        }
+    }
+
+    let connection = connection_options(
+        head.fields
+            .iter()
+            .filter(|f| {
+                f.role == FieldRole::Drop && f.name.get(buf).eq_ignore_ascii_case(b"connection")
+            })
+            .map(|f| f.value.get(buf)),
+    );
+    if connection.names_fields {
+        drop_fields_named_in_connection(&mut head.fields, buf);
+    }
+    head.keep_alive = match head.version {
+        Version::Http11 => !connection.close,
+        Version::Http10 => connection.keep_alive && !connection.close,
+    };
+    head.upgrade = connection.upgrade && has_upgrade_field && !head.is_connect;
+
+    head.framing = if has_transfer_encoding {
+        if head.version == Version::Http10 {
+            return Err(HeadError::bad_request(
+                "Transfer-Encoding in an HTTP/1.0 request",
+            ));
+        }
+        if content_length.is_some() {
+            return Err(HeadError::bad_request(
+                "both Content-Length and Transfer-Encoding",
+            ));
+        }
+        let codings = head
+            .fields
+            .iter()
+            .filter(|f| f.role == FieldRole::TransferEncoding)
+            .map(|f| f.value.get(buf));
+        match transfer_coding(codings) {
+            TransferCoding::Chunked => BodyFraming::Chunked,
+            _ => {
+                return Err(HeadError::bad_request(
+                    "Transfer-Encoding without final chunked",
+                ))
+            }
+        }
+    } else {
+        match content_length {
+            Some(0) | None => BodyFraming::Empty,
+            Some(n) => BodyFraming::Length(n),
+        }
+    };
+    Ok(())
+}
+
+fn starts_with_ignore_case(s: &[u8], prefix: &[u8]) -> bool {
+    s.len() >= prefix.len() && s[..prefix.len()].eq_ignore_ascii_case(prefix)
+}
+
+/// The host of `authority` (`host[:port]`, IPv6 literals in brackets) with the port removed,
+/// or `None` if the authority is not well formed (RFC 3986 section 3.2).
+pub(crate) fn host_without_port(authority: &[u8]) -> Option<&[u8]> {
+    let (host, port) = if authority.first() == Some(&b'[') {
+        let close = authority.iter().position(|&b| b == b']')?;
+        let literal = &authority[1..close];
+        if literal.is_empty()
+            || !literal
+                .iter()
+                .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+        {
+            return None;
+        }
+        (&authority[..=close], &authority[close + 1..])
+    } else {
+        match authority.iter().rposition(|&b| b == b':') {
+            Some(colon) => (&authority[..colon], &authority[colon..]),
+            None => (authority, &authority[authority.len()..]),
+        }
+    };
+    let port_ok = match port {
+        [] => true,
+        [b':', digits @ ..] => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    let host_ok = host.first() == Some(&b'[') || host.iter().all(|&b| is_reg_name_byte(b));
+    (port_ok && host_ok).then_some(host)
+}
+
+/// unreserved / pct-encoded / sub-delims (RFC 3986 reg-name).
+fn is_reg_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b'-' | b'.'
+                | b'_'
+                | b'~'
+                | b'%'
+                | b'!'
+                | b'$'
+                | b'&'
+                | b'\''
+                | b'('
+                | b')'
+                | b'*'
+                | b'+'
+                | b','
+                | b';'
+                | b'='
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(raw: &[u8]) -> Result<RequestHead, HeadError> {
+        let mut head = RequestHead::default();
+        match parse_request(raw, &mut head)? {
+            true => Ok(head),
+            false => panic!("incomplete: {:?}", String::from_utf8_lossy(raw)),
+        }
+    }
+
+    fn status_of(raw: &[u8]) -> u16 {
+        match parse(raw) {
+            Ok(_) => 200,
+            Err(e) => e.status,
+        }
+    }
+
+    #[test]
+    fn origin_form_with_query() {
+        let raw = b"GET /a/b.png?x=1&y=2 HTTP/1.1\r\nHost: Img.Example.com:8080\r\nAccept: */*\r\n\r\nrest";
+        let h = parse(raw).unwrap();
+        assert_eq!(h.len, raw.len() - 4);
+        assert_eq!(h.method(raw), "GET");
+        assert_eq!(h.path.get(raw), b"/a/b.png");
+        assert_eq!(h.query.unwrap().get(raw), b"x=1&y=2");
+        assert_eq!(h.host.unwrap().get(raw), b"Img.Example.com");
+        assert_eq!(h.framing, BodyFraming::Empty);
+        assert!(h.keep_alive && h.idempotent && !h.upgrade);
+        assert_eq!(h.lookup(raw).header("accept"), Some(&b"*/*"[..]));
+    }
+
+    #[test]
+    fn absolute_form_takes_host_from_target() {
+        let raw = b"GET http://example.org:81/x?q HTTP/1.1\r\nHost: other\r\n\r\n";
+        let h = parse(raw).unwrap();
+        assert_eq!(h.target_form, TargetForm::Absolute);
+        assert_eq!(h.host.unwrap().get(raw), b"example.org");
+        assert_eq!(h.authority.unwrap().get(raw), b"example.org:81");
+        assert_eq!(h.path.get(raw), b"/x");
+        assert_eq!(h.query.unwrap().get(raw), b"q");
+        let raw = b"GET http://example.org HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert_eq!(parse(raw).unwrap().path.get(raw), b"");
+    }
+
+    #[test]
+    fn framing() {
+        let h = parse(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\n").unwrap();
+        assert_eq!(h.framing, BodyFraming::Length(10));
+        let h = parse(
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 7, 7\r\nContent-Length: 7\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!(h.framing, BodyFraming::Length(7));
+        let h = parse(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n")
+            .unwrap();
+        assert_eq!(h.framing, BodyFraming::Chunked);
+        assert!(!h.idempotent);
+    }
+
+    #[test]
+    fn refusals() {
+        for raw in [
+            &b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n"[..],
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1, 2\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"GET / HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a:80x\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: user@a\r\n\r\n",
+            b"GET x HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET * HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET /a#b HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET http://u@a/ HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"CONNECT /x HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"CONNECT a HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nBad Name: x\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX : b\r\n\r\n",
+            b"GET  / HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"G(T / HTTP/1.1\r\nHost: a\r\n\r\n",
+        ] {
+            assert_eq!(status_of(raw), 400, "{:?}", String::from_utf8_lossy(raw));
+        }
+        assert_eq!(status_of(b"GET / HTTP/2.0\r\nHost: a\r\n\r\n"), 505);
+    }
+
+    #[test]
+    fn limits() {
+        let mut raw = b"GET / HTTP/1.1\r\nHost: a\r\n".to_vec();
+        for i in 0..100 {
+            raw.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+        }
+        raw.extend_from_slice(b"\r\n");
+        assert_eq!(status_of(&raw), 431);
+
+        let mut raw = b"GET / HTTP/1.1\r\nHost: a\r\nX-Big: ".to_vec();
+        raw.resize(MAX_HEAD_BYTES + 10, b'a');
+        let mut head = RequestHead::default();
+        assert_eq!(parse_request(&raw, &mut head).unwrap_err().status, 431);
+        let mut head = RequestHead::default();
+        assert_eq!(parse_request(&raw[..1000], &mut head), Ok(false));
+    }
+
+    #[test]
+    fn connection_semantics() {
+        assert!(!parse(b"GET / HTTP/1.0\r\n\r\n").unwrap().keep_alive);
+        assert!(
+            parse(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+                .unwrap()
+                .keep_alive
+        );
+        assert!(
+            !parse(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+                .unwrap()
+                .keep_alive
+        );
+        let raw = b"GET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade, X-Secret\r\nUpgrade: websocket\r\nX-Secret: 1\r\nContent-Length: 0\r\n\r\n";
+        let h = parse(raw).unwrap();
+        assert!(h.upgrade);
+        let roles: Vec<_> = h.fields.iter().map(|f| f.role).collect();
+        assert_eq!(
+            roles,
+            [
+                FieldRole::Host,
+                FieldRole::Drop,
+                FieldRole::Upgrade,
+                FieldRole::Drop,
+                FieldRole::ContentLength
+            ]
+        );
+        let raw =
+            b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n";
+        assert!(parse(raw).unwrap().expect_continue);
+    }
+
+    #[test]
+    fn connect_and_asterisk() {
+        let raw = b"CONNECT example.org:443 HTTP/1.1\r\nHost: example.org:443\r\n\r\n";
+        let h = parse(raw).unwrap();
+        assert!(h.is_connect);
+        assert_eq!(h.target_form, TargetForm::Authority);
+        assert_eq!(h.host.unwrap().get(raw), b"example.org");
+        let raw = b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n";
+        assert_eq!(parse(raw).unwrap().target_form, TargetForm::Asterisk);
+    }
+
+    #[test]
+    fn hosts() {
+        assert_eq!(host_without_port(b"a.b:80"), Some(&b"a.b"[..]));
+        assert_eq!(host_without_port(b"[::1]:80"), Some(&b"[::1]"[..]));
+        assert_eq!(host_without_port(b"[::1]"), Some(&b"[::1]"[..]));
+        assert_eq!(host_without_port(b""), Some(&b""[..]));
+        assert_eq!(host_without_port(b"[::1"), None);
+        assert_eq!(host_without_port(b"a:b:c"), None);
+        assert_eq!(host_without_port(b"a:123456"), None);
+    }
+}

@@ -1,0 +1,297 @@
+//! Heads rebuilt for the other side: the request as the server sees it, the response as the
+//! client sees it. Connection-specific fields are dropped and replaced by the switch's own,
+//! Content-Length is normalised, everything else is copied byte for byte in its order.
+
+use super::fields::{FieldRole, Version};
+use super::request::{RequestHead, TargetForm};
+use super::response::ResponseHead;
+use super::BodyFraming;
+use std::io::Write;
+use std::net::IpAddr;
+
+/// Writes the head sent to the server for `head` (parsed from `buf`) into `out`.
+///
+/// The request always goes out as HTTP/1.1 so the server connection can be kept alive.
+/// `default_host` fills in Host for an HTTP/1.0 request that had none.
+pub fn write_request_head(
+    out: &mut Vec<u8>,
+    head: &RequestHead,
+    buf: &[u8],
+    client: IpAddr,
+    default_host: &[u8],
+) {
+    out.clear();
+    out.extend_from_slice(head.method.get(buf));
+    out.push(b' ');
+    match head.target_form {
+        TargetForm::Origin | TargetForm::Asterisk | TargetForm::Authority => {
+            out.extend_from_slice(head.target.get(buf))
+        }
+        TargetForm::Absolute => {
+            let path = head.path.get(buf);
+            if path.is_empty() {
+                out.push(b'/');
+            }
+            let path_start = head.path.start as usize;
+            out.extend_from_slice(
+                buf.get(path_start..head.target.end as usize)
+                    .unwrap_or_default(),
+            );
+        }
+    }
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+
+    let last_forwarded_for = head
+        .fields
+        .iter()
+        .rposition(|f| f.role == FieldRole::ForwardedFor);
+    let mut wrote_length = false;
+    let mut wrote_host = false;
+    for (i, field) in head.fields.iter().enumerate() {
+        let name = field.name.get(buf);
+        let value = field.value.get(buf);
+        match field.role {
+            FieldRole::Forward | FieldRole::TransferEncoding => put_field(out, name, value),
+            FieldRole::Drop => {}
+            FieldRole::Upgrade => {
+                if head.upgrade {
+                    put_field(out, name, value);
+                }
+            }
+            FieldRole::ContentLength => {
+                if !wrote_length {
+                    wrote_length = true;
+                    put_length(out, name, request_length(head.framing));
+                }
+            }
+            FieldRole::Host => {
+                wrote_host = true;
+                match head.authority {
+                    Some(authority) => put_field(out, name, authority.get(buf)),
+                    None => put_field(out, name, value),
+                }
+            }
+            FieldRole::ForwardedFor => {
+                if Some(i) == last_forwarded_for {
+                    out.extend_from_slice(name);
+                    out.extend_from_slice(b": ");
+                    out.extend_from_slice(value);
+                    let _ = write!(out, ", {}\r\n", client.to_canonical());
+                } else {
+                    put_field(out, name, value);
+                }
+            }
+        }
+    }
+    if !wrote_host {
+        let host = head.authority.map_or(default_host, |a| a.get(buf));
+        put_field(out, b"Host", host);
+    }
+    if last_forwarded_for.is_none() {
+        let _ = write!(out, "X-Forwarded-For: {}\r\n", client.to_canonical());
+    }
+    if head.upgrade {
+        out.extend_from_slice(b"Connection: upgrade\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn request_length(framing: BodyFraming) -> u64 {
+    match framing {
+        BodyFraming::Length(n) => n,
+        _ => 0,
+    }
+}
+
+/// How the switch will treat the client connection after a response; decides the Connection
+/// field the client is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientConnection {
+    /// HTTP/1.1 persistence is the default: nothing to say.
+    Persistent,
+    /// An HTTP/1.0 client asked for keep-alive and gets it.
+    KeepAlive10,
+    Close,
+    Upgrade,
+}
+
+/// Writes the response head for the client into `out` (appending).
+///
+/// `dechunk`: the body is sent decoded and delimited by closing the connection (for HTTP/1.0
+/// clients), so Transfer-Encoding is dropped.
+pub fn write_response_head(
+    out: &mut Vec<u8>,
+    head: &ResponseHead,
+    buf: &[u8],
+    connection: ClientConnection,
+    dechunk: bool,
+) {
+    let _ = write!(out, "HTTP/1.1 {} ", head.status);
+    out.extend_from_slice(head.reason.get(buf));
+    out.extend_from_slice(b"\r\n");
+    let mut wrote_length = false;
+    for field in &head.fields {
+        let name = field.name.get(buf);
+        let value = field.value.get(buf);
+        match field.role {
+            FieldRole::Forward | FieldRole::Host | FieldRole::ForwardedFor => {
+                put_field(out, name, value)
+            }
+            FieldRole::Drop => {}
+            FieldRole::TransferEncoding => {
+                if !dechunk {
+                    put_field(out, name, value);
+                }
+            }
+            FieldRole::Upgrade => {
+                if head.status == 101 {
+                    put_field(out, name, value);
+                }
+            }
+            FieldRole::ContentLength => {
+                if !wrote_length {
+                    wrote_length = true;
+                    put_length(out, name, head.content_length.unwrap_or(0));
+                }
+            }
+        }
+    }
+    match connection {
+        ClientConnection::Persistent => {}
+        ClientConnection::KeepAlive10 => out.extend_from_slice(b"Connection: keep-alive\r\n"),
+        ClientConnection::Close => out.extend_from_slice(b"Connection: close\r\n"),
+        ClientConnection::Upgrade => out.extend_from_slice(b"Connection: upgrade\r\n"),
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The Connection treatment a response to this client gets, before framing is considered.
+pub fn client_connection(version: Version, keep_alive: bool) -> ClientConnection {
+    match (keep_alive, version) {
+        (false, _) => ClientConnection::Close,
+        (true, Version::Http11) => ClientConnection::Persistent,
+        (true, Version::Http10) => ClientConnection::KeepAlive10,
+    }
+}
+
+fn put_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn put_length(out: &mut Vec<u8>, name: &[u8], length: u64) {
+    out.extend_from_slice(name);
+    let _ = write!(out, ": {length}\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::request::parse_request;
+    use crate::http::response::{parse_response, RequestKind};
+    use std::net::Ipv4Addr;
+
+    fn upstream(raw: &[u8]) -> String {
+        let mut head = RequestHead::default();
+        assert!(parse_request(raw, &mut head).unwrap());
+        let mut out = Vec::new();
+        write_request_head(
+            &mut out,
+            &head,
+            raw,
+            IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7)),
+            b"127.0.0.1:9001",
+        );
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn request_is_rebuilt_with_crlf_and_forwarded_for() {
+        let got = upstream(b"GET /a?b=%20c HTTP/1.1\nHost: x\nAccept:\t*/*\nConnection: keep-alive, X-Hop\nX-Hop: 1\nKeep-Alive: 5\n\n");
+        assert_eq!(
+            got,
+            "GET /a?b=%20c HTTP/1.1\r\nHost: x\r\nAccept: */*\r\nX-Forwarded-For: 10.0.0.7\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn forwarded_for_is_appended_to_the_last_one() {
+        let got = upstream(b"GET / HTTP/1.1\r\nX-Forwarded-For: 1.1.1.1\r\nHost: x\r\nX-Forwarded-For: 2.2.2.2\r\n\r\n");
+        assert_eq!(
+            got,
+            "GET / HTTP/1.1\r\nX-Forwarded-For: 1.1.1.1\r\nHost: x\r\nX-Forwarded-For: 2.2.2.2, 10.0.0.7\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn absolute_form_becomes_origin_form() {
+        let got = upstream(b"GET http://h.example:81 HTTP/1.1\r\nHost: wrong\r\n\r\n");
+        assert_eq!(
+            got,
+            "GET / HTTP/1.1\r\nHost: h.example:81\r\nX-Forwarded-For: 10.0.0.7\r\n\r\n"
+        );
+        let got = upstream(b"GET http://h.example/p?q HTTP/1.0\r\n\r\n");
+        assert_eq!(
+            got,
+            "GET /p?q HTTP/1.1\r\nHost: h.example\r\nX-Forwarded-For: 10.0.0.7\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn http10_without_host_gets_the_server_address() {
+        let got = upstream(b"GET / HTTP/1.0\r\n\r\n");
+        assert_eq!(
+            got,
+            "GET / HTTP/1.1\r\nHost: 127.0.0.1:9001\r\nX-Forwarded-For: 10.0.0.7\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn content_length_is_normalised_and_upgrade_kept() {
+        let got = upstream(
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3, 3\r\ncontent-length: 3\r\n\r\n",
+        );
+        assert_eq!(
+            got,
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nX-Forwarded-For: 10.0.0.7\r\n\r\n"
+        );
+        let got = upstream(
+            b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+        );
+        assert_eq!(
+            got,
+            "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nX-Forwarded-For: 10.0.0.7\r\nConnection: upgrade\r\n\r\n"
+        );
+        // Without Connection: upgrade the Upgrade field is not sent on.
+        let got = upstream(b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n");
+        assert_eq!(
+            got,
+            "GET /ws HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 10.0.0.7\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn response_connection_fields() {
+        let raw = b"HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: chunked\r\nX-Served-By: a\r\n\r\n";
+        let mut head = ResponseHead::default();
+        let kind = RequestKind {
+            is_head: false,
+            is_connect: false,
+        };
+        assert!(parse_response(raw, kind, &mut head).unwrap());
+        let mut out = Vec::new();
+        write_response_head(&mut out, &head, raw, ClientConnection::Persistent, false);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Served-By: a\r\n\r\n"
+        );
+        let mut out = Vec::new();
+        write_response_head(&mut out, &head, raw, ClientConnection::Close, true);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 200 OK\r\nX-Served-By: a\r\nConnection: close\r\n\r\n"
+        );
+    }
+}

@@ -1,0 +1,66 @@
+//! The switch's own responses: short plain-text errors.
+
+use std::io::Write;
+
+pub fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        400 => "Bad Request",
+        408 => "Request Timeout",
+        431 => "Request Header Fields Too Large",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        505 => "HTTP Version Not Supported",
+        _ => "Error",
+    }
+}
+
+/// Appends a complete error response to `out`. `detail` is a short explanation meant for the
+/// client; it never carries server addresses.
+pub fn write_error(out: &mut Vec<u8>, status: u16, detail: &str, close: bool) {
+    let reason = reason_phrase(status);
+    let body_len = status_body_len(status, reason, detail);
+    let _ = write!(
+        out,
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {body_len}\r\nCache-Control: no-store\r\n{}\r\n{status} {reason}",
+        if close { "Connection: close\r\n" } else { "" },
+    );
+    if !detail.is_empty() {
+        let _ = write!(out, ": {detail}");
+    }
+    out.push(b'\n');
+}
+
+fn status_body_len(status: u16, reason: &str, detail: &str) -> usize {
+    let digits = status.to_string().len();
+    let detail_len = if detail.is_empty() {
+        0
+    } else {
+        2 + detail.len()
+    };
+    digits + 1 + reason.len() + detail_len + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_bodies_match_their_length() {
+        for (status, detail) in [(400, "bad chunk"), (503, ""), (504, "server timeout")] {
+            let mut out = Vec::new();
+            write_error(&mut out, status, detail, true);
+            let text = String::from_utf8(out).unwrap();
+            let (head, body) = text.split_once("\r\n\r\n").unwrap();
+            let declared: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("Content-Length: "))
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(declared, body.len(), "{text}");
+            assert!(head.contains("Connection: close"));
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! tcpvs: a layer-7 content switch, the user-space heir of KTCPVS.
+//!
+//! The data path, in the order a request takes it:
+//! [`listener`] (accept) -> [`session`] (read head, route, pick, connect or reuse, relay,
+//! account) with [`http`] for framing, [`rules`] for routing, [`upstream`] for pools and the
+//! scheduling modules of `tcpvs-modules`, [`relay`] and [`splice`] for bodies, [`stats`] for
+//! counters. [`gateway::Switch`] starts and stops it all; [`config`] reads rule files.
+
+pub mod buffer;
+pub mod config;
+pub mod demo;
+pub mod gateway;
+pub mod http;
+pub mod listener;
+pub mod relay;
+pub mod rules;
+mod session;
+pub mod splice;
+pub mod stats;
+pub mod stream;
+pub mod upstream;
+
+pub use config::Config;
+pub use gateway::Switch;

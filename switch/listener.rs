@@ -1,0 +1,97 @@
+//! Accepting client connections: one listener per virtual service, one task per connection,
+//! `max_clients` enforced at the door.
+
+use crate::gateway::Shared;
+use crate::http::status::write_error;
+use crate::session::Session;
+use crate::stats;
+use crate::stream::{write_all, Limit};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+/// Pending connections the kernel may queue per listener.
+const BACKLOG: u32 = 4096;
+
+pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
+
+/// Keeps one client connection counted in `Shared::clients` while it lives.
+struct ClientSlot(Arc<Shared>);
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        self.0.clients.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+pub async fn accept_loop(shared: Arc<Shared>, service: usize, listener: TcpListener) {
+    let mut shutdown = shared.shutdown.clone();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        };
+        let (stream, peer) = match accepted {
+            Ok(pair) => pair,
+            Err(e) => {
+                // Out of descriptors or memory: back off instead of spinning on the error.
+                tracing::warn!(service = %shared.services[service].name, "accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let service_stats = &shared.services[service].stats;
+        stats::bump(&service_stats.accepted);
+        let _ = stream.set_nodelay(true);
+        let open = shared.clients.fetch_add(1, Ordering::Relaxed);
+        let slot = ClientSlot(Arc::clone(&shared));
+        if open >= shared.settings.max_clients {
+            stats::bump(&service_stats.refused);
+            tokio::spawn(refuse_busy(slot, stream));
+            continue;
+        }
+        let session = Session::new(Arc::clone(&shared), service, stream, peer);
+        tokio::spawn(async move {
+            let _slot = slot;
+            session.run().await;
+        });
+    }
+}
+
+/// Answers 503 to a connection over `max_clients`. The request is read first (briefly) so
+/// that closing does not reset the connection before the client sees the answer.
+async fn refuse_busy(slot: ClientSlot, stream: TcpStream) {
+    let _slot = slot;
+    let mut scratch = crate::buffer::IoBuf::with_capacity(4096);
+    let _ = tokio::time::timeout(Duration::from_millis(500), async {
+        while !scratch.filled().windows(4).any(|w| w == b"\r\n\r\n") {
+            match crate::stream::read_some(
+                &stream,
+                &mut scratch,
+                Limit::Idle(Duration::from_millis(500)),
+            )
+            .await
+            {
+                Ok(0) | Err(_) => break,
+                Ok(_) if scratch.spare().is_empty() => scratch.consume(scratch.len() - 3),
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    let mut out = Vec::new();
+    write_error(&mut out, 503, "too many clients", true);
+    let _ = write_all(&stream, &out, Limit::Idle(Duration::from_secs(2))).await;
+}

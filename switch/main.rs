@@ -1,0 +1,163 @@
+//! The `tcpvs` command: run a switch from a rule file, check rule files, or run the demo.
+
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tcpvs::config::Config;
+use tcpvs::demo;
+use tcpvs::Switch;
+
+#[derive(Parser)]
+#[command(
+    name = "tcpvs",
+    version,
+    about = "A layer-7 content switch: routes every HTTP/1.x request by rules to server pools"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the switch with a rule file.
+    Run {
+        /// The rule file (TOML).
+        #[arg(short, long, value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Check rule files; print a summary of each, or every error as FILE:LINE:COL: message.
+    Check {
+        #[arg(value_name = "FILE", required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Run the built-in demo: rules/demo.toml with in-process servers for its pools.
+    Demo {
+        /// Address of the demo's virtual service.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check { files } => check(&files),
+        Command::Run { config } => match Config::load(&config) {
+            Ok(config) => run(config, false),
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Demo { listen } => {
+            match Config::parse("rules/demo.toml (built in)", demo::DEMO_RULES) {
+                Ok(mut config) => {
+                    for service in &mut config.services {
+                        service.listen = listen;
+                    }
+                    run(config, true)
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn check(files: &[PathBuf]) -> ExitCode {
+    let mut ok = true;
+    for file in files {
+        match Config::load(file) {
+            Ok(config) => println!("{}", config.summary()),
+            Err(e) => {
+                eprintln!("{e}");
+                ok = false;
+            }
+        }
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .init();
+}
+
+fn run(config: Config, with_demo_servers: bool) -> ExitCode {
+    init_logging();
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if config.switch.workers > 0 {
+        builder.worker_threads(config.switch.workers);
+    }
+    let runtime = match builder.enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tcpvs: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        if with_demo_servers {
+            if let Err(e) = demo::start_demo_servers(&config).await {
+                eprintln!("tcpvs demo: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+        let grace = config.switch.shutdown_timeout;
+        let file = config.file.clone();
+        let switch = match Switch::start(config).await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("tcpvs: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        for (name, addr) in switch.addresses() {
+            tracing::info!("virtual service `{name}` listening on http://{addr}/ ({file})");
+        }
+        if with_demo_servers {
+            if let Some((_, addr)) = switch.addresses().first() {
+                eprintln!("tcpvs demo: open http://{addr}/ (pages, images and CGI come from three pools); Ctrl-C stops");
+            }
+        }
+        wait_for_stop_signal().await;
+        tracing::info!("stopping: no new connections; waiting up to {grace:?} for requests in flight");
+        let left = switch.shutdown(grace).await;
+        if left > 0 {
+            tracing::warn!("{left} client connections were still open at the deadline");
+        }
+        ExitCode::SUCCESS
+    })
+}
+
+async fn wait_for_stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! Moving message bodies from one socket to the other: by Content-Length (spliced from the
+//! threshold up), chunked (decoded, checked and re-framed), until close, and tunnels after an
+//! upgrade.
+
+use crate::buffer::IoBuf;
+use crate::http::chunked::{ChunkError, ChunkedDecoder, Decoded};
+use crate::splice::{splice_between, PipeLease};
+use crate::stream::{read_some, send_all, write_all, Limit, Then};
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::net::TcpStream;
+
+/// Why a body could not be moved completely.
+#[derive(Debug)]
+pub enum RelayError {
+    /// The sending side closed before the body ended.
+    Truncated,
+    /// Reading from the sending side failed or timed out.
+    Read(io::Error),
+    /// Writing to the receiving side failed or timed out.
+    Write(io::Error),
+    /// The chunked framing is invalid.
+    Framing(ChunkError),
+}
+
+impl std::fmt::Display for RelayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RelayError::Truncated => f.write_str("peer closed before the end of the body"),
+            RelayError::Read(e) => write!(f, "read: {e}"),
+            RelayError::Write(e) => write!(f, "write: {e}"),
+            RelayError::Framing(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Bytes delivered so far, readable while a move is still running (tunnel watchdog, stats).
+#[derive(Debug, Default)]
+pub struct Meter(AtomicU64);
+
+impl Meter {
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// How bodies move.
+#[derive(Clone, Copy, Debug)]
+pub struct RelaySettings {
+    pub idle: Duration,
+    /// Bodies of at least this many bytes are spliced; `None`: always copy.
+    pub splice_from: Option<u64>,
+}
+
+impl RelaySettings {
+    fn limit(&self) -> Limit {
+        Limit::Idle(self.idle)
+    }
+}
+
+/// Moves a body of exactly `len` bytes from `src` to `dst`, starting with the bytes already
+/// read into `buf`. Bytes past the body stay in `buf` (or in `src`).
+pub async fn relay_length(
+    src: &TcpStream,
+    buf: &mut IoBuf,
+    dst: &TcpStream,
+    len: u64,
+    settings: &RelaySettings,
+    meter: &Meter,
+) -> Result<(), RelayError> {
+    let mut left = len;
+    let buffered = (buf.len() as u64).min(left) as usize;
+    if buffered > 0 {
+        let then = Then::more_if(buffered as u64 != left);
+        send_all(dst, &buf.filled()[..buffered], then, settings.limit())
+            .await
+            .map_err(RelayError::Write)?;
+        buf.consume(buffered);
+        meter.add(buffered as u64);
+        left -= buffered as u64;
+    }
+    if left == 0 {
+        return Ok(());
+    }
+    if settings.splice_from.is_some_and(|from| len >= from) {
+        if let Ok(mut pipe) = PipeLease::take() {
+            splice_between(&mut pipe, src, dst, Some(left), settings.limit(), meter).await?;
+            return Ok(());
+        }
+        // No pipe (descriptor limit): the copy path below still works.
+    }
+    while left > 0 {
+        if read_some(src, buf, settings.limit())
+            .await
+            .map_err(RelayError::Read)?
+            == 0
+        {
+            return Err(RelayError::Truncated);
+        }
+        let n = (buf.len() as u64).min(left) as usize;
+        send_all(
+            dst,
+            &buf.filled()[..n],
+            Then::more_if(n as u64 != left),
+            settings.limit(),
+        )
+        .await
+        .map_err(RelayError::Write)?;
+        buf.consume(n);
+        meter.add(n as u64);
+        left -= n as u64;
+    }
+    Ok(())
+}
+
+/// Re-framing of a chunked body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChunkedOutput {
+    /// Sent on chunked, with canonical chunk lines and the trailer fields.
+    Chunked,
+    /// Sent decoded (to an HTTP/1.0 client, delimited by close); trailers are dropped.
+    Decoded,
+}
+
+/// Output is written once this much has gathered, to bound memory per connection.
+const CHUNK_FLUSH_BYTES: usize = 32 * 1024;
+
+/// Moves a chunked body from `src` to `dst`, checking its framing on the way. `out` is a
+/// scratch buffer reused between calls.
+pub async fn relay_chunked(
+    src: &TcpStream,
+    buf: &mut IoBuf,
+    dst: &TcpStream,
+    output: ChunkedOutput,
+    settings: &RelaySettings,
+    out: &mut Vec<u8>,
+    meter: &Meter,
+) -> Result<(), RelayError> {
+    let mut decoder = ChunkedDecoder::new();
+    out.clear();
+    loop {
+        loop {
+            let (used, decoded) = decoder.decode(buf.filled()).map_err(RelayError::Framing)?;
+            match decoded {
+                Decoded::Data(range) => {
+                    let data = &buf.filled()[range];
+                    if output == ChunkedOutput::Chunked {
+                        use std::io::Write;
+                        let _ = write!(out, "{:x}\r\n", data.len());
+                        out.extend_from_slice(data);
+                        out.extend_from_slice(b"\r\n");
+                    } else {
+                        out.extend_from_slice(data);
+                    }
+                    buf.consume(used);
+                    if out.len() >= CHUNK_FLUSH_BYTES {
+                        flush(dst, out, settings, meter).await?;
+                    }
+                }
+                Decoded::End => {
+                    buf.consume(used);
+                    if output == ChunkedOutput::Chunked {
+                        out.extend_from_slice(b"0\r\n");
+                        out.extend_from_slice(decoder.trailers());
+                        out.extend_from_slice(b"\r\n");
+                    }
+                    return flush(dst, out, settings, meter).await;
+                }
+                Decoded::NeedMore => {
+                    buf.consume(used);
+                    break;
+                }
+            }
+        }
+        flush(dst, out, settings, meter).await?;
+        if read_some(src, buf, settings.limit())
+            .await
+            .map_err(RelayError::Read)?
+            == 0
+        {
+            return Err(RelayError::Truncated);
+        }
+    }
+}
+
+async fn flush(
+    dst: &TcpStream,
+    out: &mut Vec<u8>,
+    settings: &RelaySettings,
+    meter: &Meter,
+) -> Result<(), RelayError> {
+    if !out.is_empty() {
+        write_all(dst, out, settings.limit())
+            .await
+            .map_err(RelayError::Write)?;
+        meter.add(out.len() as u64);
+        out.clear();
+    }
+    Ok(())
+}
+
+/// Moves everything from `src` to `dst` until `src` closes (a response without length).
+pub async fn relay_until_close(
+    src: &TcpStream,
+    buf: &mut IoBuf,
+    dst: &TcpStream,
+    settings: &RelaySettings,
+    meter: &Meter,
+) -> Result<(), RelayError> {
+    pump(
+        src,
+        buf,
+        dst,
+        settings.splice_from.is_some(),
+        settings.limit(),
+        meter,
+    )
+    .await
+}
+
+/// Sends what `buf` holds, then everything `src` sends until end of stream, spliced or copied.
+async fn pump(
+    src: &TcpStream,
+    buf: &mut IoBuf,
+    dst: &TcpStream,
+    use_splice: bool,
+    limit: Limit,
+    meter: &Meter,
+) -> Result<(), RelayError> {
+    if !buf.is_empty() {
+        write_all(dst, buf.filled(), limit)
+            .await
+            .map_err(RelayError::Write)?;
+        meter.add(buf.len() as u64);
+        buf.consume(buf.len());
+    }
+    if use_splice {
+        if let Ok(mut pipe) = PipeLease::take() {
+            splice_between(&mut pipe, src, dst, None, limit, meter).await?;
+            return Ok(());
+        }
+    }
+    loop {
+        if read_some(src, buf, limit).await.map_err(RelayError::Read)? == 0 {
+            return Ok(());
+        }
+        write_all(dst, buf.filled(), limit)
+            .await
+            .map_err(RelayError::Write)?;
+        meter.add(buf.len() as u64);
+        buf.consume(buf.len());
+    }
+}
+
+/// Bytes moved each way by a tunnel.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TunnelBytes {
+    pub client_to_server: u64,
+    pub server_to_client: u64,
+}
+
+/// Joins `client` and `server` both ways after a 101 or a CONNECT, until both directions have
+/// ended or nothing moved either way for `idle`. A direction that ends shuts down the write
+/// side of its destination, so half-closed protocols work.
+pub async fn tunnel(
+    client: &TcpStream,
+    client_buf: &mut IoBuf,
+    server: &TcpStream,
+    server_buf: &mut IoBuf,
+    use_splice: bool,
+    idle: Duration,
+) -> Result<TunnelBytes, RelayError> {
+    let up = Meter::default();
+    let down = Meter::default();
+    let upstream = async {
+        let result = pump(client, client_buf, server, use_splice, Limit::Never, &up).await;
+        let _ = rustix::net::shutdown(server, rustix::net::Shutdown::Write);
+        result
+    };
+    let downstream = async {
+        let result = pump(server, server_buf, client, use_splice, Limit::Never, &down).await;
+        let _ = rustix::net::shutdown(client, rustix::net::Shutdown::Write);
+        result
+    };
+    let watchdog = async {
+        let tick = (idle / 8).max(Duration::from_millis(10));
+        let mut last = (up.get(), down.get());
+        let mut quiet_since = tokio::time::Instant::now();
+        loop {
+            tokio::time::sleep(tick).await;
+            let now = (up.get(), down.get());
+            if now != last {
+                last = now;
+                quiet_since = tokio::time::Instant::now();
+            } else if quiet_since.elapsed() >= idle {
+                return;
+            }
+        }
+    };
+    let both = async {
+        let (a, b) = tokio::join!(upstream, downstream);
+        a.and(b)
+    };
+    tokio::select! {
+        result = both => result?,
+        _ = watchdog => return Err(RelayError::Read(crate::stream::timed_out())),
+    }
+    Ok(TunnelBytes {
+        client_to_server: up.get(),
+        server_to_client: down.get(),
+    })
+}

@@ -1,0 +1,187 @@
+//! Server pools at run time: the module that picks, the live state it reads, and per server the
+//! idle keep-alive connections waiting for reuse.
+
+use crate::config::PoolConfig;
+use crate::stats::{self, ServerStats};
+use rustix::net::RecvFlags;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::Duration;
+use tcpvs_modules::{PoolView, RequestView, Scheduler, ServerState};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// One server of a pool.
+#[derive(Debug)]
+pub struct Backend {
+    pub addr: SocketAddr,
+    /// `ip:port`, the Host sent for HTTP/1.0 requests that carry none.
+    pub host_field: Box<[u8]>,
+    idle: Mutex<Vec<IdleConnection>>,
+    pub stats: ServerStats,
+}
+
+#[derive(Debug)]
+struct IdleConnection {
+    stream: TcpStream,
+    since: Instant,
+}
+
+impl Backend {
+    fn new(addr: SocketAddr) -> Self {
+        Backend {
+            addr,
+            host_field: addr.to_string().into_bytes().into_boxed_slice(),
+            idle: Mutex::new(Vec::new()),
+            stats: ServerStats::default(),
+        }
+    }
+
+    /// The most recently parked connection that is still usable, if any.
+    pub fn take_idle(&self, max_age: Duration) -> Option<TcpStream> {
+        let now = Instant::now();
+        loop {
+            let parked = self.idle.lock().ok()?.pop()?;
+            if now.duration_since(parked.since) < max_age && still_open(&parked.stream) {
+                return Some(parked.stream);
+            }
+        }
+    }
+
+    /// Parks a connection whose last exchange ended cleanly, if there is room.
+    pub fn park(&self, stream: TcpStream, max_idle: usize) {
+        if let Ok(mut idle) = self.idle.lock() {
+            if idle.len() < max_idle {
+                idle.push(IdleConnection {
+                    stream,
+                    since: Instant::now(),
+                });
+            }
+        }
+    }
+
+    pub fn idle_count(&self) -> usize {
+        self.idle.lock().map_or(0, |idle| idle.len())
+    }
+
+    /// Closes parked connections that are too old or that the server has closed.
+    pub fn purge_idle(&self, max_age: Duration) {
+        let now = Instant::now();
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.retain(|c| now.duration_since(c.since) < max_age && still_open(&c.stream));
+        }
+    }
+
+    /// Closes every parked connection.
+    pub fn drop_idle(&self) {
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.clear();
+        }
+    }
+
+    pub async fn connect(&self, timeout: Duration) -> io::Result<TcpStream> {
+        stats::bump(&self.stats.connections);
+        let stream = match tokio::time::timeout(timeout, TcpStream::connect(self.addr)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(crate::stream::timed_out()),
+        };
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    }
+}
+
+/// An idle server connection is usable if it has neither data nor end of stream pending: a
+/// server that closed it, or that sent something unasked, makes it unusable. One peek.
+fn still_open(stream: &TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    match rustix::net::recv(stream, &mut byte, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
+        Err(rustix::io::Errno::AGAIN) => true,
+        Ok(_) | Err(_) => false,
+    }
+}
+
+/// A pool at run time.
+#[derive(Debug)]
+pub struct Pool {
+    pub name: String,
+    pub servers: Box<[ServerState]>,
+    pub backends: Box<[Backend]>,
+    pub scheduler: Box<dyn Scheduler>,
+}
+
+impl Pool {
+    pub fn new(config: &PoolConfig) -> Result<Pool, tcpvs_modules::BuildError> {
+        let servers: Box<[ServerState]> = config
+            .servers
+            .iter()
+            .map(|s| ServerState::new(s.weight))
+            .collect();
+        let scheduler = tcpvs_modules::build(
+            &config.scheduler,
+            &config.options,
+            &PoolView { servers: &servers },
+        )?;
+        Ok(Pool {
+            name: config.name.clone(),
+            backends: config
+                .servers
+                .iter()
+                .map(|s| Backend::new(s.addr))
+                .collect(),
+            servers,
+            scheduler,
+        })
+    }
+
+    pub fn view(&self) -> PoolView<'_> {
+        PoolView {
+            servers: &self.servers,
+        }
+    }
+
+    /// The next candidate for `request`, skipping `tried`.
+    pub fn pick(&self, request: &RequestView<'_>, tried: &[usize]) -> Option<usize> {
+        // A module answering out of range would be a bug in the module; treat it as "no server"
+        // rather than index past the end.
+        self.scheduler
+            .pick(request, &self.view(), tried)
+            .filter(|&i| i < self.backends.len())
+    }
+
+    /// Counts a request as active at `server` until the lease is dropped.
+    pub fn lease(&self, server: usize) -> Lease<'_> {
+        if let Some(state) = self.servers.get(server) {
+            state.add_active();
+        }
+        self.scheduler.connection_started(server);
+        Lease { pool: self, server }
+    }
+}
+
+/// A request's hold on a server: the server's active count includes it while this lives.
+#[derive(Debug)]
+pub struct Lease<'a> {
+    pool: &'a Pool,
+    pub server: usize,
+}
+
+impl<'a> Lease<'a> {
+    pub fn backend(&self) -> &'a Backend {
+        &self.pool.backends[self.server]
+    }
+
+    pub fn pool(&self) -> &'a Pool {
+        self.pool
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if let Some(state) = self.pool.servers.get(self.server) {
+            state.remove_active();
+        }
+        self.pool.scheduler.connection_ended(self.server);
+    }
+}
