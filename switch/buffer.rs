@@ -22,6 +22,10 @@ impl IoBuf {
         &self.data[self.start..self.end]
     }
 
+    pub fn filled_mut(&mut self) -> &mut [u8] {
+        &mut self.data[self.start..self.end]
+    }
+
     pub fn len(&self) -> usize {
         self.end - self.start
     }

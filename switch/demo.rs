@@ -94,7 +94,7 @@ async fn handle_connection(stream: TcpStream, demo: &DemoServer) -> io::Result<(
     let mut head = RequestHead::default();
     let mut out = Vec::with_capacity(16 * 1024);
     loop {
-        while !parse_request(buf.filled(), &mut head)
+        while !parse_request(buf.filled_mut(), &mut head)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?
         {
             if read_some(&stream, &mut buf, limit).await? == 0 {

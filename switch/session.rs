@@ -9,6 +9,7 @@
 
 use crate::buffer::IoBuf;
 use crate::gateway::{Service, Shared};
+use crate::http::chunked;
 use crate::http::response::RequestKind;
 use crate::http::rewrite::{
     client_connection, write_request_head, write_response_head, ClientConnection,
@@ -147,7 +148,7 @@ impl Session {
                 Err(NoRequest::Closed) => return,
                 Err(NoRequest::Refuse(status, why)) => {
                     self.refuse(status, why).await;
-                    return;
+                    break;
                 }
             }
             first = false;
@@ -155,7 +156,30 @@ impl Session {
             let outcome = self.handle_request().await;
             self.account(&outcome, started);
             if !outcome.keep_client || *self.shutdown.borrow() {
-                return;
+                break;
+            }
+        }
+        self.linger().await;
+    }
+
+    /// Closes the client connection without losing the last response. Closing with unread
+    /// bytes from the client (a pipelined request, the rest of a refused body) makes the kernel
+    /// reset the connection, which can destroy the response before the client reads it. So our
+    /// side is shut down first, then what the client still sends is read and dropped, briefly.
+    async fn linger(&mut self) {
+        const LINGER_TIME: Duration = Duration::from_secs(2);
+        const LINGER_BYTES: usize = 1 << 20;
+        let _ = rustix::net::shutdown(&self.client, rustix::net::Shutdown::Write);
+        let deadline = Instant::now() + LINGER_TIME;
+        self.inbuf.consume(self.inbuf.len());
+        let mut dropped = 0;
+        while dropped < LINGER_BYTES {
+            match read_some(&self.client, &mut self.inbuf, Limit::Until(deadline)).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    dropped += n;
+                    self.inbuf.consume(n);
+                }
             }
         }
     }
@@ -172,8 +196,8 @@ impl Session {
             (first || !self.inbuf.is_empty()).then(|| Instant::now() + header_timeout);
         loop {
             if !self.inbuf.is_empty() {
-                match parse_request(self.inbuf.filled(), &mut self.head) {
-                    Ok(true) => return Ok(()),
+                match parse_request(self.inbuf.filled_mut(), &mut self.head) {
+                    Ok(true) => return self.check_received_body(),
                     Ok(false) => {}
                     Err(e) => return Err(NoRequest::Refuse(e.status, e.reason)),
                 }
@@ -207,6 +231,18 @@ impl Session {
                 Err(_) => return Err(NoRequest::Closed),
             }
         }
+    }
+
+    /// A chunked body whose framing is already visibly broken in what was received with the
+    /// head is refused before any server sees the request.
+    fn check_received_body(&self) -> Result<(), NoRequest> {
+        if self.head.framing == BodyFraming::Chunked {
+            let received = self.inbuf.filled().get(self.head.len..).unwrap_or_default();
+            if chunked::check_received(received).is_err() {
+                return Err(NoRequest::Refuse(400, "invalid chunked body"));
+            }
+        }
+        Ok(())
     }
 
     /// Sends a refusal for a request that could not be read, then the connection closes.

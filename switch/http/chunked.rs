@@ -195,6 +195,21 @@ impl ChunkedDecoder {
     }
 }
 
+/// Checks the framing of the part of a chunked body already at hand, so that a request whose
+/// body is visibly broken is refused before any server sees its head. Bytes not yet received
+/// are checked as they are relayed.
+pub fn check_received(bytes: &[u8]) -> Result<(), ChunkError> {
+    let mut decoder = ChunkedDecoder::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        match decoder.decode(&bytes[at..])? {
+            (_, Decoded::End) | (_, Decoded::NeedMore) => return Ok(()),
+            (used, Decoded::Data(_)) => at += used,
+        }
+    }
+    Ok(())
+}
+
 fn hex_value(b: u8) -> Option<u8> {
     match b {
         b'0'..=b'9' => Some(b - b'0'),
@@ -294,6 +309,15 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn received_prefix_is_checked() {
+        assert!(check_received(b"5\r\nhel").is_ok());
+        assert!(check_received(b"5\r\nhello\r\n0\r\n\r\nGET / HTTP/1.1\r\n").is_ok());
+        assert!(check_received(b"5\r\nhello\r\nzz\r\n").is_err());
+        assert!(check_received(b"5\r\nhelloXX").is_err());
+        assert!(check_received(b"").is_ok());
     }
 
     #[test]

@@ -114,7 +114,23 @@ impl HeaderLookup for FieldLookup<'_> {
 /// `Ok(false)`: the head is not complete yet (and may still fit). `Ok(true)`: `head` is filled
 /// and `head.len` bytes of `buf` belong to it. `Err`: the request must be refused with the
 /// error's status and the connection closed.
-pub fn parse_request(buf: &[u8], head: &mut RequestHead) -> Result<bool, HeadError> {
+///
+/// A request line with `HTTP/1.2` to `HTTP/1.9` is handled as HTTP/1.1 (RFC 9110 section 2.5):
+/// its minor digit is rewritten in `buf` (heads are rebuilt before they go anywhere).
+pub fn parse_request(buf: &mut [u8], head: &mut RequestHead) -> Result<bool, HeadError> {
+    match parse_request_as_is(buf, head) {
+        Err(e) if e.status == 505 => match later_minor_version_digit(buf) {
+            Some(at) => {
+                buf[at] = b'1';
+                parse_request_as_is(buf, head)
+            }
+            None => Err(e),
+        },
+        other => other,
+    }
+}
+
+fn parse_request_as_is(buf: &[u8], head: &mut RequestHead) -> Result<bool, HeadError> {
     let mut storage = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADER_FIELDS];
     let mut request = httparse::Request::new(&mut []);
     let len = match request.parse_with_uninit_headers(buf, &mut storage) {
@@ -128,12 +144,7 @@ pub fn parse_request(buf: &[u8], head: &mut RequestHead) -> Result<bool, HeadErr
                 reason: "too many header fields",
             })
         }
-        Err(httparse::Error::Version) => {
-            return Err(HeadError {
-                status: 505,
-                reason: "HTTP version not supported",
-            })
-        }
+        Err(httparse::Error::Version) => return Err(version_error(buf)),
         Err(_) => return Err(HeadError::bad_request("malformed request head")),
     };
     let (Some(method), Some(target), Some(minor)) = (request.method, request.path, request.version)
@@ -166,6 +177,51 @@ pub fn parse_request(buf: &[u8], head: &mut RequestHead) -> Result<bool, HeadErr
     split_target(buf, head, method)?;
     read_fields(buf, head)?;
     Ok(true)
+}
+
+/// The request line (after any empty lines httparse skips), without its line ending.
+fn request_line(buf: &[u8]) -> (usize, &[u8]) {
+    let start = buf
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(buf.len());
+    let rest = &buf[start..];
+    let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
+    let line = &rest[..end];
+    (start, line.strip_suffix(b"\r").unwrap_or(line))
+}
+
+/// httparse reports every bad version alike. A well-formed `HTTP/x.y` in a well-formed line is
+/// a version this switch does not speak (505); anything else is a malformed request line (400).
+fn version_error(buf: &[u8]) -> HeadError {
+    let (_, line) = request_line(buf);
+    let parts: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+    match parts.as_slice() {
+        [method, target, [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]]
+            if !method.is_empty()
+                && !target.is_empty()
+                && major.is_ascii_digit()
+                && minor.is_ascii_digit() =>
+        {
+            HeadError {
+                status: 505,
+                reason: "HTTP version not supported",
+            }
+        }
+        _ => HeadError::bad_request("malformed request line"),
+    }
+}
+
+/// Where the minor digit of an `HTTP/1.2`..`HTTP/1.9` request line sits, if that is the line.
+fn later_minor_version_digit(buf: &[u8]) -> Option<usize> {
+    let (start, line) = request_line(buf);
+    if version_error(buf).status != 505 {
+        return None;
+    }
+    match line {
+        [.., b'H', b'T', b'T', b'P', b'/', b'1', b'.', b'2'..=b'9'] => Some(start + line.len() - 1),
+        _ => None,
+    }
 }
 
 fn too_large() -> HeadError {
@@ -402,7 +458,7 @@ mod tests {
 
     fn parse(raw: &[u8]) -> Result<RequestHead, HeadError> {
         let mut head = RequestHead::default();
-        match parse_request(raw, &mut head)? {
+        match parse_request(&mut raw.to_vec(), &mut head)? {
             true => Ok(head),
             false => panic!("incomplete: {:?}", String::from_utf8_lossy(raw)),
         }
@@ -487,6 +543,30 @@ mod tests {
             assert_eq!(status_of(raw), 400, "{:?}", String::from_utf8_lossy(raw));
         }
         assert_eq!(status_of(b"GET / HTTP/2.0\r\nHost: a\r\n\r\n"), 505);
+        assert_eq!(status_of(b"\r\nGET / HTTP/0.9\r\nHost: a\r\n\r\n"), 505);
+        for malformed in [
+            &b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n"[..],
+            b"GET / HTTX/1.1\r\nHost: a\r\n\r\n",
+            b"GET / http/1.1\r\nHost: a\r\n\r\n",
+            b"GET / HTTP/1\r\nHost: a\r\n\r\n",
+            b"GET / HTTP/1.10\r\nHost: a\r\n\r\n",
+        ] {
+            assert_eq!(
+                status_of(malformed),
+                400,
+                "{:?}",
+                String::from_utf8_lossy(malformed)
+            );
+        }
+    }
+
+    #[test]
+    fn later_minor_versions_are_http11() {
+        let mut raw = b"GET /x HTTP/1.2\r\nHost: a\r\n\r\n".to_vec();
+        let mut head = RequestHead::default();
+        assert_eq!(parse_request(&mut raw, &mut head), Ok(true));
+        assert_eq!(head.version, Version::Http11);
+        assert_eq!(head.path.get(&raw), b"/x");
     }
 
     #[test]
@@ -501,9 +581,14 @@ mod tests {
         let mut raw = b"GET / HTTP/1.1\r\nHost: a\r\nX-Big: ".to_vec();
         raw.resize(MAX_HEAD_BYTES + 10, b'a');
         let mut head = RequestHead::default();
-        assert_eq!(parse_request(&raw, &mut head).unwrap_err().status, 431);
+        assert_eq!(
+            parse_request(&mut raw.clone(), &mut head)
+                .unwrap_err()
+                .status,
+            431
+        );
         let mut head = RequestHead::default();
-        assert_eq!(parse_request(&raw[..1000], &mut head), Ok(false));
+        assert_eq!(parse_request(&mut raw[..1000], &mut head), Ok(false));
     }
 
     #[test]

@@ -139,6 +139,19 @@ fn read_fields(
         Version::Http10 => connection.keep_alive && !connection.close,
     };
     head.content_length = content_length;
+    if has_transfer_encoding && content_length.is_some() {
+        // RFC 9112 section 6.3: Transfer-Encoding overrides Content-Length, which must not be
+        // passed on; a sender of both is suspect, so its connection is not reused.
+        head.server_keep_alive = false;
+        head.content_length = None;
+        for field in head
+            .fields
+            .iter_mut()
+            .filter(|f| f.role == FieldRole::ContentLength)
+        {
+            field.role = FieldRole::Drop;
+        }
+    }
 
     let status = head.status;
     head.framing =
@@ -148,11 +161,6 @@ fn read_fields(
             // The connection becomes a tunnel; no body framing applies.
             BodyFraming::Empty
         } else if has_transfer_encoding {
-            // RFC 9112 section 6.3: Transfer-Encoding overrides Content-Length; a sender of both
-            // is suspect, so the connection is not reused afterwards.
-            if content_length.is_some() {
-                head.server_keep_alive = false;
-            }
             let codings = head
                 .fields
                 .iter()

@@ -195,7 +195,7 @@ mod tests {
 
     fn upstream(raw: &[u8]) -> String {
         let mut head = RequestHead::default();
-        assert!(parse_request(raw, &mut head).unwrap());
+        assert!(parse_request(&mut raw.to_vec(), &mut head).unwrap());
         let mut out = Vec::new();
         write_request_head(
             &mut out,

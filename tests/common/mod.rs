@@ -1,0 +1,592 @@
+//! Test backends and a raw HTTP client for the integration tests. Written independently of the
+//! switch's own HTTP code (httparse plus a small chunked reader here), so a framing bug in the
+//! switch cannot hide behind the same bug in the tests.
+
+#![allow(dead_code)]
+
+use sha2::{Digest, Sha256};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Generous upper bound for any single read in a test: it prevents hangs, it does not decide
+/// verdicts.
+pub const PATIENCE: Duration = Duration::from_secs(10);
+
+pub fn sha256_hex(data: &[u8]) -> String {
+    Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so sizes and contents are reproducible.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+// ---------------------------------------------------------------- backend
+
+/// What a backend saw: every request head it parsed, per accepted connection.
+#[derive(Default)]
+pub struct Record {
+    pub connections: AtomicUsize,
+    pub heads: Mutex<Vec<String>>,
+}
+
+pub struct Backend {
+    pub addr: SocketAddr,
+    pub record: Arc<Record>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Behaviour switches for a backend.
+#[derive(Clone, Copy, Default)]
+pub struct BackendOptions {
+    /// Close each connection after this long idle between requests, without telling.
+    pub close_idle_after: Option<Duration>,
+}
+
+/// A test web server. Paths:
+/// - `/bytes/N`: N pattern bytes with Content-Length (HEAD: headers only)
+/// - `/chunked/N`: N pattern bytes, chunked in uneven pieces
+/// - `/close/N`: N pattern bytes delimited by closing the connection
+/// - `/sha256`: reads the request body (Content-Length or chunked), answers its SHA-256 and length
+/// - `/headers`: answers the request head it received, verbatim
+/// - `/status/N`: answers status N without body (304, 204) or with a small body
+/// - `/upgrade`: 101 Switching Protocols, then echoes bytes until the client closes
+/// - `/continue`: sends 100 Continue first, then behaves like `/sha256`
+/// - `/slow/MS`: waits MS milliseconds, then answers like `/bytes/10`
+/// - `/silent`: never answers
+/// - anything else: a small body naming the path
+///
+/// Every response carries `X-Served-By: <addr>`.
+pub async fn backend() -> Backend {
+    backend_with(BackendOptions::default()).await
+}
+
+pub async fn backend_with(options: BackendOptions) -> Backend {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let record = Arc::new(Record::default());
+    let rec = Arc::clone(&record);
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            rec.connections.fetch_add(1, Ordering::SeqCst);
+            let rec = Arc::clone(&rec);
+            tokio::spawn(async move {
+                let _ = serve_connection(stream, addr, rec, options).await;
+            });
+        }
+    });
+    Backend { addr, record, task }
+}
+
+/// A port with nothing listening: connections are refused.
+pub async fn dead_address() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    addr
+}
+
+struct RequestSeen {
+    method: String,
+    path: String,
+    headers: Vec<(String, String)>,
+    raw_head: Vec<u8>,
+    keep_alive: bool,
+}
+
+async fn serve_connection(
+    mut stream: TcpStream,
+    me: SocketAddr,
+    record: Arc<Record>,
+    options: BackendOptions,
+) -> std::io::Result<()> {
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        // Read a head.
+        let (req, head_len) = loop {
+            if let Some(found) = parse_request(&buf) {
+                break found;
+            }
+            let mut chunk = [0u8; 16384];
+            let read = match options.close_idle_after {
+                Some(idle) if buf.is_empty() => {
+                    match tokio::time::timeout(idle, stream.read(&mut chunk)).await {
+                        Ok(r) => r?,
+                        Err(_) => return Ok(()), // close silently while idle
+                    }
+                }
+                _ => stream.read(&mut chunk).await?,
+            };
+            if read == 0 {
+                return Ok(());
+            }
+            buf.extend_from_slice(&chunk[..read]);
+        };
+        record
+            .heads
+            .lock()
+            .unwrap()
+            .push(String::from_utf8_lossy(&req.raw_head).into_owned());
+        buf.drain(..head_len);
+        let header = |name: &str| {
+            req.headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
+        };
+        let served_by = format!("X-Served-By: {me}\r\n");
+        let path = req.path.clone();
+
+        if path == "/continue" {
+            stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+        }
+        // Read the body.
+        let body = if let Some(te) = header("transfer-encoding") {
+            assert!(te.to_ascii_lowercase().ends_with("chunked"));
+            read_chunked(&mut stream, &mut buf).await?
+        } else if let Some(cl) = header("content-length") {
+            let n: usize = cl.trim().parse().unwrap();
+            while buf.len() < n {
+                let mut chunk = vec![0u8; 65536];
+                let read = stream.read(&mut chunk).await?;
+                if read == 0 {
+                    return Ok(());
+                }
+                buf.extend_from_slice(&chunk[..read]);
+            }
+            buf.drain(..n).collect()
+        } else {
+            Vec::new()
+        };
+
+        let is_head = req.method == "HEAD";
+        let mut out: Vec<u8> = Vec::new();
+        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        match segments.as_slice() {
+            ["bytes", n] => {
+                let n: usize = n.parse().unwrap();
+                let data = pattern(n, n as u64);
+                out.extend_from_slice(
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n{served_by}\r\n").as_bytes(),
+                );
+                if !is_head {
+                    out.extend_from_slice(&data);
+                }
+            }
+            ["chunked", n] => {
+                let n: usize = n.parse().unwrap();
+                let data = pattern(n, n as u64);
+                out.extend_from_slice(
+                    format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n{served_by}\r\n")
+                        .as_bytes(),
+                );
+                let mut at = 0;
+                let mut size = 1;
+                while at < data.len() {
+                    let end = (at + size).min(data.len());
+                    out.extend_from_slice(format!("{:x}\r\n", end - at).as_bytes());
+                    out.extend_from_slice(&data[at..end]);
+                    out.extend_from_slice(b"\r\n");
+                    at = end;
+                    size = size * 3 + 7;
+                    if size > 300_000 {
+                        size = 1;
+                    }
+                }
+                out.extend_from_slice(b"0\r\nX-Trailer: done\r\n\r\n");
+            }
+            ["close", n] => {
+                let n: usize = n.parse().unwrap();
+                out.extend_from_slice(
+                    format!("HTTP/1.1 200 OK\r\n{served_by}Connection: close\r\n\r\n").as_bytes(),
+                );
+                out.extend_from_slice(&pattern(n, n as u64));
+                stream.write_all(&out).await?;
+                return Ok(());
+            }
+            ["sha256"] | ["continue"] => {
+                let text = format!("{} {}\n", sha256_hex(&body), body.len());
+                out.extend_from_slice(
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n{served_by}\r\n{text}",
+                        text.len()
+                    )
+                    .as_bytes(),
+                );
+            }
+            ["headers"] => {
+                out.extend_from_slice(
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n{served_by}\r\n",
+                        req.raw_head.len()
+                    )
+                    .as_bytes(),
+                );
+                out.extend_from_slice(&req.raw_head);
+            }
+            ["status", code] => {
+                let code: u16 = code.parse().unwrap();
+                if code == 304 || code == 204 {
+                    out.extend_from_slice(
+                        format!("HTTP/1.1 {code} X\r\nETag: \"abc\"\r\nContent-Length: 5\r\n{served_by}\r\n").as_bytes(),
+                    );
+                } else {
+                    out.extend_from_slice(
+                        format!("HTTP/1.1 {code} X\r\nContent-Length: 2\r\n{served_by}\r\nok")
+                            .as_bytes(),
+                    );
+                }
+            }
+            ["upgrade"] => {
+                stream
+                    .write_all(format!("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n{served_by}\r\n").as_bytes())
+                    .await?;
+                if !buf.is_empty() {
+                    stream.write_all(&buf).await?;
+                }
+                let mut chunk = vec![0u8; 65536];
+                loop {
+                    let n = stream.read(&mut chunk).await?;
+                    if n == 0 {
+                        stream.shutdown().await?;
+                        return Ok(());
+                    }
+                    stream.write_all(&chunk[..n]).await?;
+                }
+            }
+            ["slow", ms] => {
+                tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await;
+                out.extend_from_slice(
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n{served_by}\r\n0123456789")
+                        .as_bytes(),
+                );
+            }
+            ["silent"] => {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+            _ => {
+                let text = format!("path {path}\n");
+                out.extend_from_slice(
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n{served_by}\r\n{text}",
+                        text.len()
+                    )
+                    .as_bytes(),
+                );
+            }
+        }
+        stream.write_all(&out).await?;
+        if !req.keep_alive {
+            return Ok(());
+        }
+    }
+}
+
+fn parse_request(buf: &[u8]) -> Option<(RequestSeen, usize)> {
+    let mut headers = [httparse::EMPTY_HEADER; 128];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => {
+            let headers: Vec<(String, String)> = req
+                .headers
+                .iter()
+                .map(|h| {
+                    (
+                        h.name.to_string(),
+                        String::from_utf8_lossy(h.value).into_owned(),
+                    )
+                })
+                .collect();
+            let close = headers.iter().any(|(n, v)| {
+                n.eq_ignore_ascii_case("connection") && v.to_ascii_lowercase().contains("close")
+            });
+            let keep_alive = req.version == Some(1) && !close;
+            Some((
+                RequestSeen {
+                    method: req.method.unwrap().to_string(),
+                    path: req.path.unwrap().split('?').next().unwrap().to_string(),
+                    headers,
+                    raw_head: buf[..len].to_vec(),
+                    keep_alive,
+                },
+                len,
+            ))
+        }
+        Ok(httparse::Status::Partial) => None,
+        Err(e) => panic!(
+            "backend got an invalid request: {e}: {:?}",
+            String::from_utf8_lossy(buf)
+        ),
+    }
+}
+
+/// Reads a chunked body from `buf` + `stream`; returns the decoded bytes. Test-side decoder.
+async fn read_chunked(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let line_end = loop {
+            if let Some(i) = buf.windows(2).position(|w| w == b"\r\n") {
+                break i;
+            }
+            fill(stream, buf).await?;
+        };
+        let line = String::from_utf8_lossy(&buf[..line_end]).into_owned();
+        let size = usize::from_str_radix(line.split(';').next().unwrap().trim(), 16).unwrap();
+        buf.drain(..line_end + 2);
+        if size == 0 {
+            // Trailers until an empty line.
+            loop {
+                let end = loop {
+                    if let Some(i) = buf.windows(2).position(|w| w == b"\r\n") {
+                        break i;
+                    }
+                    fill(stream, buf).await?;
+                };
+                buf.drain(..end + 2);
+                if end == 0 {
+                    return Ok(body);
+                }
+            }
+        }
+        while buf.len() < size + 2 {
+            fill(stream, buf).await?;
+        }
+        body.extend_from_slice(&buf[..size]);
+        assert_eq!(&buf[size..size + 2], b"\r\n");
+        buf.drain(..size + 2);
+    }
+}
+
+async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    let mut chunk = vec![0u8; 65536];
+    let n = tokio::time::timeout(PATIENCE, stream.read(&mut chunk))
+        .await
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+    if n == 0 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    buf.extend_from_slice(&chunk[..n]);
+    Ok(())
+}
+
+// ---------------------------------------------------------------- client
+
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub trailers: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn served_by(&self) -> String {
+        self.header("x-served-by").unwrap_or("-").to_string()
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// A raw HTTP/1.x client over one TCP connection.
+pub struct Client {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    pub async fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    pub async fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.unwrap();
+    }
+
+    pub async fn get(&mut self, path: &str) -> Response {
+        self.send(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes())
+            .await;
+        self.response(false).await
+    }
+
+    /// Reads one response; `head_request` says the request was HEAD (no body follows).
+    pub async fn response(&mut self, head_request: bool) -> Response {
+        self.try_response(head_request).await.expect("a response")
+    }
+
+    /// Reads one response, or `None` if the connection closed (or timed out) first.
+    pub async fn try_response(&mut self, head_request: bool) -> Option<Response> {
+        let (status, headers, head_len) = loop {
+            let mut hs = [httparse::EMPTY_HEADER; 128];
+            let mut resp = httparse::Response::new(&mut hs);
+            if let Ok(httparse::Status::Complete(len)) = resp.parse(&self.buf) {
+                let headers = resp
+                    .headers
+                    .iter()
+                    .map(|h| {
+                        (
+                            h.name.to_string(),
+                            String::from_utf8_lossy(h.value).into_owned(),
+                        )
+                    })
+                    .collect::<Vec<_>>();
+                break (resp.code.unwrap(), headers, len);
+            }
+            if !self.fill().await {
+                return None;
+            }
+        };
+        self.buf.drain(..head_len);
+        let find = |name: &str| {
+            headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
+        };
+        let mut trailers = Vec::new();
+        let body = if head_request || status == 204 || status == 304 || (100..200).contains(&status)
+        {
+            Vec::new()
+        } else if find("transfer-encoding").is_some() {
+            let mut body = Vec::new();
+            loop {
+                let line_end = loop {
+                    if let Some(i) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                        break i;
+                    }
+                    assert!(self.fill().await, "eof inside chunked body");
+                };
+                let line = String::from_utf8_lossy(&self.buf[..line_end]).into_owned();
+                let size = usize::from_str_radix(line.trim(), 16).expect("chunk size");
+                self.buf.drain(..line_end + 2);
+                if size == 0 {
+                    loop {
+                        let end = loop {
+                            if let Some(i) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                                break i;
+                            }
+                            assert!(self.fill().await, "eof in trailers");
+                        };
+                        let line: Vec<u8> = self.buf.drain(..end + 2).collect();
+                        if end == 0 {
+                            break;
+                        }
+                        trailers.extend_from_slice(&line);
+                    }
+                    break body;
+                }
+                while self.buf.len() < size + 2 {
+                    assert!(self.fill().await, "eof inside chunk");
+                }
+                body.extend_from_slice(&self.buf[..size]);
+                assert_eq!(
+                    &self.buf[size..size + 2],
+                    b"\r\n",
+                    "chunk data must end in CRLF"
+                );
+                self.buf.drain(..size + 2);
+            }
+        } else if let Some(cl) = find("content-length") {
+            let n: usize = cl.trim().parse().unwrap();
+            while self.buf.len() < n {
+                assert!(self.fill().await, "eof inside content-length body");
+            }
+            self.buf.drain(..n).collect()
+        } else {
+            while self.fill().await {}
+            std::mem::take(&mut self.buf)
+        };
+        Some(Response {
+            status,
+            headers,
+            body,
+            trailers,
+        })
+    }
+
+    async fn fill(&mut self) -> bool {
+        let mut chunk = vec![0u8; 65536];
+        match tokio::time::timeout(PATIENCE, self.stream.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// True when the server closed the connection (EOF) with nothing more to read.
+    pub async fn is_closed(&mut self) -> bool {
+        if !self.buf.is_empty() {
+            return false;
+        }
+        let mut byte = [0u8; 1];
+        matches!(
+            tokio::time::timeout(PATIENCE, self.stream.read(&mut byte)).await,
+            Ok(Ok(0)) | Ok(Err(_))
+        )
+    }
+}
+
+// ---------------------------------------------------------------- switch
+
+/// Starts a switch from rule-file text; `{name}` placeholders are replaced by `vars`.
+pub async fn start_switch(rules: &str, vars: &[(&str, String)]) -> tcpvs::Switch {
+    let mut text = rules.to_string();
+    for (name, value) in vars {
+        text = text.replace(&format!("{{{name}}}"), value);
+    }
+    let config =
+        tcpvs::Config::parse("test.toml", &text).unwrap_or_else(|e| panic!("rules:\n{text}\n{e}"));
+    tcpvs::Switch::start(config).await.unwrap()
+}
+
+/// Waits (bounded) until the switch has no client connection and no active request.
+pub async fn settle(switch: &tcpvs::Switch) -> tcpvs::stats::Snapshot {
+    for _ in 0..200 {
+        let snap = switch.stats();
+        if snap.clients == 0 && snap.servers.iter().all(|s| s.active == 0) {
+            return snap;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    switch.stats()
+}

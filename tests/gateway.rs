@@ -1,0 +1,726 @@
+//! The gateway end to end over loopback sockets: routing per request, scheduling spread,
+//! byte-exact bodies both ways, HTTP/1.x semantics, refusals and failures.
+
+mod common;
+
+use common::*;
+use std::collections::HashMap;
+use std::time::Duration;
+
+const THREE_POOLS: &str = r#"
+[switch]
+access_log = false
+[virtual.web]
+listen = "127.0.0.1:0"
+default_pool = "static"
+[[virtual.web.rule]]
+path = "^/cgi-bin/"
+pool = "cgi"
+[[virtual.web.rule]]
+path = '\.(png|jpe?g|gif)$'
+pool = "images"
+[pool.static]
+servers = [{ addr = "{static}" }]
+[pool.images]
+scheduler = "rr"
+servers = [{ addr = "{images}" }]
+[pool.cgi]
+servers = [{ addr = "{cgi}" }]
+"#;
+
+const ONE_POOL: &str = r#"
+[switch]
+access_log = false
+{extra}
+[virtual.web]
+listen = "127.0.0.1:0"
+default_pool = "main"
+[pool.main]
+servers = [{ addr = "{server}" }]
+"#;
+
+async fn one_pool(server: &Backend, extra: &str) -> tcpvs::Switch {
+    start_switch(
+        ONE_POOL,
+        &[
+            ("server", server.addr.to_string()),
+            ("extra", extra.to_string()),
+        ],
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_on_one_connection_is_routed_again() {
+    let (st, im, cg) = (backend().await, backend().await, backend().await);
+    let switch = start_switch(
+        THREE_POOLS,
+        &[
+            ("static", st.addr.to_string()),
+            ("images", im.addr.to_string()),
+            ("cgi", cg.addr.to_string()),
+        ],
+    )
+    .await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    for _ in 0..3 {
+        let page = client.get("/index.html").await;
+        let image = client.get("/images/a.png?size=2").await;
+        let cgi = client.get("/cgi-bin/x").await;
+        assert_eq!(page.served_by(), st.addr.to_string());
+        assert_eq!(image.served_by(), im.addr.to_string());
+        assert_eq!(cgi.served_by(), cg.addr.to_string());
+        assert_eq!(image.text(), "path /images/a.png\n");
+    }
+    let snap = settle(&switch).await;
+    // One client connection, one server connection per pool, reused for every request.
+    for backend in [&st, &im, &cg] {
+        assert_eq!(
+            backend
+                .record
+                .connections
+                .load(std::sync::atomic::Ordering::SeqCst),
+            1
+        );
+        assert_eq!(snap.server(backend.addr).unwrap().requests, 3);
+    }
+    assert_eq!(snap.services[0].accepted, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weights_one_to_two_share_sequential_requests() {
+    let (a, b) = (backend().await, backend().await);
+    let rules = r#"
+[switch]
+access_log = false
+[virtual.web]
+listen = "127.0.0.1:0"
+default_pool = "p"
+[pool.p]
+scheduler = "wlc"
+servers = [{ addr = "{a}", weight = 1 }, { addr = "{b}", weight = 2 }]
+"#;
+    let switch = start_switch(
+        rules,
+        &[("a", a.addr.to_string()), ("b", b.addr.to_string())],
+    )
+    .await;
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    for i in 0..300 {
+        let r = client.get(&format!("/page/{i}")).await;
+        *counts.entry(r.served_by()).or_default() += 1;
+    }
+    let to_a = counts.get(&a.addr.to_string()).copied().unwrap_or(0);
+    let to_b = counts.get(&b.addr.to_string()).copied().unwrap_or(0);
+    assert_eq!(to_a + to_b, 300);
+    assert!((90..=110).contains(&to_a), "weight 1 got {to_a} of 300");
+    assert!((190..=210).contains(&to_b), "weight 2 got {to_b} of 300");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_robin_takes_turns() {
+    let (a, b) = (backend().await, backend().await);
+    let rules = r#"
+[switch]
+access_log = false
+[virtual.web]
+listen = "127.0.0.1:0"
+default_pool = "p"
+[pool.p]
+scheduler = "rr"
+servers = [{ addr = "{a}" }, { addr = "{b}" }]
+"#;
+    let switch = start_switch(
+        rules,
+        &[("a", a.addr.to_string()), ("b", b.addr.to_string())],
+    )
+    .await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    let order: Vec<String> = {
+        let mut v = Vec::new();
+        for _ in 0..6 {
+            v.push(client.get("/").await.served_by());
+        }
+        v
+    };
+    for pair in order.windows(2) {
+        assert_ne!(pair[0], pair[1], "rr alternates: {order:?}");
+    }
+}
+
+/// Sizes around the splice threshold (64 KiB) and a large one.
+const SIZES: [usize; 4] = [0, 1, 64 * 1024 + 1, 8 * 1024 * 1024];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_bodies_arrive_byte_exact() {
+    let server = backend().await;
+    for splice in [true, false] {
+        let switch = one_pool(&server, &format!("splice = {splice}")).await;
+        let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+        for size in SIZES {
+            let expected = sha256_hex(&pattern(size, size as u64));
+            let by_length = client.get(&format!("/bytes/{size}")).await;
+            assert_eq!(by_length.status, 200);
+            assert_eq!(
+                by_length.header("content-length"),
+                Some(size.to_string().as_str())
+            );
+            assert_eq!(
+                sha256_hex(&by_length.body),
+                expected,
+                "content-length body of {size} bytes"
+            );
+            let chunked = client.get(&format!("/chunked/{size}")).await;
+            assert_eq!(chunked.header("transfer-encoding"), Some("chunked"));
+            assert_eq!(
+                sha256_hex(&chunked.body),
+                expected,
+                "chunked body of {size} bytes"
+            );
+            assert_eq!(
+                chunked.trailers, b"X-Trailer: done\r\n",
+                "trailer fields pass"
+            );
+        }
+        switch.shutdown(Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_bodies_arrive_byte_exact() {
+    let server = backend().await;
+    for splice in [true, false] {
+        let switch = one_pool(&server, &format!("splice = {splice}")).await;
+        let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+        for size in SIZES {
+            let body = pattern(size, 7 + size as u64);
+            let expected = format!("{} {}\n", sha256_hex(&body), size);
+
+            let mut request =
+                format!("POST /sha256 HTTP/1.1\r\nHost: t\r\nContent-Length: {size}\r\n\r\n")
+                    .into_bytes();
+            request.extend_from_slice(&body);
+            client.send(&request).await;
+            assert_eq!(
+                client.response(false).await.text(),
+                expected,
+                "content-length upload of {size}"
+            );
+
+            let mut request =
+                b"POST /sha256 HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+            for piece in body.chunks(100_000) {
+                request.extend_from_slice(format!("{:X};ext=1\r\n", piece.len()).as_bytes());
+                request.extend_from_slice(piece);
+                request.extend_from_slice(b"\r\n");
+            }
+            request.extend_from_slice(b"0\r\n\r\n");
+            client.send(&request).await;
+            assert_eq!(
+                client.response(false).await.text(),
+                expected,
+                "chunked upload of {size}"
+            );
+        }
+        switch.shutdown(Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_requests_to_mixed_pools_are_answered_in_order() {
+    let (st, im, cg) = (backend().await, backend().await, backend().await);
+    let switch = start_switch(
+        THREE_POOLS,
+        &[
+            ("static", st.addr.to_string()),
+            ("images", im.addr.to_string()),
+            ("cgi", cg.addr.to_string()),
+        ],
+    )
+    .await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    let mut burst = Vec::new();
+    let paths = [
+        "/a.png",
+        "/cgi-bin/1",
+        "/b.html",
+        "/bytes/70000",
+        "/c.gif",
+        "/cgi-bin/2",
+    ];
+    for p in paths {
+        burst.extend_from_slice(format!("GET {p} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+    }
+    // A POST with a body in the middle of the pipeline.
+    burst.extend_from_slice(
+        b"POST /cgi-bin/sha256 HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc",
+    );
+    burst.extend_from_slice(b"GET /last.html HTTP/1.1\r\nHost: t\r\n\r\n");
+    client.send(&burst).await;
+    let expect = [
+        (im.addr, "path /a.png\n"),
+        (cg.addr, "path /cgi-bin/1\n"),
+        (st.addr, "path /b.html\n"),
+    ];
+    for (addr, text) in expect {
+        let r = client.response(false).await;
+        assert_eq!(
+            (r.served_by(), r.text()),
+            (addr.to_string(), text.to_string())
+        );
+    }
+    let big = client.response(false).await;
+    assert_eq!(big.body, pattern(70000, 70000));
+    assert_eq!(
+        client.response(false).await.served_by(),
+        im.addr.to_string()
+    );
+    assert_eq!(client.response(false).await.text(), "path /cgi-bin/2\n");
+    let posted = client.response(false).await;
+    assert_eq!(posted.served_by(), cg.addr.to_string());
+    assert_eq!(posted.text(), "path /cgi-bin/sha256\n");
+    assert_eq!(client.response(false).await.text(), "path /last.html\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http10_clients_get_keep_alive_only_when_they_ask() {
+    let server = backend().await;
+    let switch = one_pool(&server, "").await;
+    let addr = switch.local_addr("web").unwrap();
+
+    let mut client = Client::connect(addr).await;
+    client.send(b"GET /bytes/5 HTTP/1.0\r\n\r\n").await;
+    let r = client.response(false).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, pattern(5, 5));
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(client.is_closed().await);
+
+    let mut client = Client::connect(addr).await;
+    for _ in 0..3 {
+        client
+            .send(b"GET /bytes/5 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            .await;
+        let r = client.response(false).await;
+        assert_eq!(r.header("connection"), Some("keep-alive"));
+        assert_eq!(r.body, pattern(5, 5));
+    }
+
+    // A chunked response cannot go to an HTTP/1.0 client: it is decoded and the connection
+    // closes to delimit it.
+    client
+        .send(b"GET /chunked/100000 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        .await;
+    let r = client.response(false).await;
+    assert_eq!(r.header("transfer-encoding"), None);
+    assert_eq!(r.header("connection"), Some("close"));
+    assert_eq!(r.body, pattern(100_000, 100_000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn head_304_and_204_carry_no_body() {
+    let server = backend().await;
+    let switch = one_pool(&server, "").await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    client
+        .send(b"HEAD /bytes/100000 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await;
+    let r = client.response(true).await;
+    assert_eq!(r.header("content-length"), Some("100000"));
+    client
+        .send(b"GET /status/304 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await;
+    let r = client.response(false).await;
+    assert_eq!((r.status, r.header("etag")), (304, Some("\"abc\"")));
+    client
+        .send(b"GET /status/204 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await;
+    assert_eq!(client.response(false).await.status, 204);
+    // Had any of them carried body bytes, this response would be garbled.
+    let r = client.get("/bytes/3").await;
+    assert_eq!(r.body, pattern(3, 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrade_becomes_a_tunnel() {
+    let server = backend().await;
+    let switch = one_pool(&server, "").await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    client
+        .send(b"GET /upgrade HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\nearly")
+        .await;
+    let r = client.response(true).await;
+    assert_eq!(r.status, 101);
+    assert_eq!(r.header("upgrade"), Some("echo"));
+    assert_eq!(r.header("connection"), Some("upgrade"));
+    // Bytes sent right behind the head, then 1 MiB both ways, all echoed in order.
+    let data = pattern(1 << 20, 99);
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut reader, mut writer) = client.stream.split();
+    let expected: Vec<u8> = [b"early".as_slice(), &data].concat();
+    let send = async {
+        writer.write_all(&data).await.unwrap();
+        writer.shutdown().await.unwrap();
+    };
+    let receive = async {
+        let mut got = Vec::new();
+        tokio::time::timeout(PATIENCE, reader.read_to_end(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        got
+    };
+    let ((), got) = tokio::join!(send, receive);
+    assert_eq!(sha256_hex(&got), sha256_hex(&expected));
+    settle(&switch).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ambiguous_and_malformed_requests_are_refused_and_never_forwarded() {
+    let server = backend().await;
+    let switch = one_pool(&server, "").await;
+    let addr = switch.local_addr("web").unwrap();
+    let cases: [(&[u8], u16); 8] = [
+        (b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 400),
+        (b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", 400),
+        (b"GET / HTTP/1.1 extra\r\nHost: t\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\nHost: t\r\nBad header\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\nHost: t\r\nFolded: a\r\n b\r\n\r\n", 400),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 400),
+        (b"GET / HTTP/1.1\r\n\r\n", 400),
+        (b"GET / HTTP/3.0\r\nHost: t\r\n\r\n", 505),
+    ];
+    for (request, status) in cases {
+        let mut client = Client::connect(addr).await;
+        client.send(request).await;
+        let r = client.response(false).await;
+        assert_eq!(r.status, status, "{:?}", String::from_utf8_lossy(request));
+        assert_eq!(r.header("connection"), Some("close"));
+        assert!(client.is_closed().await);
+    }
+    // An invalid chunk size: the head went on, the body is refused and the connection closed.
+    let mut client = Client::connect(addr).await;
+    client
+        .send(b"POST /sha256 HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n")
+        .await;
+    let r = client.response(false).await;
+    assert_eq!(r.status, 400);
+    assert!(client.is_closed().await);
+    let heads = server.record.heads.lock().unwrap().clone();
+    assert!(
+        heads.iter().all(|h| h.starts_with("POST /sha256 ")),
+        "only the chunked request's head may reach the server: {heads:?}"
+    );
+    assert_eq!(settle(&switch).await.clients, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_heads_get_431() {
+    let server = backend().await;
+    let switch = one_pool(&server, "").await;
+    let addr = switch.local_addr("web").unwrap();
+
+    let mut big = b"GET / HTTP/1.1\r\nHost: t\r\nX-Big: ".to_vec();
+    big.resize(70 * 1024, b'a');
+    big.extend_from_slice(b"\r\n\r\n");
+    let mut client = Client::connect(addr).await;
+    client.send(&big).await;
+    assert_eq!(client.response(false).await.status, 431);
+
+    let mut many = b"GET / HTTP/1.1\r\nHost: t\r\n".to_vec();
+    for i in 0..120 {
+        many.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+    }
+    many.extend_from_slice(b"\r\n");
+    let mut client = Client::connect(addr).await;
+    client.send(&many).await;
+    assert_eq!(client.response(false).await.status, 431);
+    assert!(server.record.heads.lock().unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incomplete_head_gets_408() {
+    let server = backend().await;
+    let switch = one_pool(&server, "header_timeout = \"300ms\"").await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    client.send(b"GET / HTTP/1.1\r\nHost: t\r\n").await;
+    let r = client.response(false).await;
+    assert_eq!(r.status, 408);
+    assert!(client.is_closed().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_server_gives_502_and_a_live_one_takes_over() {
+    let dead = dead_address().await;
+    let switch = start_switch(
+        ONE_POOL,
+        &[("server", dead.to_string()), ("extra", String::new())],
+    )
+    .await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    let r = client.get("/").await;
+    assert_eq!(r.status, 502);
+    assert_eq!(r.header("content-type"), Some("text/plain"));
+    // The connection stays usable after a switch-made error on a request without body.
+    assert_eq!(client.get("/").await.status, 502);
+    assert!(settle(&switch).await.server(dead).unwrap().connect_errors >= 2);
+
+    let live = backend().await;
+    let rules = r#"
+[switch]
+access_log = false
+[virtual.web]
+listen = "127.0.0.1:0"
+default_pool = "p"
+[pool.p]
+servers = [{ addr = "{dead}" }, { addr = "{live}" }]
+"#;
+    let switch = start_switch(
+        rules,
+        &[("dead", dead.to_string()), ("live", live.addr.to_string())],
+    )
+    .await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    for _ in 0..10 {
+        let r = client.get("/x").await;
+        assert_eq!((r.status, r.served_by()), (200, live.addr.to_string()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiescent_pool_gives_503() {
+    let server = backend().await;
+    let rules = r#"
+[switch]
+access_log = false
+[virtual.web]
+listen = "127.0.0.1:0"
+default_pool = "p"
+[pool.p]
+servers = [{ addr = "{s}", weight = 0 }]
+"#;
+    let switch = start_switch(rules, &[("s", server.addr.to_string())]).await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    assert_eq!(client.get("/").await.status, 503);
+    assert_eq!(
+        server
+            .record
+            .connections
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_server_gives_504() {
+    let server = backend().await;
+    let switch = one_pool(&server, "idle_timeout = \"300ms\"").await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    let r = client.get("/silent").await;
+    assert_eq!(r.status, 504);
+    assert_eq!(client.get("/bytes/4").await.body, pattern(4, 4));
+    let snap = settle(&switch).await;
+    assert!(snap.server(server.addr).unwrap().response_errors >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_that_closed_an_idle_connection_is_retried_transparently() {
+    let server = backend_with(BackendOptions {
+        close_idle_after: Some(Duration::from_millis(100)),
+    })
+    .await;
+    let switch = one_pool(&server, "").await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    for i in 0..5 {
+        let r = client.get(&format!("/n/{i}")).await;
+        assert_eq!(r.text(), format!("path /n/{i}\n"));
+        // Long enough for the server to drop its idle connection.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(
+        server
+            .record
+            .connections
+            .load(std::sync::atomic::Ordering::SeqCst),
+        5
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_clients_answers_503_beyond_the_limit() {
+    let server = backend().await;
+    let switch = one_pool(&server, "max_clients = 2").await;
+    let addr = switch.local_addr("web").unwrap();
+    let mut first = Client::connect(addr).await;
+    let mut second = Client::connect(addr).await;
+    assert_eq!(first.get("/").await.status, 200);
+    assert_eq!(second.get("/").await.status, 200);
+    let mut third = Client::connect(addr).await;
+    third.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    let r = third.response(false).await;
+    assert_eq!(r.status, 503);
+    assert!(third.is_closed().await);
+    drop(first);
+    // A slot is free again once a client leaves.
+    let mut fourth = None;
+    for _ in 0..100 {
+        let mut c = Client::connect(addr).await;
+        c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").await;
+        if c.response(false).await.status == 200 {
+            fourth = Some(c);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(fourth.is_some());
+    assert!(switch.stats().services[0].refused >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expect_100_continue_is_relayed() {
+    let server = backend().await;
+    let switch = one_pool(&server, "").await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    client
+        .send(b"POST /continue HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
+        .await;
+    // The body is sent only after the interim response arrives.
+    let interim = client.response(false).await;
+    assert_eq!(interim.status, 100);
+    client.send(b"hello").await;
+    let r = client.response(false).await;
+    assert_eq!(r.text(), format!("{} 5\n", sha256_hex(b"hello")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_head_is_rebuilt_with_forwarded_for() {
+    let server = backend().await;
+    let switch = one_pool(&server, "").await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    client
+        .send(b"GET /headers?q=%20x&y HTTP/1.1\nHost: t\nConnection: keep-alive, X-Hop\nX-Hop: 1\nX-Forwarded-For: 10.1.1.1\nX-Odd: caf\xc3\xa9\n\n")
+        .await;
+    let r = client.response(false).await;
+    assert_eq!(
+        r.body,
+        b"GET /headers?q=%20x&y HTTP/1.1\r\nHost: t\r\nX-Forwarded-For: 10.1.1.1, 127.0.0.1\r\nX-Odd: caf\xc3\xa9\r\n\r\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_clients_at_once_get_exact_bytes() {
+    let (a, b) = (backend().await, backend().await);
+    let rules = r#"
+[switch]
+access_log = false
+[virtual.web]
+listen = "127.0.0.1:0"
+default_pool = "p"
+[pool.p]
+servers = [{ addr = "{a}" }, { addr = "{b}", weight = 3 }]
+"#;
+    let switch = start_switch(
+        rules,
+        &[("a", a.addr.to_string()), ("b", b.addr.to_string())],
+    )
+    .await;
+    let addr = switch.local_addr("web").unwrap();
+    let mut tasks = Vec::new();
+    for c in 0..40u64 {
+        tasks.push(tokio::spawn(async move {
+            let mut client = Client::connect(addr).await;
+            for i in 0..15u64 {
+                let size = ((c * 7919 + i * 104_729) % 200_000) as usize;
+                if i % 3 == 0 {
+                    let body = pattern(size, c * 100 + i);
+                    let mut req = format!(
+                        "POST /sha256 HTTP/1.1\r\nHost: t\r\nContent-Length: {size}\r\n\r\n"
+                    )
+                    .into_bytes();
+                    req.extend_from_slice(&body);
+                    client.send(&req).await;
+                    let r = client.response(false).await;
+                    assert_eq!(r.text(), format!("{} {size}\n", sha256_hex(&body)));
+                } else {
+                    let path = if i % 3 == 1 { "bytes" } else { "chunked" };
+                    let r = client.get(&format!("/{path}/{size}")).await;
+                    assert_eq!(r.body, pattern(size, size as u64), "{path}/{size}");
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let snap = settle(&switch).await;
+    assert_eq!(snap.clients, 0, "no client connection leaked");
+    assert!(
+        snap.servers.iter().all(|s| s.active == 0),
+        "no request left active"
+    );
+    let requests: u64 = snap.servers.iter().map(|s| s.requests).sum();
+    assert_eq!(requests, 40 * 15);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_finishes_requests_in_flight() {
+    let server = backend().await;
+    let switch = one_pool(&server, "").await;
+    let addr = switch.local_addr("web").unwrap();
+    let mut busy = Client::connect(addr).await;
+    busy.send(b"GET /slow/400 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await;
+    let mut idle = Client::connect(addr).await;
+    assert_eq!(idle.get("/").await.status, 200);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stopping = tokio::spawn(switch.shutdown(Duration::from_secs(5)));
+    // The idle keep-alive client is let go; the busy one still gets its answer, told to close.
+    assert!(idle.is_closed().await);
+    let r = busy.response(false).await;
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"0123456789"[..]));
+    assert_eq!(r.header("connection"), Some("close"));
+    assert_eq!(
+        stopping.await.unwrap(),
+        0,
+        "every client connection ended before the deadline"
+    );
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "listener closed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_until_close_closes_the_client_too() {
+    let server = backend().await;
+    let switch = one_pool(&server, "").await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    let r = client.get("/close/300000").await;
+    assert_eq!(r.body, pattern(300_000, 300_000));
+    assert_eq!(r.header("connection"), Some("close"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_connection_close_is_honoured() {
+    let server = backend().await;
+    let switch = one_pool(&server, "").await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    client
+        .send(b"GET /bytes/10 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .await;
+    let r = client.response(false).await;
+    assert_eq!(r.header("connection"), Some("close"));
+    assert_eq!(r.body, pattern(10, 10));
+    assert!(client.is_closed().await);
+    // The server connection is still reused by the next client.
+    let mut next = Client::connect(switch.local_addr("web").unwrap()).await;
+    assert_eq!(next.get("/").await.status, 200);
+    assert_eq!(
+        server
+            .record
+            .connections
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+}
