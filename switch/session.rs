@@ -287,6 +287,7 @@ impl Session {
                 .push_str(&String::from_utf8_lossy(self.head.target.get(buf)));
         }
         let Some(pool_index) = self.route() else {
+            self.release_head();
             return self
                 .respond_locally(503, "no pool for this request", None)
                 .await;
@@ -294,6 +295,7 @@ impl Session {
         let shared = Arc::clone(&self.shared);
         let pool = &shared.pools[pool_index];
         let Some((lease, stream, reused)) = self.pick_and_connect(pool).await else {
+            self.release_head();
             let (status, why) = if self.tried.is_empty() {
                 (503, "no server available")
             } else {
@@ -309,7 +311,7 @@ impl Session {
             self.peer.ip(),
             &backend.host_field,
         );
-        self.inbuf.consume(self.head.len);
+        self.release_head();
 
         let mut result = self.exchange(&lease, stream, reused).await;
         if matches!(result, Err(ExchangeError::Stale))
@@ -368,6 +370,13 @@ impl Session {
                 outcome
             }
         }
+    }
+
+    /// Drops the current request head from the input: what follows it is its body or the next
+    /// request. The head's spans must not be read after this.
+    fn release_head(&mut self) {
+        self.inbuf.consume(self.head.len);
+        self.head.len = 0;
     }
 
     /// The pool for the current request, by the service's rules.

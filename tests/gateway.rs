@@ -72,6 +72,7 @@ async fn every_request_on_one_connection_is_routed_again() {
         assert_eq!(cgi.served_by(), cg.addr.to_string());
         assert_eq!(image.text(), "path /images/a.png\n");
     }
+    drop(client);
     let snap = settle(&switch).await;
     // One client connection, one server connection per pool, reused for every request.
     for backend in [&st, &im, &cg] {
@@ -373,7 +374,11 @@ async fn upgrade_becomes_a_tunnel() {
     };
     let ((), got) = tokio::join!(send, receive);
     assert_eq!(sha256_hex(&got), sha256_hex(&expected));
-    settle(&switch).await;
+    assert_eq!(
+        settle(&switch).await.clients,
+        0,
+        "the tunnel ended on both sides"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -464,7 +469,11 @@ async fn dead_server_gives_502_and_a_live_one_takes_over() {
     assert_eq!(r.header("content-type"), Some("text/plain"));
     // The connection stays usable after a switch-made error on a request without body.
     assert_eq!(client.get("/").await.status, 502);
-    assert!(settle(&switch).await.server(dead).unwrap().connect_errors >= 2);
+    drop(client);
+    assert_eq!(
+        settle(&switch).await.server(dead).unwrap().connect_errors,
+        2
+    );
 
     let live = backend().await;
     let rules = r#"
@@ -520,6 +529,7 @@ async fn silent_server_gives_504() {
     let r = client.get("/silent").await;
     assert_eq!(r.status, 504);
     assert_eq!(client.get("/bytes/4").await.body, pattern(4, 4));
+    drop(client);
     let snap = settle(&switch).await;
     assert!(snap.server(server.addr).unwrap().response_errors >= 1);
 }
@@ -723,4 +733,52 @@ async fn client_connection_close_is_honoured() {
             .load(std::sync::atomic::Ordering::SeqCst),
         1
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_answered_by_the_switch_is_answered_once() {
+    let dead = dead_address().await;
+    let live = backend().await;
+    let rules = r#"
+[switch]
+access_log = false
+[virtual.web]
+listen = "127.0.0.1:0"
+default_pool = "dead"
+[[virtual.web.rule]]
+path = "^/live/"
+pool = "live"
+[[virtual.web.rule]]
+path = "^/nowhere/"
+pool = "quiet"
+[pool.dead]
+servers = [{ addr = "{dead}" }]
+[pool.live]
+servers = [{ addr = "{live}" }]
+[pool.quiet]
+servers = [{ addr = "{live}", weight = 0 }]
+"#;
+    let switch = start_switch(
+        rules,
+        &[("dead", dead.to_string()), ("live", live.addr.to_string())],
+    )
+    .await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    // Pipelined: each request gets exactly its own answer, in order.
+    client
+        .send(b"GET /x HTTP/1.1\r\nHost: t\r\n\r\nGET /nowhere/ HTTP/1.1\r\nHost: t\r\n\r\nGET /live/1 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await;
+    assert_eq!(client.response(false).await.status, 502);
+    assert_eq!(client.response(false).await.status, 503);
+    let r = client.response(false).await;
+    assert_eq!((r.status, r.text()), (200, "path /live/1\n".to_string()));
+    assert_eq!(client.get("/live/2").await.text(), "path /live/2\n");
+    drop(client);
+    let snap = settle(&switch).await;
+    assert_eq!(
+        snap.server(dead).unwrap().connect_errors,
+        1,
+        "the failed request was tried once"
+    );
+    assert_eq!(snap.services[0].requests, 4);
 }
