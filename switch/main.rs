@@ -111,6 +111,15 @@ fn run(config: Config, with_demo_servers: bool) -> ExitCode {
         }
     };
     runtime.block_on(async move {
+        // Signal handlers first: a SIGTERM that arrives as soon as the switch answers must
+        // find them in place, not the default action.
+        let stop = match StopSignals::install() {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("tcpvs: cannot install signal handlers: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
         if with_demo_servers {
             if let Err(e) = demo::start_demo_servers(&config).await {
                 eprintln!("tcpvs demo: {e}");
@@ -134,7 +143,7 @@ fn run(config: Config, with_demo_servers: bool) -> ExitCode {
                 eprintln!("tcpvs demo: open http://{addr}/ (pages, images and CGI come from three pools); Ctrl-C stops");
             }
         }
-        wait_for_stop_signal().await;
+        stop.wait().await;
         tracing::info!("stopping: no new connections; waiting up to {grace:?} for requests in flight");
         let left = switch.shutdown(grace).await;
         if left > 0 {
@@ -144,20 +153,25 @@ fn run(config: Config, with_demo_servers: bool) -> ExitCode {
     })
 }
 
-async fn wait_for_stop_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
+/// SIGTERM and SIGINT, the signals that stop the switch gracefully.
+struct StopSignals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> std::io::Result<StopSignals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(StopSignals {
+            terminate: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
         }
     }
 }
