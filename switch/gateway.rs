@@ -46,10 +46,11 @@ impl Switch {
     /// Binds every virtual service's listener and starts accepting. Must run inside a tokio
     /// runtime.
     pub async fn start(config: Config) -> io::Result<Switch> {
+        let clock: Arc<dyn tcpvs_modules::Clock> = Arc::new(tcpvs_modules::MonotonicClock::new());
         let pools = config
             .pools
             .iter()
-            .map(Pool::new)
+            .map(|p| Pool::new(p, Arc::clone(&clock)))
             .collect::<Result<Box<[Pool]>, _>>()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         let mut listeners = Vec::with_capacity(config.services.len());

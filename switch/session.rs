@@ -12,7 +12,7 @@ use crate::gateway::{Service, Shared};
 use crate::http::chunked;
 use crate::http::response::RequestKind;
 use crate::http::rewrite::{
-    client_connection, write_request_head, write_response_head, ClientConnection,
+    add_field_to_head, client_connection, write_request_head, write_response_head, ClientConnection,
 };
 use crate::http::status::write_error;
 use crate::http::{
@@ -29,7 +29,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tcpvs_modules::RequestView;
+use tcpvs_modules::{RequestView, ResponseField};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -100,6 +100,8 @@ pub(crate) struct Session {
     tried: Vec<usize>,
     /// Method and target of the current request, kept for the access log.
     log_request: String,
+    /// A field the pool's module adds to the current response.
+    response_field: Option<ResponseField>,
     shutdown: watch::Receiver<bool>,
     relay: RelaySettings,
 }
@@ -131,6 +133,7 @@ impl Session {
             chunk_scratch: Vec::new(),
             tried: Vec::new(),
             log_request: String::new(),
+            response_field: None,
             shutdown,
             relay,
         }
@@ -278,6 +281,7 @@ impl Session {
     /// Everything after the head is read: route, pick, connect, exchange.
     async fn handle_request(&mut self) -> Outcome {
         stats::bump(&self.service().stats.requests);
+        self.response_field = None;
         if self.shared.settings.access_log {
             let buf = self.inbuf.filled();
             self.log_request.clear();
@@ -294,14 +298,12 @@ impl Session {
         };
         let shared = Arc::clone(&self.shared);
         let pool = &shared.pools[pool_index];
-        let Some((lease, stream, reused)) = self.pick_and_connect(pool).await else {
-            self.release_head();
-            let (status, why) = if self.tried.is_empty() {
-                (503, "no server available")
-            } else {
-                (502, "no server accepted the connection")
-            };
-            return self.respond_locally(status, why, Some(pool_index)).await;
+        let (lease, stream, reused) = match self.pick_and_connect(pool).await {
+            Ok(connection) => connection,
+            Err((status, why)) => {
+                self.release_head();
+                return self.respond_locally(status, why, Some(pool_index)).await;
+            }
         };
         let backend = lease.backend();
         write_request_head(
@@ -407,33 +409,64 @@ impl Session {
     async fn pick_and_connect<'p>(
         &mut self,
         pool: &'p Pool,
-    ) -> Option<(Lease<'p>, TcpStream, bool)> {
+    ) -> Result<(Lease<'p>, TcpStream, bool), (u16, &'static str)> {
         self.tried.clear();
         let attempts = self.shared.settings.connect_attempts;
         let idle_age = self.shared.settings.server_idle_timeout;
         let connect_timeout = self.shared.settings.connect_timeout;
-        while self.tried.len() < attempts {
-            let server = {
-                let buf = self.inbuf.filled();
-                let headers = self.head.lookup(buf);
-                let view = self.request_view(buf, &headers);
-                pool.pick(&view, &self.tried)?
-            };
+        let mut connects = 0;
+        while connects < attempts {
+            let Some(server) = self.pick(pool) else { break };
             self.tried.push(server);
+            if pool.servers[server].is_full() {
+                // At its max_conns: the next candidate, without spending an attempt.
+                continue;
+            }
+            connects += 1;
             let lease = pool.lease(server);
             let backend = lease.backend();
-            if let Some(stream) = backend.take_idle(idle_age) {
-                return Some((lease, stream, true));
-            }
-            match backend.connect(connect_timeout).await {
-                Ok(stream) => return Some((lease, stream, false)),
-                Err(e) => {
-                    stats::bump(&backend.stats.connect_errors);
-                    tracing::warn!(pool = %pool.name, server = %backend.addr, "connect failed: {e}");
-                }
+            let connection = match backend.take_idle(idle_age) {
+                Some(stream) => Some((stream, true)),
+                None => match backend.connect(connect_timeout).await {
+                    Ok(stream) => Some((stream, false)),
+                    Err(e) => {
+                        stats::bump(&backend.stats.connect_errors);
+                        tracing::warn!(pool = %pool.name, server = %backend.addr, "connect failed: {e}");
+                        None
+                    }
+                },
+            };
+            if let Some((stream, reused)) = connection {
+                self.response_field = self.module_response_field(pool, server);
+                return Ok((lease, stream, reused));
             }
         }
-        None
+        Err(match (self.tried.is_empty(), connects) {
+            (true, _) => (503, "no server available"),
+            (false, 0) => (503, "every server is at its connection limit"),
+            _ => (502, "no server accepted the connection"),
+        })
+    }
+
+    /// The pool module's next candidate for the current request.
+    fn pick(&self, pool: &Pool) -> Option<usize> {
+        let buf = self.inbuf.filled();
+        let headers = self.head.lookup(buf);
+        let view = self.request_view(buf, &headers);
+        pool.pick(&view, &self.tried)
+    }
+
+    /// A field the module wants on the response (a persistence cookie), if it is safe to send.
+    fn module_response_field(&self, pool: &Pool, server: usize) -> Option<ResponseField> {
+        let buf = self.inbuf.filled();
+        let headers = self.head.lookup(buf);
+        let view = self.request_view(buf, &headers);
+        let field = pool.scheduler.response_field(&view, server)?;
+        let safe = field
+            .value
+            .bytes()
+            .all(|b| b == b'\t' || (b' '..=b'~').contains(&b));
+        safe.then_some(field)
     }
 
     /// Sends the request to the server on `server` and relays the response to the client.
@@ -615,6 +648,9 @@ impl Session {
             connection,
             dechunk,
         );
+        if let Some(field) = &self.response_field {
+            add_field_to_head(&mut self.out, field.name.as_bytes(), field.value.as_bytes());
+        }
         let head_bytes = self.out.len() as u64;
         self.server_buf.consume(self.response.len);
 

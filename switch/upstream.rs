@@ -6,9 +6,12 @@ use crate::stats::{self, ServerStats};
 use rustix::net::RecvFlags;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
-use tcpvs_modules::{PoolView, RequestView, Scheduler, ServerState};
+use tcpvs_modules::{
+    BuildContext, BuildError, Clock, PoolView, RequestView, Scheduler, ServerState,
+};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -111,18 +114,35 @@ pub struct Pool {
     pub scheduler: Box<dyn Scheduler>,
 }
 
+/// The live server states of a pool as configured.
+pub fn server_states(config: &PoolConfig) -> Box<[ServerState]> {
+    config
+        .servers
+        .iter()
+        .map(|s| ServerState::with_limit(s.weight, s.max_conns))
+        .collect()
+}
+
+/// Builds the pool's scheduling module over `servers`. Server addresses are the identities
+/// modules place by (hash rings, cookie ids), so placement does not depend on list order.
+pub fn build_scheduler(
+    config: &PoolConfig,
+    servers: &[ServerState],
+    clock: Arc<dyn Clock>,
+) -> Result<Box<dyn Scheduler>, BuildError> {
+    let ids: Vec<String> = config.servers.iter().map(|s| s.addr.to_string()).collect();
+    let context = BuildContext {
+        pool: PoolView { servers },
+        server_ids: &ids,
+        clock,
+    };
+    tcpvs_modules::build(&config.scheduler, &config.options, &context)
+}
+
 impl Pool {
-    pub fn new(config: &PoolConfig) -> Result<Pool, tcpvs_modules::BuildError> {
-        let servers: Box<[ServerState]> = config
-            .servers
-            .iter()
-            .map(|s| ServerState::new(s.weight))
-            .collect();
-        let scheduler = tcpvs_modules::build(
-            &config.scheduler,
-            &config.options,
-            &PoolView { servers: &servers },
-        )?;
+    pub fn new(config: &PoolConfig, clock: Arc<dyn Clock>) -> Result<Pool, BuildError> {
+        let servers = server_states(config);
+        let scheduler = build_scheduler(config, &servers, clock)?;
         Ok(Pool {
             name: config.name.clone(),
             backends: config

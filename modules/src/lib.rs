@@ -9,14 +9,26 @@
 //!
 //! One file per module; [`registry`] maps the names used in rule files to constructors.
 
+pub mod clock;
+pub mod cookie;
+pub mod hash;
+pub mod key;
+pub mod lard;
+pub mod lard_r;
+pub mod lc;
+mod load;
 mod options;
 pub mod registry;
+mod ring;
 pub mod rr;
+pub mod source_hash;
 mod view;
 pub mod wlc;
+pub mod wrr;
 
-pub use options::{OptionError, OptionValue};
-pub use registry::{build, BuildError, MODULE_NAMES};
+pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use options::{OptionError, OptionValue, Options};
+pub use registry::{build, BuildContext, BuildError, MODULE_NAMES};
 pub use view::{HeaderLookup, PoolView, RequestView, ServerState};
 
 use std::fmt;
@@ -50,6 +62,19 @@ pub trait Scheduler: Send + Sync + fmt::Debug {
 
     /// A server went up or down or changed weight.
     fn servers_changed(&self, _pool: &PoolView<'_>) {}
+
+    /// A field the switch should add to the response of `request`, which went to `server`
+    /// (the `cookie` module's Set-Cookie). Asked once per request, after the server is known.
+    fn response_field(&self, _request: &RequestView<'_>, _server: usize) -> Option<ResponseField> {
+        None
+    }
+}
+
+/// A response header field a module asks for. The switch validates it before sending.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResponseField {
+    pub name: &'static str,
+    pub value: String,
 }
 
 #[cfg(test)]
@@ -61,6 +86,29 @@ pub(crate) mod testing {
     impl HeaderLookup for NoHeaders {
         fn header(&self, _name: &str) -> Option<&[u8]> {
             None
+        }
+    }
+
+    /// Header fields for tests: (lower-case name, value).
+    pub struct Headers(pub Vec<(&'static str, &'static [u8])>);
+    impl HeaderLookup for Headers {
+        fn header(&self, name: &str) -> Option<&[u8]> {
+            self.0
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| *v)
+        }
+    }
+
+    /// Sets the active counts of the listed servers.
+    pub fn set_active(servers: &[ServerState], loads: &[(usize, u32)]) {
+        for &(i, n) in loads {
+            while servers[i].active() > n {
+                servers[i].remove_active();
+            }
+            while servers[i].active() < n {
+                servers[i].add_active();
+            }
         }
     }
 

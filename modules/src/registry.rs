@@ -1,10 +1,33 @@
 //! Module names as the rule file spells them, and their constructors.
 
+use crate::clock::Clock;
+use crate::options::Options;
 use crate::{OptionError, OptionValue, PoolView, Scheduler};
 use std::fmt;
+use std::sync::Arc;
 
-/// Every module a rule file may name, in the order `tcpvs check` lists them.
-pub const MODULE_NAMES: &[&str] = &["wlc", "rr"];
+/// Every module a rule file may name.
+pub const MODULE_NAMES: &[&str] = &[
+    "wlc",
+    "lc",
+    "rr",
+    "wrr",
+    "lard",
+    "lard-r",
+    "hash",
+    "source-hash",
+    "cookie",
+];
+
+/// What a module is built for: the pool's servers, their stable identities (addresses, used
+/// where placement must not depend on list order, such as hash rings and cookie ids) and the
+/// clock.
+#[derive(Clone)]
+pub struct BuildContext<'a> {
+    pub pool: PoolView<'a>,
+    pub server_ids: &'a [String],
+    pub clock: Arc<dyn Clock>,
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum BuildError {
@@ -15,41 +38,47 @@ pub enum BuildError {
 impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BuildError::UnknownModule(name) => write!(
-                f,
-                "unknown scheduler `{name}` (known: {})",
-                MODULE_NAMES.join(", ")
-            ),
+            BuildError::UnknownModule(name) => {
+                write!(
+                    f,
+                    "unknown scheduler `{name}` (known: {})",
+                    MODULE_NAMES.join(", ")
+                )
+            }
             BuildError::BadOption(e) => f.write_str(&e.message),
         }
     }
 }
 
-/// Builds the module `name` for `pool` with the rule file's `options` (key, value pairs).
+/// Builds the module `name` with the rule file's `options` (key, value pairs, in file order).
 pub fn build(
     name: &str,
     options: &[(String, OptionValue)],
-    pool: &PoolView<'_>,
+    context: &BuildContext<'_>,
 ) -> Result<Box<dyn Scheduler>, BuildError> {
-    match name {
-        "wlc" => {
-            no_options(name, options)?;
-            Ok(Box::new(crate::wlc::WeightedLeastConnection::new(pool)))
-        }
-        "rr" => {
-            no_options(name, options)?;
-            Ok(Box::new(crate::rr::RoundRobin::new()))
-        }
-        _ => Err(BuildError::UnknownModule(name.to_string())),
-    }
-}
-
-fn no_options(module: &str, options: &[(String, OptionValue)]) -> Result<(), BuildError> {
-    match options.first() {
-        None => Ok(()),
-        Some((key, _)) => Err(BuildError::BadOption(OptionError {
-            index: 0,
-            message: format!("unknown option `{key}` for scheduler `{module}` (it takes none)"),
-        })),
-    }
+    let Some(&module) = MODULE_NAMES.iter().find(|&&m| m == name) else {
+        return Err(BuildError::UnknownModule(name.to_string()));
+    };
+    let mut o = Options::new(module, options);
+    let pool = &context.pool;
+    let built: Box<dyn Scheduler> = match module {
+        "wlc" => Box::new(crate::wlc::WeightedLeastConnection::new(pool)),
+        "lc" => Box::new(crate::lc::LeastConnection::new(pool)),
+        "rr" => Box::new(crate::rr::RoundRobin::new()),
+        "wrr" => Box::new(crate::wrr::WeightedRoundRobin::new()),
+        "lard" => Box::new(crate::lard::Lard::build(&mut o)?),
+        "lard-r" => Box::new(crate::lard_r::LardReplicated::build(
+            &mut o,
+            Arc::clone(&context.clock),
+        )?),
+        "hash" => Box::new(crate::hash::ConsistentHash::build(
+            &mut o,
+            pool,
+            context.server_ids,
+        )?),
+        "source-hash" => Box::new(crate::source_hash::build(&mut o, pool, context.server_ids)?),
+        _ => Box::new(crate::cookie::CookiePersistence::build(&mut o, context)?),
+    };
+    o.finish().map_err(BuildError::BadOption)?;
+    Ok(built)
 }

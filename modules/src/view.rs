@@ -39,15 +39,32 @@ pub struct ServerState {
     weight: AtomicU32,
     up: AtomicBool,
     active: AtomicU32,
+    /// Most requests in flight at once; 0 means no limit.
+    max_active: u32,
 }
 
 impl ServerState {
     pub fn new(weight: u32) -> Self {
+        Self::with_limit(weight, 0)
+    }
+
+    pub fn with_limit(weight: u32, max_active: u32) -> Self {
         ServerState {
             weight: AtomicU32::new(weight),
             up: AtomicBool::new(true),
             active: AtomicU32::new(0),
+            max_active,
         }
+    }
+
+    /// The `max_conns` limit; 0 means none.
+    pub fn max_active(&self) -> u32 {
+        self.max_active
+    }
+
+    /// At its `max_conns` limit: the switch skips it for new requests.
+    pub fn is_full(&self) -> bool {
+        self.max_active > 0 && self.active() >= self.max_active
     }
 
     pub fn weight(&self) -> u32 {

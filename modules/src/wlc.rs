@@ -49,16 +49,14 @@ impl Candidate {
     }
 }
 
-impl Scheduler for WeightedLeastConnection {
-    fn name(&self) -> &'static str {
-        "wlc"
-    }
-
-    fn pick(
+impl WeightedLeastConnection {
+    /// The least loaded usable server not in `tried`; with `weighted` false every weight
+    /// counts as 1 (the `lc` module), though weight 0 still means quiescent.
+    pub(crate) fn choose(
         &self,
-        _request: &RequestView<'_>,
         pool: &PoolView<'_>,
         tried: &[usize],
+        weighted: bool,
     ) -> Option<usize> {
         let mut best: Option<Candidate> = None;
         for (index, server) in pool.servers.iter().enumerate() {
@@ -68,7 +66,11 @@ impl Scheduler for WeightedLeastConnection {
             let candidate = Candidate {
                 index,
                 active: u64::from(server.active()),
-                weight: u64::from(server.weight()),
+                weight: if weighted {
+                    u64::from(server.weight())
+                } else {
+                    1
+                },
                 picks: self
                     .picks
                     .get(index)
@@ -85,10 +87,29 @@ impl Scheduler for WeightedLeastConnection {
         Some(chosen)
     }
 
-    fn servers_changed(&self, _pool: &PoolView<'_>) {
+    pub(crate) fn forget_picks(&self) {
         for picks in self.picks.iter() {
             picks.store(0, Ordering::Relaxed);
         }
+    }
+}
+
+impl Scheduler for WeightedLeastConnection {
+    fn name(&self) -> &'static str {
+        "wlc"
+    }
+
+    fn pick(
+        &self,
+        _request: &RequestView<'_>,
+        pool: &PoolView<'_>,
+        tried: &[usize],
+    ) -> Option<usize> {
+        self.choose(pool, tried, true)
+    }
+
+    fn servers_changed(&self, _pool: &PoolView<'_>) {
+        self.forget_picks();
     }
 }
 

@@ -18,8 +18,9 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
-use tcpvs_modules::{OptionValue, PoolView, ServerState};
+use tcpvs_modules::OptionValue;
 use toml::Spanned;
 
 /// Process-wide settings, `[switch]`.
@@ -73,6 +74,8 @@ pub struct ServiceConfig {
 pub struct ServerConfig {
     pub addr: SocketAddr,
     pub weight: u32,
+    /// Most requests in flight at this server; 0 means no limit.
+    pub max_conns: u32,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -291,13 +294,20 @@ fn build_pools(
             .map_or_else(|| "wlc".to_string(), |s| s.get_ref().clone());
         let servers = build_servers(name, pool, pool_span.clone(), sink);
         let options = build_options(pool, sink);
-        // Build the module once now, so an unknown name or a bad option is refused at load.
-        let states: Vec<ServerState> = servers.iter().map(|s| ServerState::new(s.weight)).collect();
         let plain: Vec<(String, OptionValue)> = options
             .iter()
             .map(|(k, v, _)| (k.clone(), v.clone()))
             .collect();
-        if let Err(e) = tcpvs_modules::build(&scheduler, &plain, &PoolView { servers: &states }) {
+        let config = PoolConfig {
+            name: name.clone(),
+            scheduler,
+            options: plain,
+            servers,
+        };
+        // Build the module once now, so an unknown name or a bad option is refused at load.
+        let states = crate::upstream::server_states(&config);
+        let clock = Arc::new(tcpvs_modules::MonotonicClock::new());
+        if let Err(e) = crate::upstream::build_scheduler(&config, &states, clock) {
             let span = match &e {
                 tcpvs_modules::BuildError::BadOption(o) => {
                     options.get(o.index).map(|(_, _, span)| span.clone())
@@ -308,12 +318,7 @@ fn build_pools(
             };
             sink.at(span.unwrap_or(pool_span), e.to_string());
         }
-        pools.push(PoolConfig {
-            name: name.clone(),
-            scheduler,
-            options: plain,
-            servers,
-        });
+        pools.push(config);
     }
     pools
 }
@@ -367,6 +372,19 @@ fn build_servers(
                 }
             },
         };
+        let max_conns = match &raw.max_conns {
+            None => 0,
+            Some(m) => match u32::try_from(*m.get_ref()) {
+                Ok(m) if m <= 1_000_000 => m,
+                _ => {
+                    sink.at(
+                        m.span(),
+                        format!("max_conns {} is out of range 0..=1000000", m.get_ref()),
+                    );
+                    continue;
+                }
+            },
+        };
         if servers.iter().any(|s| s.addr == addr) {
             sink.at(
                 raw.addr.span(),
@@ -374,7 +392,11 @@ fn build_servers(
             );
             continue;
         }
-        servers.push(ServerConfig { addr, weight });
+        servers.push(ServerConfig {
+            addr,
+            weight,
+            max_conns,
+        });
     }
     servers
 }

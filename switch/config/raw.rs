@@ -75,6 +75,7 @@ pub(crate) struct RawHeaderCondition {
 pub(crate) struct RawServer {
     pub addr: Spanned<String>,
     pub weight: Option<Spanned<i64>>,
+    pub max_conns: Option<Spanned<i64>>,
 }
 
 /// A pool table: `scheduler`, `servers`, and any other key as an option of the module.

@@ -165,6 +165,15 @@ pub fn write_response_head(
     out.extend_from_slice(b"\r\n");
 }
 
+/// Adds a field at the end of the complete head in `out` (before its empty line).
+pub fn add_field_to_head(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    if out.ends_with(b"\r\n\r\n") {
+        out.truncate(out.len() - 2);
+        put_field(out, name, value);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
 /// The Connection treatment a response to this client gets, before framing is considered.
 pub fn client_connection(version: Version, keep_alive: bool) -> ClientConnection {
     match (keep_alive, version) {

@@ -1,0 +1,186 @@
+//! `hash`: consistent hashing with bounded loads on a request key (path by default; the URI, a
+//! regex capture like KTCPVS `hhttp`, a header or a cookie). The same key goes to the same
+//! server as long as that server is not carrying more than `balance_factor` times its fair
+//! share of the active requests; then the key spills to the next server on the ring.
+//!
+//! Placement depends only on the rule file (server addresses and weights), so several tcpvs
+//! instances behind an L4 director send a key to the same server without sharing state.
+
+use crate::key::KeySource;
+use crate::load::least_loaded_from;
+use crate::options::Options;
+use crate::ring::Ring;
+use crate::{BuildError, PoolView, RequestView, Scheduler};
+use std::sync::RwLock;
+
+#[derive(Debug)]
+pub struct ConsistentHash {
+    name: &'static str,
+    key: KeySource,
+    balance_factor: f64,
+    server_ids: Vec<String>,
+    ring: RwLock<Ring>,
+}
+
+impl ConsistentHash {
+    /// `hash` with the key read from the options.
+    pub fn build(
+        options: &mut Options<'_>,
+        pool: &PoolView<'_>,
+        server_ids: &[String],
+    ) -> Result<Self, BuildError> {
+        let key = KeySource::from_options(options, "path").map_err(BuildError::BadOption)?;
+        Self::with_key("hash", key, options, pool, server_ids)
+    }
+
+    pub(crate) fn with_key(
+        name: &'static str,
+        key: KeySource,
+        options: &mut Options<'_>,
+        pool: &PoolView<'_>,
+        server_ids: &[String],
+    ) -> Result<Self, BuildError> {
+        // 0 turns the bound off (plain consistent hashing), like HAProxy's hash-balance-factor.
+        let factor = options
+            .number("balance_factor", 1.25, 0.0, 100.0)
+            .map_err(BuildError::BadOption)?;
+        if factor != 0.0 && factor < 1.0 {
+            let index = options.index_of("balance_factor").unwrap_or(0);
+            return Err(BuildError::BadOption(options.error_at(
+                index,
+                "balance_factor must be 0 (no bound) or at least 1",
+            )));
+        }
+        let weights: Vec<u32> = pool.servers.iter().map(|s| s.weight()).collect();
+        Ok(ConsistentHash {
+            name,
+            key,
+            balance_factor: if factor == 0.0 { f64::INFINITY } else { factor },
+            server_ids: server_ids.to_vec(),
+            ring: RwLock::new(Ring::build(server_ids, &weights)),
+        })
+    }
+}
+
+impl Scheduler for ConsistentHash {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn pick(
+        &self,
+        request: &RequestView<'_>,
+        pool: &PoolView<'_>,
+        tried: &[usize],
+    ) -> Option<usize> {
+        let Some(hash) = self.key.hash(request) else {
+            // No key (no such header or cookie): any server will do; take the least loaded.
+            return least_loaded_from(pool, tried, 0);
+        };
+        let ring = self.ring.read().ok()?;
+        ring.pick(hash, pool, tried, self.balance_factor)
+            .or_else(|| least_loaded_from(pool, tried, 0))
+    }
+
+    fn servers_changed(&self, pool: &PoolView<'_>) {
+        let weights: Vec<u32> = pool.servers.iter().map(|s| s.weight()).collect();
+        if let Ok(mut ring) = self.ring.write() {
+            *ring = Ring::build(&self.server_ids, &weights);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{pool_of, request};
+    use crate::OptionValue;
+
+    fn ids(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("10.0.0.{i}:80")).collect()
+    }
+
+    fn hash(pool: &PoolView<'_>, ids: &[String], factor: f64) -> ConsistentHash {
+        let given = vec![("balance_factor".to_string(), OptionValue::Float(factor))];
+        let mut o = Options::new("hash", &given);
+        ConsistentHash::build(&mut o, pool, ids).unwrap()
+    }
+
+    fn key_path(i: usize) -> Vec<u8> {
+        format!("/k/{i}").into_bytes()
+    }
+
+    fn place(h: &ConsistentHash, pool: &PoolView<'_>, keys: usize) -> Vec<usize> {
+        (0..keys)
+            .map(|i| {
+                let p = key_path(i);
+                let mut r = request();
+                r.path = &p;
+                h.pick(&r, pool, &[]).unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn same_rules_same_placement() {
+        let servers = pool_of(&[1; 5]);
+        let pool = PoolView { servers: &servers };
+        let a = hash(&pool, &ids(5), 0.0);
+        let b = hash(&pool, &ids(5), 0.0);
+        assert_eq!(place(&a, &pool, 1000), place(&b, &pool, 1000));
+    }
+
+    #[test]
+    fn removing_one_of_ten_moves_about_a_tenth() {
+        let servers = pool_of(&[1; 10]);
+        let pool = PoolView { servers: &servers };
+        let h = hash(&pool, &ids(10), 0.0);
+        let before = place(&h, &pool, 20_000);
+        servers[3].set_up(false);
+        let after = place(&h, &pool, 20_000);
+        let moved = before.iter().zip(&after).filter(|(a, b)| a != b).count();
+        let expected = before.iter().filter(|&&s| s == 3).count();
+        assert_eq!(moved, expected, "only the removed server's keys move");
+        assert!((1500..=2500).contains(&moved), "{moved} of 20000 moved");
+    }
+
+    #[test]
+    fn weights_shape_the_shares() {
+        let servers = pool_of(&[1, 3]);
+        let pool = PoolView { servers: &servers };
+        let h = hash(&pool, &ids(2), 0.0);
+        let placed = place(&h, &pool, 20_000);
+        let heavy = placed.iter().filter(|&&s| s == 1).count();
+        assert!(
+            (13_500..=16_500).contains(&heavy),
+            "{heavy} of 20000 on weight 3 of 4"
+        );
+    }
+
+    #[test]
+    fn a_hot_key_spills_past_the_bound() {
+        let servers = pool_of(&[1; 4]);
+        let pool = PoolView { servers: &servers };
+        let h = hash(&pool, &ids(4), 1.25);
+        let mut r = request();
+        r.path = b"/hot";
+        let home = h.pick(&r, &pool, &[]).unwrap();
+        // Hold every pick open: the bound for the home server is ceil(1.25 * (total+1) / 4).
+        let mut counts = [0u32; 4];
+        for _ in 0..40 {
+            let s = h.pick(&r, &pool, &[]).unwrap();
+            servers[s].add_active();
+            counts[s] += 1;
+            let total: u32 = counts.iter().sum();
+            let bound = (1.25 * f64::from(total) / 4.0).ceil() as u32;
+            assert!(
+                counts.iter().all(|&c| c <= bound),
+                "{counts:?} bound {bound}"
+            );
+        }
+        assert!(
+            counts[home] >= 10,
+            "the home server keeps its fair share: {counts:?}"
+        );
+    }
+}

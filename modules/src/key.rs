@@ -1,0 +1,215 @@
+//! Request keys for locality and hashing modules: what part of a request names its "target".
+
+use crate::options::Options;
+use crate::{OptionError, RequestView};
+use regex::bytes::Regex;
+use siphasher::sip::SipHasher13;
+use std::hash::Hasher;
+
+/// Where a request's key comes from (`key = ...` in the pool table).
+#[derive(Debug, Clone)]
+pub enum KeySource {
+    /// The path, query excluded (default).
+    Path,
+    /// Path and query.
+    Uri,
+    /// A capture group of a regex on the path, like KTCPVS `hhttp` (`pattern`, `group`).
+    Capture { pattern: Regex, group: usize },
+    /// The value of a request header (`header = "X-User"`).
+    Header(String),
+    /// The value of a cookie (`cookie = "session"`).
+    Cookie(String),
+    /// The client's IP address.
+    Source,
+}
+
+impl KeySource {
+    /// Reads `key` and its companion options.
+    pub fn from_options(
+        options: &mut Options<'_>,
+        default: &'static str,
+    ) -> Result<KeySource, OptionError> {
+        let kind = options.choice(
+            "key",
+            default,
+            &["path", "uri", "regex", "header", "cookie", "source"],
+        )?;
+        let key_index = options.index_of("key").unwrap_or(0);
+        Ok(match kind {
+            "path" => KeySource::Path,
+            "uri" => KeySource::Uri,
+            "regex" => {
+                let (i, text) = options.string("pattern")?.ok_or_else(|| {
+                    options.error_at(
+                        key_index,
+                        "key = \"regex\" needs `pattern`, a regex with a capture group",
+                    )
+                })?;
+                let pattern = Regex::new(text).map_err(|e| {
+                    let why = e.to_string();
+                    let last = why
+                        .lines()
+                        .rev()
+                        .find_map(|l| l.trim().strip_prefix("error: "))
+                        .unwrap_or("invalid");
+                    options.error_at(i, format!("invalid regex {text:?}: {last}"))
+                })?;
+                let groups = pattern.captures_len() as i64 - 1;
+                if groups < 1 {
+                    return Err(
+                        options.error_at(i, format!("pattern {text:?} has no capture group"))
+                    );
+                }
+                let group = options.integer("group", 1, 1, groups)? as usize;
+                KeySource::Capture { pattern, group }
+            }
+            "header" => {
+                let (i, name) = options.string("header")?.ok_or_else(|| {
+                    options.error_at(key_index, "key = \"header\" needs `header`, the field name")
+                })?;
+                if name.is_empty()
+                    || !name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+                {
+                    return Err(options.error_at(i, format!("invalid header name {name:?}")));
+                }
+                KeySource::Header(name.to_string())
+            }
+            "cookie" => {
+                let (_, name) = options.string("cookie")?.ok_or_else(|| {
+                    options.error_at(
+                        key_index,
+                        "key = \"cookie\" needs `cookie`, the cookie name",
+                    )
+                })?;
+                KeySource::Cookie(name.to_string())
+            }
+            _ => KeySource::Source,
+        })
+    }
+
+    /// A stable 64-bit hash of the request's key, or `None` when the request has no such key
+    /// (no header, no cookie, no match).
+    pub fn hash(&self, request: &RequestView<'_>) -> Option<u64> {
+        let mut h = stable_hasher();
+        match self {
+            KeySource::Path => h.write(request.path),
+            KeySource::Uri => {
+                h.write(request.path);
+                if let Some(q) = request.query {
+                    h.write(b"?");
+                    h.write(q);
+                }
+            }
+            KeySource::Capture { pattern, group } => {
+                let captures = pattern.captures(request.path)?;
+                h.write(captures.get(*group)?.as_bytes());
+            }
+            KeySource::Header(name) => h.write(request.headers.header(name)?),
+            KeySource::Cookie(name) => h.write(cookie_value(request, name)?),
+            KeySource::Source => match request.client.to_canonical() {
+                std::net::IpAddr::V4(a) => h.write(&a.octets()),
+                std::net::IpAddr::V6(a) => h.write(&a.octets()),
+            },
+        }
+        Some(h.finish())
+    }
+}
+
+/// A hasher whose output is the same in every process and on every machine, so two switches
+/// with the same rules agree.
+pub fn stable_hasher() -> SipHasher13 {
+    SipHasher13::new_with_keys(0x7463_7076_735f_6b30, 0x7463_7076_735f_6b31)
+}
+
+pub fn stable_hash(bytes: &[u8]) -> u64 {
+    let mut h = stable_hasher();
+    h.write(bytes);
+    h.finish()
+}
+
+/// The value of cookie `name` in the request's Cookie field (RFC 6265 section 5.4 syntax:
+/// `a=1; b=2`).
+pub fn cookie_value<'a>(request: &RequestView<'a>, name: &str) -> Option<&'a [u8]> {
+    let field = request.headers.header("cookie")?;
+    field.split(|&b| b == b';').find_map(|pair| {
+        let pair = trim(pair);
+        let eq = pair.iter().position(|&b| b == b'=')?;
+        (trim(&pair[..eq]) == name.as_bytes()).then(|| trim(&pair[eq + 1..]))
+    })
+}
+
+fn trim(mut s: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = s {
+        s = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = s {
+        s = rest;
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{request, Headers};
+    use crate::OptionValue;
+
+    fn source(pairs: &[(&str, &str)]) -> Result<KeySource, OptionError> {
+        let given: Vec<(String, OptionValue)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), OptionValue::String(v.to_string())))
+            .collect();
+        let mut o = Options::new("t", &given);
+        let k = KeySource::from_options(&mut o, "path")?;
+        o.finish()?;
+        Ok(k)
+    }
+
+    #[test]
+    fn keys_come_from_the_right_part() {
+        let headers = Headers(vec![
+            ("cookie", b"a=1; session = xyz ;b=2"),
+            ("x-user", b"ann"),
+        ]);
+        let mut r = request();
+        r.path = b"/users/ann/photos";
+        r.query = Some(b"page=2");
+        r.headers = &headers;
+        let path = source(&[]).unwrap().hash(&r).unwrap();
+        assert_eq!(path, stable_hash(b"/users/ann/photos"));
+        assert_ne!(source(&[("key", "uri")]).unwrap().hash(&r).unwrap(), path);
+        let capture = source(&[("key", "regex"), ("pattern", "^/users/([^/]+)/")]).unwrap();
+        assert_eq!(capture.hash(&r), Some(stable_hash(b"ann")));
+        assert_eq!(
+            source(&[("key", "header"), ("header", "X-User")])
+                .unwrap()
+                .hash(&r),
+            Some(stable_hash(b"ann"))
+        );
+        assert_eq!(
+            source(&[("key", "cookie"), ("cookie", "session")])
+                .unwrap()
+                .hash(&r),
+            Some(stable_hash(b"xyz"))
+        );
+        assert_eq!(
+            source(&[("key", "cookie"), ("cookie", "none")])
+                .unwrap()
+                .hash(&r),
+            None
+        );
+        r.path = b"/other";
+        assert_eq!(capture.hash(&r), None);
+    }
+
+    #[test]
+    fn bad_key_options_are_refused() {
+        assert!(source(&[("key", "regex")]).is_err());
+        assert!(source(&[("key", "regex"), ("pattern", "^/users/")]).is_err());
+        assert!(source(&[("key", "regex"), ("pattern", "(")]).is_err());
+        assert!(source(&[("key", "header")]).is_err());
+        assert!(source(&[("key", "body")]).is_err());
+    }
+}
