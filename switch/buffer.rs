@@ -38,6 +38,11 @@ impl IoBuf {
         self.data.len()
     }
 
+    /// Room left after the filled bytes without moving them.
+    pub fn spare_len(&self) -> usize {
+        self.data.len() - self.end
+    }
+
     /// Marks `n` filled bytes as processed.
     pub fn consume(&mut self, n: usize) {
         debug_assert!(n <= self.len());

@@ -92,6 +92,6 @@ async fn refuse_busy(slot: ClientSlot, stream: TcpStream) {
     })
     .await;
     let mut out = Vec::new();
-    write_error(&mut out, 503, "too many clients", true);
+    write_error(&mut out, 503, "too many clients", true, true);
     let _ = write_all(&stream, &out, Limit::Idle(Duration::from_secs(2))).await;
 }

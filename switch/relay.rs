@@ -76,7 +76,7 @@ pub async fn relay_length(
     let mut left = len;
     let buffered = (buf.len() as u64).min(left) as usize;
     if buffered > 0 {
-        let then = Then::more_if(buffered as u64 != left);
+        let then = Then::more_if(buffered as u64 != left && buf.spare_len() == 0);
         send_all(dst, &buf.filled()[..buffered], then, settings.limit())
             .await
             .map_err(RelayError::Write)?;
@@ -103,14 +103,12 @@ pub async fn relay_length(
             return Err(RelayError::Truncated);
         }
         let n = (buf.len() as u64).min(left) as usize;
-        send_all(
-            dst,
-            &buf.filled()[..n],
-            Then::more_if(n as u64 != left),
-            settings.limit(),
-        )
-        .await
-        .map_err(RelayError::Write)?;
+        // MSG_MORE only while the source keeps filling the buffer: a source that pauses must
+        // not have its last bytes held back (up to 200 ms) waiting for more.
+        let then = Then::more_if(n as u64 != left && buf.spare_len() == 0);
+        send_all(dst, &buf.filled()[..n], then, settings.limit())
+            .await
+            .map_err(RelayError::Write)?;
         buf.consume(n);
         meter.add(n as u64);
         left -= n as u64;

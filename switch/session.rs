@@ -27,6 +27,7 @@ use crate::stream::{read_some, write_all, write_both, Limit, Then};
 use crate::upstream::{Lease, Pool};
 use std::io;
 use std::net::SocketAddr;
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tcpvs_modules::{RequestView, ResponseField};
@@ -195,37 +196,41 @@ impl Session {
         let settings = &self.shared.settings;
         let header_timeout = settings.header_timeout;
         let keepalive_timeout = settings.keepalive_timeout;
-        let mut deadline =
-            (first || !self.inbuf.is_empty()).then(|| Instant::now() + header_timeout);
+        let mut deadline = None;
         loop {
+            // Empty lines before a request line are ignored (RFC 9112 section 2.2); dropping
+            // them here keeps a stray CRLF after a body from counting as a started head.
+            while let [b'\r' | b'\n', ..] = self.inbuf.filled() {
+                self.inbuf.consume(1);
+            }
             if !self.inbuf.is_empty() {
+                deadline.get_or_insert_with(|| Instant::now() + header_timeout);
                 match parse_request(self.inbuf.filled_mut(), &mut self.head) {
                     Ok(true) => return self.check_received_body(),
                     Ok(false) => {}
                     Err(e) => return Err(NoRequest::Refuse(e.status, e.reason)),
                 }
+            } else if first {
+                deadline.get_or_insert_with(|| Instant::now() + header_timeout);
             }
             self.inbuf.make_room_for_head(MAX_HEAD_BYTES);
             let limit = match deadline {
                 Some(at) => Limit::Until(at),
                 None => Limit::Idle(keepalive_timeout),
             };
-            let waiting_idle = deadline.is_none();
+            // Nothing of a request yet: a stopping switch lets the connection go at once.
+            let nothing_yet = self.inbuf.is_empty();
             let read = tokio::select! {
                 read = read_some(&self.client, &mut self.inbuf, limit) => read,
-                _ = self.shutdown.wait_for(|stop| *stop), if waiting_idle => return Err(NoRequest::Closed),
+                _ = self.shutdown.wait_for(|stop| *stop), if nothing_yet => return Err(NoRequest::Closed),
             };
             match read {
                 Ok(0) => return Err(NoRequest::Closed),
-                Ok(_) => {
-                    if deadline.is_none() {
-                        deadline = Some(Instant::now() + header_timeout);
-                    }
-                }
+                Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::TimedOut => {
                     // A keep-alive connection that stays silent is closed quietly; a head
                     // that started (or a new connection that sent nothing) gets 408.
-                    return Err(if waiting_idle {
+                    return Err(if deadline.is_none() {
                         NoRequest::Closed
                     } else {
                         NoRequest::Refuse(408, "request head not received in time")
@@ -251,7 +256,7 @@ impl Session {
     /// Sends a refusal for a request that could not be read, then the connection closes.
     async fn refuse(&mut self, status: u16, why: &str) {
         self.out.clear();
-        write_error(&mut self.out, status, why, true);
+        write_error(&mut self.out, status, why, true, true);
         stats::bump(&self.service().stats.local_errors);
         let _ = write_all(&self.client, &self.out, Limit::Idle(Duration::from_secs(5))).await;
         if self.shared.settings.access_log {
@@ -272,7 +277,7 @@ impl Session {
         // The client may go on only if no unread request body is left on the connection.
         let keep = self.head.keep_alive && !self.head.has_body() && !*self.shutdown.borrow();
         self.out.clear();
-        write_error(&mut self.out, status, why, !keep);
+        write_error(&mut self.out, status, why, !keep, !self.head.is_head);
         stats::bump(&self.service().stats.local_errors);
         let sent = write_all(&self.client, &self.out, Limit::Idle(self.relay.idle)).await;
         Outcome::local(status, self.out.len() as u64, keep && sent.is_ok(), pool)
@@ -415,15 +420,19 @@ impl Session {
         let idle_age = self.shared.settings.server_idle_timeout;
         let connect_timeout = self.shared.settings.connect_timeout;
         let mut connects = 0;
-        while connects < attempts {
+        // Every server can be tried at most once, full ones included.
+        while connects < attempts && self.tried.len() < pool.servers.len() {
             let Some(server) = self.pick(pool) else { break };
+            if self.tried.contains(&server) {
+                tracing::error!(pool = %pool.name, "scheduler `{}` answered a server it was told was tried", pool.scheduler.name());
+                break;
+            }
             self.tried.push(server);
-            if pool.servers[server].is_full() {
+            let Some(lease) = pool.try_lease(server) else {
                 // At its max_conns: the next candidate, without spending an attempt.
                 continue;
-            }
+            };
             connects += 1;
-            let lease = pool.lease(server);
             let backend = lease.backend();
             let connection = match backend.take_idle(idle_age) {
                 Some(stream) => Some((stream, true)),
@@ -484,7 +493,8 @@ impl Session {
         let idle = self.relay.idle;
         let client_version = self.head.version;
         self.server_buf.consume(self.server_buf.len());
-        let request_meter = Meter::default();
+        let upload_meter = Meter::default();
+        let download_meter = Meter::default();
 
         // 1. The head, with the body too when it is small and already here (one writev).
         let mut body_left = self.head.framing;
@@ -520,10 +530,12 @@ impl Session {
         stats::bump(&backend.stats.requests);
         let sent_at = Instant::now();
 
-        // 2. The request body and the response head, concurrently: a server may answer 100
-        //    Continue before the body, or a final status without waiting for it.
-        let has_body_to_send = !matches!(body_left, BodyFraming::Empty);
-        let body_done = {
+        // 2. The request body goes up while the response head is awaited: a server may answer
+        //    100 Continue before the body, or its final status before reading all of it.
+        // 3. The response comes down, the upload still going on if it has not ended: a server
+        //    may stream its answer while it reads (full duplex).
+        let uploading_at_start = !matches!(body_left, BodyFraming::Empty);
+        let phase = {
             let Session {
                 client,
                 inbuf,
@@ -532,201 +544,142 @@ impl Session {
                 out,
                 chunk_scratch,
                 relay,
+                head,
+                shutdown,
+                response_field,
                 ..
             } = &mut *self;
             let client: &TcpStream = client;
             let relay: &RelaySettings = relay;
-            let body = async {
-                match body_left {
-                    BodyFraming::Empty | BodyFraming::UntilClose => Ok(()),
-                    BodyFraming::Length(n) => {
-                        relay_length(client, inbuf, &server, n, relay, &request_meter).await
-                    }
-                    BodyFraming::Chunked => {
-                        relay_chunked(
-                            client,
-                            inbuf,
-                            &server,
-                            ChunkedOutput::Chunked,
-                            relay,
-                            chunk_scratch,
-                            &request_meter,
-                        )
-                        .await
-                    }
-                }
-            };
-            let head_limit = if has_body_to_send {
-                Limit::Never
-            } else {
-                Limit::Idle(idle)
-            };
-            let head = read_response_head(
-                &server,
-                server_buf,
-                response,
-                request_kind,
+            let mut upload = pin!(upload_body(
                 client,
-                client_version,
-                out,
-                head_limit,
-                reused,
-            );
-            tokio::pin!(body);
-            tokio::pin!(head);
-            if has_body_to_send {
-                tokio::select! {
-                    sent = &mut body => {
-                        let body_done = match sent {
-                            Ok(()) => true,
-                            // The server stopped reading; its response may say why.
-                            Err(RelayError::Write(_)) => false,
-                            Err(e) => return Err(request_body_error(e)),
-                        };
-                        match tokio::time::timeout(idle, &mut head).await {
-                            Ok(result) => result?,
-                            Err(_) => return Err(ExchangeError::Server { status: 504, why: "no response in time".into() }),
+                inbuf,
+                &server,
+                body_left,
+                relay,
+                chunk_scratch,
+                &upload_meter
+            ));
+            let mut uploading = uploading_at_start;
+            let mut upload_complete = !uploading;
+            {
+                let mut response_head = pin!(read_response_head(
+                    &server,
+                    server_buf,
+                    response,
+                    request_kind,
+                    client,
+                    client_version,
+                    out,
+                    idle,
+                    &upload_meter,
+                    reused,
+                ));
+                loop {
+                    tokio::select! {
+                        result = &mut response_head => {
+                            result?;
+                            break;
                         }
-                        body_done
-                    }
-                    result = &mut head => {
-                        result?;
-                        false
+                        sent = &mut upload, if uploading => {
+                            uploading = false;
+                            match sent {
+                                Ok(()) => upload_complete = true,
+                                // The server stopped reading; its response may say why.
+                                Err(RelayError::Write(_)) => {}
+                                Err(e) => return Err(request_body_error(e)),
+                            }
+                        }
                     }
                 }
+            }
+            stats::bump(&backend.stats.responses);
+            stats::add(
+                &backend.stats.response_time_us,
+                sent_at.elapsed().as_micros() as u64,
+            );
+
+            let status = response.status;
+            if status == 101 || (head.is_connect && (200..300).contains(&status)) {
+                if status == 101 && !head.upgrade {
+                    return Err(ExchangeError::Server {
+                        status: 502,
+                        why: "101 to a request that did not ask to upgrade".into(),
+                    });
+                }
+                if !upload_complete {
+                    return Err(ExchangeError::Server {
+                        status: 502,
+                        why: "tunnel before the request body ended".into(),
+                    });
+                }
+                Phase::Tunnel
             } else {
-                head.await?;
-                true
+                let framing = response.framing;
+                let dechunk = client_version == Version::Http10 && framing == BodyFraming::Chunked;
+                // Announced now, so an upload still running means the connection must close.
+                let keep_client = head.keep_alive
+                    && upload_complete
+                    && !dechunk
+                    && framing != BodyFraming::UntilClose
+                    && !*shutdown.borrow();
+                let connection = if keep_client {
+                    client_connection(client_version, true)
+                } else {
+                    ClientConnection::Close
+                };
+                out.clear();
+                write_response_head(out, response, server_buf.filled(), connection, dechunk);
+                if let Some(field) = response_field {
+                    add_field_to_head(out, field.name.as_bytes(), field.value.as_bytes());
+                }
+                let head_bytes = out.len() as u64;
+                server_buf.consume(response.len);
+                let relayed = {
+                    let mut download = pin!(relay_response(
+                        client,
+                        &server,
+                        server_buf,
+                        out,
+                        framing,
+                        dechunk,
+                        relay,
+                        &download_meter
+                    ));
+                    loop {
+                        tokio::select! {
+                            relayed = &mut download => break relayed,
+                            sent = &mut upload, if uploading => {
+                                uploading = false;
+                                upload_complete = sent.is_ok();
+                            }
+                        }
+                    }
+                };
+                Phase::Relayed {
+                    status,
+                    relayed,
+                    keep_client,
+                    upload_complete,
+                    head_bytes,
+                }
             }
         };
-        stats::bump(&backend.stats.responses);
-        stats::add(
-            &backend.stats.response_time_us,
-            sent_at.elapsed().as_micros() as u64,
-        );
         stats::add(
             &backend.stats.bytes_in,
-            (self.upstream_head.len() + early_body) as u64 + request_meter.get(),
+            (self.upstream_head.len() + early_body) as u64 + upload_meter.get(),
         );
-
-        // 3. The response.
-        let status = self.response.status;
-        if status == 101 || (self.head.is_connect && (200..300).contains(&status)) {
-            if status == 101 && !self.head.upgrade {
-                return Err(ExchangeError::Server {
-                    status: 502,
-                    why: "101 to a request that did not ask to upgrade".into(),
-                });
-            }
-            if !body_done {
-                return Err(ExchangeError::Server {
-                    status: 502,
-                    why: "tunnel before the request body ended".into(),
-                });
-            }
-            return self.open_tunnel(backend.addr, &server).await;
-        }
-
-        let framing = self.response.framing;
-        let http10_client = client_version == Version::Http10;
-        let dechunk = http10_client && framing == BodyFraming::Chunked;
-        let keep_client = self.head.keep_alive
-            && body_done
-            && !dechunk
-            && framing != BodyFraming::UntilClose
-            && !*self.shutdown.borrow();
-        let connection = if keep_client {
-            client_connection(client_version, true)
-        } else {
-            ClientConnection::Close
+        let (status, relayed, keep_client, upload_complete, head_bytes) = match phase {
+            Phase::Tunnel => return self.open_tunnel(backend.addr, &server).await,
+            Phase::Relayed {
+                status,
+                relayed,
+                keep_client,
+                upload_complete,
+                head_bytes,
+            } => (status, relayed, keep_client, upload_complete, head_bytes),
         };
-        self.out.clear();
-        write_response_head(
-            &mut self.out,
-            &self.response,
-            self.server_buf.filled(),
-            connection,
-            dechunk,
-        );
-        if let Some(field) = &self.response_field {
-            add_field_to_head(&mut self.out, field.name.as_bytes(), field.value.as_bytes());
-        }
-        let head_bytes = self.out.len() as u64;
-        self.server_buf.consume(self.response.len);
-
-        let response_meter = Meter::default();
-        let relayed = {
-            let Session {
-                client,
-                server_buf,
-                out,
-                relay,
-                ..
-            } = &mut *self;
-            let client: &TcpStream = client;
-            let relay: &RelaySettings = relay;
-            match framing {
-                BodyFraming::Empty => write_all(client, out, Limit::Idle(idle))
-                    .await
-                    .map_err(RelayError::Write),
-                BodyFraming::Length(n) => {
-                    // The head and the first body bytes in one write.
-                    let first = (server_buf.len() as u64).min(n) as usize;
-                    let then = Then::more_if(first as u64 != n);
-                    match write_both(
-                        client,
-                        out,
-                        &server_buf.filled()[..first],
-                        then,
-                        Limit::Idle(idle),
-                    )
-                    .await
-                    {
-                        Ok(()) => {
-                            server_buf.consume(first);
-                            response_meter.add(first as u64);
-                            relay_length(
-                                &server,
-                                server_buf,
-                                client,
-                                n - first as u64,
-                                relay,
-                                &response_meter,
-                            )
-                            .await
-                        }
-                        Err(e) => Err(RelayError::Write(e)),
-                    }
-                }
-                BodyFraming::Chunked => match write_all(client, out, Limit::Idle(idle)).await {
-                    Ok(()) => {
-                        let output = if dechunk {
-                            ChunkedOutput::Decoded
-                        } else {
-                            ChunkedOutput::Chunked
-                        };
-                        relay_chunked(
-                            &server,
-                            server_buf,
-                            client,
-                            output,
-                            relay,
-                            out,
-                            &response_meter,
-                        )
-                        .await
-                    }
-                    Err(e) => Err(RelayError::Write(e)),
-                },
-                BodyFraming::UntilClose => match write_all(client, out, Limit::Idle(idle)).await {
-                    Ok(()) => {
-                        relay_until_close(&server, server_buf, client, relay, &response_meter).await
-                    }
-                    Err(e) => Err(RelayError::Write(e)),
-                },
-            }
-        };
-        let bytes_out = head_bytes + response_meter.get();
+        let bytes_out = head_bytes + download_meter.get();
         stats::add(&backend.stats.bytes_out, bytes_out);
         if let Err(e) = relayed {
             return Err(ExchangeError::AfterResponse(e.to_string()));
@@ -734,7 +687,7 @@ impl Session {
 
         // 4. The server connection goes back to the idle list if the exchange ended cleanly
         //    on both sides with nothing extra pending.
-        if self.response.server_keep_alive && body_done && self.server_buf.is_empty() {
+        if self.response.server_keep_alive && upload_complete && self.server_buf.is_empty() {
             backend.park(server, self.shared.settings.server_idle_max);
         }
         Ok(Outcome {
@@ -817,6 +770,98 @@ impl Session {
     }
 }
 
+/// Where an exchange stands once the response head is in.
+enum Phase {
+    /// 101 or 2xx to CONNECT: the connection becomes a tunnel.
+    Tunnel,
+    /// The response was relayed (or failed half-way, see `relayed`).
+    Relayed {
+        status: u16,
+        relayed: Result<(), RelayError>,
+        keep_client: bool,
+        upload_complete: bool,
+        head_bytes: u64,
+    },
+}
+
+/// Sends the rest of the request body (what was not sent with the head) to the server.
+async fn upload_body(
+    client: &TcpStream,
+    inbuf: &mut IoBuf,
+    server: &TcpStream,
+    framing: BodyFraming,
+    relay: &RelaySettings,
+    scratch: &mut Vec<u8>,
+    meter: &Meter,
+) -> Result<(), RelayError> {
+    match framing {
+        BodyFraming::Empty | BodyFraming::UntilClose => Ok(()),
+        BodyFraming::Length(n) => relay_length(client, inbuf, server, n, relay, meter).await,
+        BodyFraming::Chunked => {
+            relay_chunked(
+                client,
+                inbuf,
+                server,
+                ChunkedOutput::Chunked,
+                relay,
+                scratch,
+                meter,
+            )
+            .await
+        }
+    }
+}
+
+/// Sends the response head in `out` and then the body, as its framing says.
+#[allow(clippy::too_many_arguments)]
+async fn relay_response(
+    client: &TcpStream,
+    server: &TcpStream,
+    server_buf: &mut IoBuf,
+    out: &mut Vec<u8>,
+    framing: BodyFraming,
+    dechunk: bool,
+    relay: &RelaySettings,
+    meter: &Meter,
+) -> Result<(), RelayError> {
+    let limit = Limit::Idle(relay.idle);
+    match framing {
+        BodyFraming::Empty => write_all(client, out, limit)
+            .await
+            .map_err(RelayError::Write),
+        BodyFraming::Length(n) => {
+            // The head and the first body bytes in one write; held back for more (MSG_MORE)
+            // only when the server filled the whole buffer, i.e. more is surely waiting.
+            let first = (server_buf.len() as u64).min(n) as usize;
+            let more_waiting = server_buf.spare_len() == 0;
+            let then = Then::more_if(first as u64 != n && more_waiting);
+            write_both(client, out, &server_buf.filled()[..first], then, limit)
+                .await
+                .map_err(RelayError::Write)?;
+            server_buf.consume(first);
+            meter.add(first as u64);
+            relay_length(server, server_buf, client, n - first as u64, relay, meter).await
+        }
+        BodyFraming::Chunked => {
+            write_all(client, out, limit)
+                .await
+                .map_err(RelayError::Write)?;
+            let output = if dechunk {
+                ChunkedOutput::Decoded
+            } else {
+                ChunkedOutput::Chunked
+            };
+            relay_chunked(server, server_buf, client, output, relay, out, meter).await
+        }
+        BodyFraming::UntilClose => {
+            write_all(client, out, limit)
+                .await
+                .map_err(RelayError::Write)?;
+            relay_until_close(server, server_buf, client, relay, meter).await
+        }
+    }
+}
+
 fn short_reason(status: u16) -> &'static str {
     match status {
         400 => "invalid request body",
@@ -851,6 +896,9 @@ fn request_body_error(e: RelayError) -> ExchangeError {
 
 /// Reads the server's answer until a final (or 101) response head is in `response`. Interim
 /// 1xx responses go on to HTTP/1.1 clients as they arrive.
+///
+/// The server may stay silent for `idle` at most, counting only time in which no byte moved
+/// either way: while the request body is still going up (`upload` advancing), silence is fine.
 #[allow(clippy::too_many_arguments)]
 async fn read_response_head(
     server: &TcpStream,
@@ -860,10 +908,12 @@ async fn read_response_head(
     client: &TcpStream,
     client_version: Version,
     out: &mut Vec<u8>,
-    limit: Limit,
+    idle: Duration,
+    upload: &Meter,
     reused: bool,
 ) -> Result<(), ExchangeError> {
     let mut received_any = false;
+    let mut uploaded = upload.get();
     loop {
         if !server_buf.is_empty() {
             received_any = true;
@@ -878,7 +928,7 @@ async fn read_response_head(
                             ClientConnection::Persistent,
                             false,
                         );
-                        write_all(client, out, limit)
+                        write_all(client, out, Limit::Idle(idle))
                             .await
                             .map_err(|_| ExchangeError::Client {
                                 status: 0,
@@ -899,7 +949,7 @@ async fn read_response_head(
             }
         }
         server_buf.make_room_for_head(MAX_HEAD_BYTES);
-        match read_some(server, server_buf, limit).await {
+        match read_some(server, server_buf, Limit::Idle(idle)).await {
             Ok(0) if reused && !received_any => return Err(ExchangeError::Stale),
             Ok(0) => {
                 return Err(ExchangeError::Server {
@@ -909,10 +959,14 @@ async fn read_response_head(
             }
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                return Err(ExchangeError::Server {
-                    status: 504,
-                    why: "no response in time".into(),
-                })
+                let now = upload.get();
+                if now == uploaded {
+                    return Err(ExchangeError::Server {
+                        status: 504,
+                        why: "no response in time".into(),
+                    });
+                }
+                uploaded = now;
             }
             Err(_) if reused && !received_any => return Err(ExchangeError::Stale),
             Err(e) => {

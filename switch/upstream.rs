@@ -170,13 +170,14 @@ impl Pool {
             .filter(|&i| i < self.backends.len())
     }
 
-    /// Counts a request as active at `server` until the lease is dropped.
-    pub fn lease(&self, server: usize) -> Lease<'_> {
-        if let Some(state) = self.servers.get(server) {
-            state.add_active();
+    /// Counts a request as active at `server` until the lease is dropped; `None` when the
+    /// server is at its `max_conns` (checked and counted in one atomic step).
+    pub fn try_lease(&self, server: usize) -> Option<Lease<'_>> {
+        if !self.servers.get(server)?.try_add_active() {
+            return None;
         }
         self.scheduler.connection_started(server);
-        Lease { pool: self, server }
+        Some(Lease { pool: self, server })
     }
 }
 

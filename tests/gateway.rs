@@ -358,6 +358,7 @@ async fn upgrade_becomes_a_tunnel() {
     // Bytes sent right behind the head, then 1 MiB both ways, all echoed in order.
     let data = pattern(1 << 20, 99);
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let already = client.take_buffered();
     let (mut reader, mut writer) = client.stream.split();
     let expected: Vec<u8> = [b"early".as_slice(), &data].concat();
     let send = async {
@@ -365,7 +366,7 @@ async fn upgrade_becomes_a_tunnel() {
         writer.shutdown().await.unwrap();
     };
     let receive = async {
-        let mut got = Vec::new();
+        let mut got = already;
         tokio::time::timeout(PATIENCE, reader.read_to_end(&mut got))
             .await
             .unwrap()
@@ -373,6 +374,12 @@ async fn upgrade_becomes_a_tunnel() {
         got
     };
     let ((), got) = tokio::join!(send, receive);
+    assert_eq!(
+        got.len(),
+        expected.len(),
+        "start {:?}",
+        String::from_utf8_lossy(&got[..40.min(got.len())])
+    );
     assert_eq!(sha256_hex(&got), sha256_hex(&expected));
     assert_eq!(
         settle(&switch).await.clients,
@@ -781,4 +788,99 @@ servers = [{ addr = "{live}", weight = 0 }]
         "the failed request was tried once"
     );
     assert_eq!(snap.services[0].requests, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switch_errors_to_head_requests_carry_no_body() {
+    let server = backend().await;
+    let rules = r#"
+[switch]
+access_log = false
+[virtual.web]
+listen = "127.0.0.1:0"
+[[virtual.web.rule]]
+path = "^/ok"
+pool = "p"
+[pool.p]
+servers = [{ addr = "{s}" }]
+"#;
+    let switch = start_switch(rules, &[("s", server.addr.to_string())]).await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    client
+        .send(b"HEAD /nomatch HTTP/1.1\r\nHost: t\r\n\r\nGET /ok HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await;
+    let r = client.response(true).await;
+    assert_eq!(r.status, 503);
+    assert!(r.header("content-length").is_some());
+    // Had the 503 carried its body, this would read the body as a response.
+    let next = client.response(false).await;
+    assert_eq!((next.status, next.text()), (200, "path /ok\n".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_may_answer_while_the_body_is_still_coming() {
+    let server = backend().await;
+    let switch = one_pool(&server, "idle_timeout = \"5s\"").await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    client
+        .send(b"POST /duplex HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nhello")
+        .await;
+    // The server's response head and first echo arrive before the body is complete.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    client.send(b"world").await;
+    let r = client.response(false).await;
+    assert_eq!((r.status, r.text()), (200, "helloworld".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interim_responses_keep_a_slow_answer_alive() {
+    let server = backend().await;
+    let switch = one_pool(&server, "idle_timeout = \"700ms\"").await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    // Five 102s, 300 ms apart: 1.5 s in all, but never 700 ms without a byte.
+    client
+        .send(b"PUT /processing/5 HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc")
+        .await;
+    let mut r = client.response(false).await;
+    while r.status == 102 {
+        r = client.response(false).await;
+    }
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), format!("{} 3\n", sha256_hex(b"abc")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stray_line_end_after_a_body_is_not_a_started_request() {
+    let server = backend().await;
+    let switch = one_pool(
+        &server,
+        "header_timeout = \"200ms\"\nkeepalive_timeout = \"400ms\"",
+    )
+    .await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    client
+        .send(b"POST /sha256 HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nab\r\n")
+        .await;
+    assert_eq!(client.response(false).await.status, 200);
+    // The connection idles out quietly: no 408 comes before the close.
+    assert!(
+        client.try_response(false).await.is_none(),
+        "no response may follow"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_connections_go_that_sent_nothing() {
+    let server = backend().await;
+    let switch = one_pool(&server, "header_timeout = \"30s\"").await;
+    let addr = switch.local_addr("web").unwrap();
+    let mut silent = Client::connect(addr).await;
+    for _ in 0..200 {
+        if switch.stats().clients == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(switch.shutdown(Duration::from_secs(3)).await, 0);
+    assert!(silent.is_closed().await);
 }

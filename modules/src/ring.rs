@@ -86,7 +86,7 @@ impl Ring {
             }
             let share = (active_total * u64::from(state.weight())) as f64 / weight_total as f64;
             let bound = (balance_factor * share).ceil() as u64;
-            if u64::from(state.active()) + 1 <= bound {
+            if u64::from(state.active()) < bound {
                 return Some(server);
             }
         }

@@ -97,6 +97,16 @@ impl ServerState {
         self.active.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts one more active request unless the server is at its limit; true if counted.
+    pub fn try_add_active(&self) -> bool {
+        let limit = self.max_active;
+        self.active
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (limit == 0 || n < limit).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
     pub fn remove_active(&self) {
         // A saturating decrement: a bookkeeping slip elsewhere must not wrap the counter and
         // make the server look infinitely loaded.

@@ -145,29 +145,22 @@ pub(crate) fn connection_options<'a>(values: impl Iterator<Item = &'a [u8]>) -> 
 /// their role whatever the client lists: a request must not be able to hide its own
 /// Content-Length or Host from the server this way.
 pub(crate) fn drop_fields_named_in_connection(fields: &mut [Field], buf: &[u8]) {
-    let mut named = [Span::default(); 8];
-    let mut count = 0;
-    for field in fields.iter() {
-        if field.role == FieldRole::Drop && field.name.get(buf).eq_ignore_ascii_case(b"connection")
-        {
-            let value = field.value.get(buf);
-            for token in list_items(value) {
-                if count < named.len() {
-                    named[count] = Span::of(buf, token);
-                    count += 1;
-                }
-            }
-        }
-    }
+    let connection_values: Vec<Span> = fields
+        .iter()
+        .filter(|f| {
+            f.role == FieldRole::Drop && f.name.get(buf).eq_ignore_ascii_case(b"connection")
+        })
+        .map(|f| f.value)
+        .collect();
     for field in fields.iter_mut() {
         if field.role != FieldRole::Forward {
             continue;
         }
         let name = field.name.get(buf);
-        if named[..count]
+        let named = connection_values
             .iter()
-            .any(|t| t.get(buf).eq_ignore_ascii_case(name))
-        {
+            .any(|v| list_items(v.get(buf)).any(|token| token.eq_ignore_ascii_case(name)));
+        if named {
             field.role = FieldRole::Drop;
         }
     }
@@ -281,6 +274,40 @@ mod tests {
     fn connection_tokens() {
         let o = connection_options([&b"Keep-Alive, Upgrade"[..], b" close ,x-foo"].into_iter());
         assert!(o.close && o.keep_alive && o.upgrade && o.names_fields);
+    }
+
+    #[test]
+    fn every_field_named_in_connection_is_dropped() {
+        let mut raw = b"Connection: keep-alive".to_vec();
+        let names: Vec<String> = (0..20).map(|i| format!("X-H{i}")).collect();
+        for n in &names {
+            raw.extend_from_slice(format!(", {n}").as_bytes());
+        }
+        let connection_value_start = 12;
+        let mut fields = vec![Field {
+            name: Span { start: 0, end: 10 },
+            value: Span {
+                start: connection_value_start,
+                end: raw.len() as u32,
+            },
+            role: FieldRole::Drop,
+        }];
+        for n in names.iter().chain(std::iter::once(&"X-Kept".to_string())) {
+            let start = raw.len() as u32;
+            raw.extend_from_slice(n.as_bytes());
+            fields.push(Field {
+                name: Span {
+                    start,
+                    end: raw.len() as u32,
+                },
+                value: Span { start, end: start },
+                role: FieldRole::Forward,
+            });
+        }
+        drop_fields_named_in_connection(&mut fields, &raw);
+        let dropped = fields.iter().filter(|f| f.role == FieldRole::Drop).count();
+        assert_eq!(dropped, 21, "Connection itself and all 20 named fields");
+        assert_eq!(fields.last().unwrap().role, FieldRole::Forward);
     }
 
     #[test]

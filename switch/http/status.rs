@@ -17,15 +17,20 @@ pub fn reason_phrase(status: u16) -> &'static str {
 }
 
 /// Appends a complete error response to `out`. `detail` is a short explanation meant for the
-/// client; it never carries server addresses.
-pub fn write_error(out: &mut Vec<u8>, status: u16, detail: &str, close: bool) {
+/// client; it never carries server addresses. A response to HEAD (`with_body` false) keeps its
+/// Content-Length but sends no body.
+pub fn write_error(out: &mut Vec<u8>, status: u16, detail: &str, close: bool, with_body: bool) {
     let reason = reason_phrase(status);
     let body_len = status_body_len(status, reason, detail);
     let _ = write!(
         out,
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {body_len}\r\nCache-Control: no-store\r\n{}\r\n{status} {reason}",
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {body_len}\r\nCache-Control: no-store\r\n{}\r\n",
         if close { "Connection: close\r\n" } else { "" },
     );
+    if !with_body {
+        return;
+    }
+    let _ = write!(out, "{status} {reason}");
     if !detail.is_empty() {
         let _ = write!(out, ": {detail}");
     }
@@ -50,7 +55,7 @@ mod tests {
     fn error_bodies_match_their_length() {
         for (status, detail) in [(400, "bad chunk"), (503, ""), (504, "server timeout")] {
             let mut out = Vec::new();
-            write_error(&mut out, status, detail, true);
+            write_error(&mut out, status, detail, true, true);
             let text = String::from_utf8(out).unwrap();
             let (head, body) = text.split_once("\r\n\r\n").unwrap();
             let declared: usize = head
@@ -61,6 +66,9 @@ mod tests {
                 .unwrap();
             assert_eq!(declared, body.len(), "{text}");
             assert!(head.contains("Connection: close"));
+            let mut head_only = Vec::new();
+            write_error(&mut head_only, status, detail, true, false);
+            assert_eq!(head_only, format!("{head}\r\n\r\n").into_bytes());
         }
     }
 }

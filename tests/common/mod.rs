@@ -50,11 +50,27 @@ pub struct Backend {
     pub addr: SocketAddr,
     pub record: Arc<Record>,
     task: tokio::task::JoinHandle<()>,
+    connections: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Backend {
+    /// Stops the server and returns once the listener and every open connection are closed.
+    pub async fn stop(&self) {
+        self.task.abort();
+        let connections: Vec<_> = self.connections.lock().unwrap().drain(..).collect();
+        for c in connections {
+            c.abort();
+            let _ = c.await;
+        }
+    }
 }
 
 impl Drop for Backend {
     fn drop(&mut self) {
         self.task.abort();
+        for c in self.connections.lock().unwrap().iter() {
+            c.abort();
+        }
     }
 }
 
@@ -88,6 +104,8 @@ pub async fn backend_with(options: BackendOptions) -> Backend {
     let addr = listener.local_addr().unwrap();
     let record = Arc::new(Record::default());
     let rec = Arc::clone(&record);
+    let connections: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
+    let conns = Arc::clone(&connections);
     let task = tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
@@ -95,12 +113,18 @@ pub async fn backend_with(options: BackendOptions) -> Backend {
             };
             rec.connections.fetch_add(1, Ordering::SeqCst);
             let rec = Arc::clone(&rec);
-            tokio::spawn(async move {
+            let handle = tokio::spawn(async move {
                 let _ = serve_connection(stream, addr, rec, options).await;
             });
+            conns.lock().unwrap().push(handle);
         }
     });
-    Backend { addr, record, task }
+    Backend {
+        addr,
+        record,
+        task,
+        connections,
+    }
 }
 
 /// A port with nothing listening: connections are refused.
@@ -164,6 +188,38 @@ async fn serve_connection(
 
         if path == "/continue" {
             stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+        }
+        if path == "/duplex" {
+            // Full duplex: the response head goes out at once, then every piece of the
+            // Content-Length body is echoed as a chunk as soon as it arrives.
+            let n: usize = header("content-length").unwrap().trim().parse().unwrap();
+            stream
+                .write_all(
+                    format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n{served_by}\r\n")
+                        .as_bytes(),
+                )
+                .await?;
+            let mut left = n;
+            while left > 0 {
+                if buf.is_empty() {
+                    let mut chunk = vec![0u8; 65536];
+                    let read = stream.read(&mut chunk).await?;
+                    if read == 0 {
+                        return Ok(());
+                    }
+                    buf.extend_from_slice(&chunk[..read]);
+                }
+                let take = buf.len().min(left);
+                let piece: Vec<u8> = buf.drain(..take).collect();
+                left -= take;
+                stream
+                    .write_all(format!("{:x}\r\n", piece.len()).as_bytes())
+                    .await?;
+                stream.write_all(&piece).await?;
+                stream.write_all(b"\r\n").await?;
+            }
+            stream.write_all(b"0\r\n\r\n").await?;
+            continue;
         }
         // Read the body.
         let body = if let Some(te) = header("transfer-encoding") {
@@ -278,6 +334,21 @@ async fn serve_connection(
                     }
                     stream.write_all(&chunk[..n]).await?;
                 }
+            }
+            ["processing", n] => {
+                // Interim 102s every 300 ms before the answer: the server is working.
+                for _ in 0..n.parse::<usize>().unwrap() {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    stream.write_all(b"HTTP/1.1 102 Processing\r\n\r\n").await?;
+                }
+                let text = format!("{} {}\n", sha256_hex(&body), body.len());
+                out.extend_from_slice(
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n{served_by}\r\n{text}",
+                        text.len()
+                    )
+                    .as_bytes(),
+                );
             }
             ["slow", ms] => {
                 tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await;
@@ -551,6 +622,11 @@ impl Client {
             }
             _ => false,
         }
+    }
+
+    /// Bytes already read past the last response (e.g. tunnel data that came with a 101).
+    pub fn take_buffered(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buf)
     }
 
     /// True when the server closed the connection (EOF) with nothing more to read.
