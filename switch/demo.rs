@@ -198,7 +198,8 @@ fn html_page(demo: &DemoServer, path: &str, number: u64) -> String {
          <body><h1>tcpvs content switching demo</h1>\n\
          <p>This page <code>{path}</code> came from pool <b>{pool}</b>, server <b>{addr}</b> (its request #{number}).</p>\n\
          <p>Each picture below is a separate request, routed by the rule on its path to pool <b>images</b>; \
-         its colour tells which image server drew it:</p>\n<p>{images}</p>\n\
+         its colour tells which image server drew it. The pool's LARD module keeps each picture on one server \
+         (so that server's cache holds it) and spreads the pictures over both; reload and the colours stay:</p>\n<p>{images}</p>\n\
          <p>The CGI pool computes an answer per request: <a href=\"/cgi-bin/hello?name=visitor\">/cgi-bin/hello?name=visitor</a>.</p>\n\
          <p>Other pages: <a href=\"/about.html\">/about.html</a>, <a href=\"/images/logo.svg\">/images/logo.svg</a>. \
          Reload to watch the static pool's servers take turns by weight (1:2).</p>\n</body></html>\n",

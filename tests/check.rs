@@ -81,7 +81,11 @@ fn a_valid_file_gets_a_summary() {
 
 #[test]
 fn the_shipped_rule_files_are_valid() {
-    for file in ["rules/demo.toml", "rules/static-image-cgi.toml"] {
+    for file in [
+        "rules/demo.toml",
+        "rules/static-image-cgi.toml",
+        "rules/locality.toml",
+    ] {
         let out = Command::new(env!("CARGO_BIN_EXE_tcpvs"))
             .arg("check")
             .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file))

@@ -11,15 +11,31 @@ use crate::load::least_loaded_from;
 use crate::options::Options;
 use crate::ring::Ring;
 use crate::{BuildError, PoolView, RequestView, Scheduler};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
+
+fn usable_weight(pool: &PoolView<'_>) -> u64 {
+    pool.servers
+        .iter()
+        .map(|s| s.load())
+        .filter(|l| l.is_usable())
+        .map(|l| u64::from(l.weight))
+        .sum()
+}
 
 #[derive(Debug)]
 pub struct ConsistentHash {
     name: &'static str,
     key: KeySource,
-    balance_factor: f64,
+    /// In thousandths; `None`: no load bound.
+    balance_factor: Option<u64>,
     server_ids: Vec<String>,
     ring: RwLock<Ring>,
+    /// Requests in flight in the pool, kept through connection_started/ended so a pick does
+    /// not have to add up every server (HAProxy's lb_chash does the same).
+    active: AtomicU64,
+    /// Weight of the usable servers, refreshed when servers change.
+    usable_weight: AtomicU64,
 }
 
 impl ConsistentHash {
@@ -53,9 +69,11 @@ impl ConsistentHash {
         }
         let weights: Vec<u32> = pool.servers.iter().map(|s| s.weight()).collect();
         Ok(ConsistentHash {
+            active: AtomicU64::new(pool.servers.iter().map(|s| u64::from(s.active())).sum()),
+            usable_weight: AtomicU64::new(usable_weight(pool)),
             name,
             key,
-            balance_factor: if factor == 0.0 { f64::INFINITY } else { factor },
+            balance_factor: (factor != 0.0).then(|| (factor * 1000.0).round() as u64),
             server_ids: server_ids.to_vec(),
             ring: RwLock::new(Ring::build(server_ids, &weights)),
         })
@@ -77,9 +95,26 @@ impl Scheduler for ConsistentHash {
             // No key (no such header or cookie): any server will do; take the least loaded.
             return least_loaded_from(pool, tried, 0);
         };
+        let bound = self.balance_factor.map(|factor| {
+            (
+                factor,
+                self.active.load(Ordering::Relaxed),
+                self.usable_weight.load(Ordering::Relaxed),
+            )
+        });
         let ring = self.ring.read().ok()?;
-        ring.pick(hash, pool, tried, self.balance_factor)
+        ring.pick(hash, pool, tried, bound)
             .or_else(|| least_loaded_from(pool, tried, 0))
+    }
+
+    fn connection_started(&self, _server: usize) {
+        self.active.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn connection_ended(&self, _server: usize) {
+        let _ = self
+            .active
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     }
 
     fn servers_changed(&self, pool: &PoolView<'_>) {
@@ -87,6 +122,8 @@ impl Scheduler for ConsistentHash {
         if let Ok(mut ring) = self.ring.write() {
             *ring = Ring::build(&self.server_ids, &weights);
         }
+        self.usable_weight
+            .store(usable_weight(pool), Ordering::Relaxed);
     }
 }
 
@@ -137,6 +174,7 @@ mod tests {
         let h = hash(&pool, &ids(10), 0.0);
         let before = place(&h, &pool, 20_000);
         servers[3].set_up(false);
+        h.servers_changed(&pool);
         let after = place(&h, &pool, 20_000);
         let moved = before.iter().zip(&after).filter(|(a, b)| a != b).count();
         let expected = before.iter().filter(|&&s| s == 3).count();
@@ -165,11 +203,13 @@ mod tests {
         let mut r = request();
         r.path = b"/hot";
         let home = h.pick(&r, &pool, &[]).unwrap();
+        // (The switch tells modules when requests start and end; so does this test.)
         // Hold every pick open: the bound for the home server is ceil(1.25 * (total+1) / 4).
         let mut counts = [0u32; 4];
         for _ in 0..40 {
             let s = h.pick(&r, &pool, &[]).unwrap();
             servers[s].add_active();
+            h.connection_started(s);
             counts[s] += 1;
             let total: u32 = counts.iter().sum();
             let bound = (1.25 * f64::from(total) / 4.0).ceil() as u32;

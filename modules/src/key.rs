@@ -3,8 +3,7 @@
 use crate::options::Options;
 use crate::{OptionError, RequestView};
 use regex::bytes::Regex;
-use siphasher::sip::SipHasher13;
-use std::hash::Hasher;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Where a request's key comes from (`key = ...` in the pool table).
 #[derive(Debug, Clone)]
@@ -92,42 +91,37 @@ impl KeySource {
     /// A stable 64-bit hash of the request's key, or `None` when the request has no such key
     /// (no header, no cookie, no match).
     pub fn hash(&self, request: &RequestView<'_>) -> Option<u64> {
-        let mut h = stable_hasher();
-        match self {
-            KeySource::Path => h.write(request.path),
+        Some(match self {
+            KeySource::Path => stable_hash(request.path),
             KeySource::Uri => {
-                h.write(request.path);
-                if let Some(q) = request.query {
-                    h.write(b"?");
-                    h.write(q);
+                let path = stable_hash(request.path);
+                match request.query {
+                    // The query hashed with the path's hash as seed: no concatenation needed.
+                    Some(q) => xxh3_64_with_seed(q, path),
+                    None => path,
                 }
             }
             KeySource::Capture { pattern, group } => {
                 let captures = pattern.captures(request.path)?;
-                h.write(captures.get(*group)?.as_bytes());
+                stable_hash(captures.get(*group)?.as_bytes())
             }
-            KeySource::Header(name) => h.write(request.headers.header(name)?),
-            KeySource::Cookie(name) => h.write(cookie_value(request, name)?),
+            KeySource::Header(name) => stable_hash(request.headers.header(name)?),
+            KeySource::Cookie(name) => stable_hash(cookie_value(request, name)?),
             KeySource::Source => match request.client.to_canonical() {
-                std::net::IpAddr::V4(a) => h.write(&a.octets()),
-                std::net::IpAddr::V6(a) => h.write(&a.octets()),
+                std::net::IpAddr::V4(a) => stable_hash(&a.octets()),
+                std::net::IpAddr::V6(a) => stable_hash(&a.octets()),
             },
-        }
-        Some(h.finish())
+        })
     }
 }
 
-/// A hasher whose output is the same in every process and on every machine, so two switches
-/// with the same rules agree.
-pub fn stable_hasher() -> SipHasher13 {
-    SipHasher13::new_with_keys(0x7463_7076_735f_6b30, 0x7463_7076_735f_6b31)
+/// A hash whose output is the same in every process, on every machine and in every version of
+/// tcpvs (XXH3 is a fixed specification), so switches with the same rules agree on placement.
+pub fn stable_hash(bytes: &[u8]) -> u64 {
+    xxh3_64_with_seed(bytes, STABLE_SEED)
 }
 
-pub fn stable_hash(bytes: &[u8]) -> u64 {
-    let mut h = stable_hasher();
-    h.write(bytes);
-    h.finish()
-}
+const STABLE_SEED: u64 = 0x7463_7076_735f_6b30;
 
 /// The value of cookie `name` in the request's Cookie field (RFC 6265 section 5.4 syntax:
 /// `a=1; b=2`).
@@ -167,6 +161,8 @@ mod tests {
         Ok(k)
     }
 
+    const PINNED_PATH_HASH: u64 = 5_970_922_785_492_984_894;
+
     #[test]
     fn keys_come_from_the_right_part() {
         let headers = Headers(vec![
@@ -179,6 +175,8 @@ mod tests {
         r.headers = &headers;
         let path = source(&[]).unwrap().hash(&r).unwrap();
         assert_eq!(path, stable_hash(b"/users/ann/photos"));
+        // Pinned: placement must not change between versions (rolling upgrades).
+        assert_eq!(stable_hash(b"/users/ann/photos"), PINNED_PATH_HASH);
         assert_ne!(source(&[("key", "uri")]).unwrap().hash(&r).unwrap(), path);
         let capture = source(&[("key", "regex"), ("pattern", "^/users/([^/]+)/")]).unwrap();
         assert_eq!(capture.hash(&r), Some(stable_hash(b"ann")));

@@ -108,20 +108,20 @@ impl Scheduler for Lard {
         // over an idle pool instead of piling onto the first server.
         let start = (target % n as u64) as usize;
         let mut servers = self.servers.lock().ok()?;
-        let current = servers
-            .get(&target)
-            .map(|&s| s as usize)
-            .filter(|&s| s < pool.servers.len() && eligible(&pool.servers[s], s, tried));
-        let chosen = match current {
-            Some(s)
-                if !self
+        // One map lookup: the entry is read and, if the target moves, updated in place.
+        if let Some(home) = servers.get_mut(&target) {
+            let s = *home as usize;
+            let stays = s < pool.servers.len()
+                && eligible(&pool.servers[s], s, tried)
+                && !self
                     .settings
-                    .should_move(pool.servers[s].active(), pool, tried) =>
-            {
-                s
+                    .should_move(pool.servers[s].active(), pool, tried);
+            if !stays {
+                *home = least_loaded_from(pool, tried, start)? as u32;
             }
-            _ => least_loaded_from(pool, tried, start)?,
-        };
+            return Some(*home as usize);
+        }
+        let chosen = least_loaded_from(pool, tried, start)?;
         servers.put(target, chosen as u32);
         Some(chosen)
     }

@@ -88,28 +88,37 @@ impl Scheduler for LardReplicated {
             return least_loaded_from(pool, tried, 0);
         };
         let start = (target % count as u64) as usize;
-        let now = self.clock.now();
         let mut sets = self.sets.lock().ok()?;
         let set = sets.get_or_insert_mut(target, || ServerSet {
             members: Vec::new(),
-            last_change: now,
+            last_change: Duration::ZERO,
         });
         // Servers that went away, became quiescent or failed for this request are no member.
-        let before = set.members.len();
-        set.members.retain(|&m| {
-            (m as usize) < pool.servers.len()
-                && eligible(&pool.servers[m as usize], m as usize, tried)
-        });
-        let mut changed = set.members.len() != before;
-
-        let least_member = set.members.iter().map(|&m| m as usize).reduce(|a, b| {
+        let member_ok = |m: &u32| {
+            let m = *m as usize;
+            m < pool.servers.len() && eligible(&pool.servers[m], m, tried)
+        };
+        let mut changed = false;
+        if !set.members.iter().all(member_ok) {
+            set.members.retain(member_ok);
+            changed = true;
+        }
+        let heavier = |a: usize, b: usize| {
+            if lighter(&pool.servers[a], &pool.servers[b]) {
+                b
+            } else {
+                a
+            }
+        };
+        let lighter_of = |a: usize, b: usize| {
             if lighter(&pool.servers[b], &pool.servers[a]) {
                 b
             } else {
                 a
             }
-        });
-        let chosen = match least_member {
+        };
+        let members = set.members.iter().map(|&m| m as usize);
+        let chosen = match members.clone().reduce(lighter_of) {
             None => {
                 let n = least_loaded_from(pool, tried, start)?;
                 set.members.push(n as u32);
@@ -117,6 +126,8 @@ impl Scheduler for LardReplicated {
                 n
             }
             Some(n) => {
+                // Both taken before the set changes, as in the paper.
+                let m = members.reduce(heavier).unwrap_or(n);
                 let mut chosen = n;
                 if self
                     .settings
@@ -130,30 +141,18 @@ impl Scheduler for LardReplicated {
                         chosen = p;
                     }
                 }
-                if set.members.len() > 1 && now.saturating_sub(set.last_change) > self.k {
-                    // The most loaded member leaves; never the one this request goes to.
-                    let most = set
-                        .members
-                        .iter()
-                        .map(|&m| m as usize)
-                        .filter(|&m| m != chosen)
-                        .reduce(|a, b| {
-                            if lighter(&pool.servers[a], &pool.servers[b]) {
-                                b
-                            } else {
-                                a
-                            }
-                        });
-                    if let Some(m) = most {
-                        set.members.retain(|&x| x as usize != m);
-                        changed = true;
-                    }
+                // The clock is read only for sets that may shrink: most targets have one server.
+                if set.members.len() > 1
+                    && self.clock.now().saturating_sub(set.last_change) > self.k
+                {
+                    set.members.retain(|&x| x as usize != m);
+                    changed = true;
                 }
                 chosen
             }
         };
         if changed {
-            set.last_change = now;
+            set.last_change = self.clock.now();
         }
         Some(chosen)
     }

@@ -29,7 +29,7 @@ pub mod wrr;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use options::{OptionError, OptionValue, Options};
 pub use registry::{build, BuildContext, BuildError, MODULE_NAMES};
-pub use view::{HeaderLookup, PoolView, RequestView, ServerState};
+pub use view::{HeaderLookup, Load, PoolView, RequestView, ServerState};
 
 use std::fmt;
 

@@ -1,7 +1,7 @@
 //! Load comparisons shared by the modules: active requests per unit of weight, compared by
 //! cross-multiplication so no precision is lost.
 
-use crate::{PoolView, ServerState};
+use crate::{Load, PoolView, ServerState};
 
 /// A server may get new work: up, weight above 0, and not already tried for this request.
 pub(crate) fn eligible(server: &ServerState, index: usize, tried: &[usize]) -> bool {
@@ -10,7 +10,11 @@ pub(crate) fn eligible(server: &ServerState, index: usize, tried: &[usize]) -> b
 
 /// `a` carries less load per weight than `b` (both weights above 0).
 pub(crate) fn lighter(a: &ServerState, b: &ServerState) -> bool {
-    u64::from(a.active()) * u64::from(b.weight()) < u64::from(b.active()) * u64::from(a.weight())
+    lighter_load(a.load(), b.load())
+}
+
+pub(crate) fn lighter_load(a: Load, b: Load) -> bool {
+    u64::from(a.active) * u64::from(b.weight) < u64::from(b.active) * u64::from(a.weight)
 }
 
 /// The eligible server with the least load per weight. Ties go to the first one met when
@@ -21,18 +25,18 @@ pub(crate) fn least_loaded_from(
     start: usize,
 ) -> Option<usize> {
     let n = pool.servers.len();
-    let mut best: Option<usize> = None;
+    let mut best: Option<(usize, Load)> = None;
     for step in 0..n {
         let i = (start + step) % n;
-        let server = &pool.servers[i];
-        if !eligible(server, i, tried) {
+        let load = pool.servers[i].load();
+        if !load.is_usable() || tried.contains(&i) {
             continue;
         }
-        if best.is_none_or(|b| lighter(server, &pool.servers[b])) {
-            best = Some(i);
+        if best.is_none_or(|(_, b)| lighter_load(load, b)) {
+            best = Some((i, load));
         }
     }
-    best
+    best.map(|(i, _)| i)
 }
 
 /// Some eligible server has fewer than `limit` active requests.

@@ -1,5 +1,5 @@
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Case-insensitive access to the request's header fields, implemented by the switch over its
 /// parsed request head so that a module sees headers without any copy.
@@ -34,13 +34,35 @@ impl std::fmt::Debug for RequestView<'_> {
 
 /// The live state of one server that scheduling depends on. The switch owns these and updates
 /// them; modules only read them.
+///
+/// Weight, health and active count share one atomic word, so a module reads a consistent
+/// [`Load`] of a server with a single load: picking among 64 servers stays a short loop.
 #[derive(Debug)]
 pub struct ServerState {
-    weight: AtomicU32,
-    up: AtomicBool,
-    active: AtomicU32,
+    /// Bits 0..32: active requests; bits 32..48: weight; bit 48: down.
+    state: AtomicU64,
     /// Most requests in flight at once; 0 means no limit.
     max_active: u32,
+}
+
+const WEIGHT_SHIFT: u32 = 32;
+const WEIGHT_MASK: u64 = 0xffff << WEIGHT_SHIFT;
+const DOWN: u64 = 1 << 48;
+const ACTIVE_MASK: u64 = 0xffff_ffff;
+
+/// One server's figures, read together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Load {
+    pub active: u32,
+    pub weight: u32,
+    pub up: bool,
+}
+
+impl Load {
+    /// Up and not quiescent: may receive new work.
+    pub fn is_usable(self) -> bool {
+        self.up && self.weight > 0
+    }
 }
 
 impl ServerState {
@@ -48,12 +70,21 @@ impl ServerState {
         Self::with_limit(weight, 0)
     }
 
+    /// `weight` is capped at 65535, the rule file's maximum.
     pub fn with_limit(weight: u32, max_active: u32) -> Self {
         ServerState {
-            weight: AtomicU32::new(weight),
-            up: AtomicBool::new(true),
-            active: AtomicU32::new(0),
+            state: AtomicU64::new(u64::from(weight.min(0xffff)) << WEIGHT_SHIFT),
             max_active,
+        }
+    }
+
+    /// Weight, health and active count in one read.
+    pub fn load(&self) -> Load {
+        let v = self.state.load(Ordering::Relaxed);
+        Load {
+            active: (v & ACTIVE_MASK) as u32,
+            weight: ((v & WEIGHT_MASK) >> WEIGHT_SHIFT) as u32,
+            up: v & DOWN == 0,
         }
     }
 
@@ -68,41 +99,55 @@ impl ServerState {
     }
 
     pub fn weight(&self) -> u32 {
-        self.weight.load(Ordering::Relaxed)
+        self.load().weight
     }
 
     pub fn set_weight(&self, weight: u32) {
-        self.weight.store(weight, Ordering::Relaxed);
+        let w = u64::from(weight.min(0xffff)) << WEIGHT_SHIFT;
+        let _ = self
+            .state
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some((v & !WEIGHT_MASK) | w)
+            });
     }
 
     pub fn is_up(&self) -> bool {
-        self.up.load(Ordering::Relaxed)
+        self.load().up
     }
 
     pub fn set_up(&self, up: bool) {
-        self.up.store(up, Ordering::Relaxed);
+        if up {
+            self.state.fetch_and(!DOWN, Ordering::Relaxed);
+        } else {
+            self.state.fetch_or(DOWN, Ordering::Relaxed);
+        }
     }
 
     /// Requests in flight at this server (LVS "ActiveConn").
     pub fn active(&self) -> u32 {
-        self.active.load(Ordering::Relaxed)
+        self.load().active
     }
 
     /// Up and not quiescent: may receive new work.
     pub fn is_usable(&self) -> bool {
-        self.is_up() && self.weight() > 0
+        self.load().is_usable()
     }
 
     pub fn add_active(&self) {
-        self.active.fetch_add(1, Ordering::Relaxed);
+        let _ = self
+            .state
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                ((v & ACTIVE_MASK) < ACTIVE_MASK).then_some(v + 1)
+            });
     }
 
     /// Counts one more active request unless the server is at its limit; true if counted.
     pub fn try_add_active(&self) -> bool {
-        let limit = self.max_active;
-        self.active
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (limit == 0 || n < limit).then_some(n + 1)
+        let limit = u64::from(self.max_active);
+        self.state
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                let active = v & ACTIVE_MASK;
+                ((limit == 0 || active < limit) && active < ACTIVE_MASK).then_some(v + 1)
             })
             .is_ok()
     }
@@ -111,8 +156,34 @@ impl ServerState {
         // A saturating decrement: a bookkeeping slip elsewhere must not wrap the counter and
         // make the server look infinitely loaded.
         let _ = self
-            .active
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+            .state
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                (v & ACTIVE_MASK > 0).then(|| v - 1)
+            });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ServerState;
+
+    #[test]
+    fn packed_fields_stay_apart() {
+        let s = ServerState::with_limit(65_535, 2);
+        assert!(s.try_add_active() && s.try_add_active());
+        assert!(!s.try_add_active(), "at max_conns");
+        s.set_up(false);
+        s.set_weight(7);
+        let l = s.load();
+        assert_eq!((l.active, l.weight, l.up), (2, 7, false));
+        s.remove_active();
+        s.remove_active();
+        s.remove_active();
+        assert_eq!(s.active(), 0, "never below zero");
+        s.set_up(true);
+        assert!(s.is_usable());
+        s.set_weight(100_000);
+        assert_eq!(s.weight(), 65_535);
     }
 }
 

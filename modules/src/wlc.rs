@@ -26,29 +26,6 @@ impl WeightedLeastConnection {
     }
 }
 
-/// The best candidate so far, with the figures it is compared by.
-#[derive(Clone, Copy)]
-struct Candidate {
-    index: usize,
-    active: u64,
-    weight: u64,
-    picks: u64,
-}
-
-impl Candidate {
-    /// `self` carries less load per weight than `other`, ties broken by picks per weight.
-    fn beats(&self, other: &Candidate) -> bool {
-        let mine = self.active * other.weight;
-        let theirs = other.active * self.weight;
-        if mine != theirs {
-            return mine < theirs;
-        }
-        // u128: a pick counter times a 16-bit weight may exceed u64 after years of uptime.
-        (self.picks as u128) * (other.weight as u128)
-            < (other.picks as u128) * (self.weight as u128)
-    }
-}
-
 impl WeightedLeastConnection {
     /// The least loaded usable server not in `tried`; with `weighted` false every weight
     /// counts as 1 (the `lc` module), though weight 0 still means quiescent.
@@ -58,33 +35,40 @@ impl WeightedLeastConnection {
         tried: &[usize],
         weighted: bool,
     ) -> Option<usize> {
-        let mut best: Option<Candidate> = None;
+        // (index, active, weight) of the best so far; one atomic read per server.
+        let mut best: Option<(usize, u64, u64)> = None;
         for (index, server) in pool.servers.iter().enumerate() {
-            if !server.is_usable() || tried.contains(&index) {
+            let load = server.load();
+            if !load.is_usable() || tried.contains(&index) {
                 continue;
             }
-            let candidate = Candidate {
-                index,
-                active: u64::from(server.active()),
-                weight: if weighted {
-                    u64::from(server.weight())
-                } else {
-                    1
-                },
-                picks: self
-                    .picks
-                    .get(index)
-                    .map_or(0, |p| p.load(Ordering::Relaxed)),
+            let active = u64::from(load.active);
+            let weight = if weighted { u64::from(load.weight) } else { 1 };
+            let better = match best {
+                None => true,
+                Some((b, b_active, b_weight)) => {
+                    let mine = active * b_weight;
+                    let theirs = b_active * weight;
+                    mine < theirs
+                        || (mine == theirs && self.fewer_picks(index, weight, b, b_weight))
+                }
             };
-            if best.is_none_or(|b| candidate.beats(&b)) {
-                best = Some(candidate);
+            if better {
+                best = Some((index, active, weight));
             }
         }
-        let chosen = best?.index;
+        let (chosen, _, _) = best?;
         if let Some(picks) = self.picks.get(chosen) {
             picks.fetch_add(1, Ordering::Relaxed);
         }
         Some(chosen)
+    }
+
+    /// Tie-break: server `a` has had fewer picks per unit of weight than `b`.
+    fn fewer_picks(&self, a: usize, a_weight: u64, b: usize, b_weight: u64) -> bool {
+        let picks = |i: usize| self.picks.get(i).map_or(0, |p| p.load(Ordering::Relaxed));
+        // u128: a pick counter times a 16-bit weight may exceed u64 after years of uptime.
+        u128::from(picks(a)) * u128::from(b_weight) < u128::from(picks(b)) * u128::from(a_weight)
     }
 
     pub(crate) fn forget_picks(&self) {

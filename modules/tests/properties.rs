@@ -112,12 +112,14 @@ proptest! {
             if release && !held.is_empty() {
                 let s = held.remove(key as usize % held.len());
                 servers[s].remove_active();
+                m.connection_ended(s);
                 continue;
             }
             let path = format!("/k/{}", key % 7); // few keys: hot ones must spill
             let r = request(path.as_bytes(), &headers, 1);
             let s = m.pick(&r, &PoolView { servers: &servers }, &[]).unwrap();
             servers[s].add_active();
+            m.connection_started(s);
             held.push(s);
             let total = held.len() as f64;
             let bound = (factor * total / n as f64).ceil() as u32;
