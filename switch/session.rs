@@ -656,28 +656,28 @@ impl Session {
                         }
                     }
                 };
-                Phase::Relayed {
+                Phase::Relayed(Relayed {
                     status,
                     relayed,
                     keep_client,
                     upload_complete,
                     head_bytes,
-                }
+                })
             }
         };
         stats::add(
             &backend.stats.bytes_in,
             (self.upstream_head.len() + early_body) as u64 + upload_meter.get(),
         );
-        let (status, relayed, keep_client, upload_complete, head_bytes) = match phase {
+        let Relayed {
+            status,
+            relayed,
+            keep_client,
+            upload_complete,
+            head_bytes,
+        } = match phase {
             Phase::Tunnel => return self.open_tunnel(backend.addr, &server).await,
-            Phase::Relayed {
-                status,
-                relayed,
-                keep_client,
-                upload_complete,
-                head_bytes,
-            } => (status, relayed, keep_client, upload_complete, head_bytes),
+            Phase::Relayed(relayed) => relayed,
         };
         let bytes_out = head_bytes + download_meter.get();
         stats::add(&backend.stats.bytes_out, bytes_out);
@@ -774,14 +774,16 @@ impl Session {
 enum Phase {
     /// 101 or 2xx to CONNECT: the connection becomes a tunnel.
     Tunnel,
-    /// The response was relayed (or failed half-way, see `relayed`).
-    Relayed {
-        status: u16,
-        relayed: Result<(), RelayError>,
-        keep_client: bool,
-        upload_complete: bool,
-        head_bytes: u64,
-    },
+    Relayed(Relayed),
+}
+
+/// A response relayed to the client (or failed half-way, see `relayed`).
+struct Relayed {
+    status: u16,
+    relayed: Result<(), RelayError>,
+    keep_client: bool,
+    upload_complete: bool,
+    head_bytes: u64,
 }
 
 /// Sends the rest of the request body (what was not sent with the head) to the server.

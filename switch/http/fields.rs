@@ -141,6 +141,31 @@ pub(crate) fn connection_options<'a>(values: impl Iterator<Item = &'a [u8]>) -> 
     options
 }
 
+/// Reads the Connection fields of a head, drops the fields they name, and says whether the
+/// connection persists after this message (RFC 9112 section 9.3).
+pub(crate) fn read_connection(
+    fields: &mut [Field],
+    buf: &[u8],
+    version: Version,
+) -> (ConnectionOptions, bool) {
+    let options = connection_options(
+        fields
+            .iter()
+            .filter(|f| {
+                f.role == FieldRole::Drop && f.name.get(buf).eq_ignore_ascii_case(b"connection")
+            })
+            .map(|f| f.value.get(buf)),
+    );
+    if options.names_fields {
+        drop_fields_named_in_connection(fields, buf);
+    }
+    let persistent = match version {
+        Version::Http11 => !options.close,
+        Version::Http10 => options.keep_alive && !options.close,
+    };
+    (options, persistent)
+}
+
 /// Marks as dropped every field named by a Connection token. Framing and routing fields keep
 /// their role whatever the client lists: a request must not be able to hide its own
 /// Content-Length or Host from the server this way.

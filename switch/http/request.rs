@@ -1,8 +1,8 @@
 //! Request heads: parsing (httparse), validation and the facts routing needs.
 
 use super::fields::{
-    connection_options, drop_fields_named_in_connection, parse_content_length, role_of,
-    transfer_coding, Field, FieldRole, Span, TransferCoding, Version,
+    parse_content_length, read_connection, role_of, transfer_coding, Field, FieldRole, Span,
+    TransferCoding, Version,
 };
 use super::{BodyFraming, HeadError, MAX_HEADER_FIELDS, MAX_HEAD_BYTES};
 use std::mem::MaybeUninit;
@@ -346,21 +346,8 @@ fn read_fields(buf: &[u8], head: &mut RequestHead) -> Result<(), HeadError> {
         }
     }
 
-    let connection = connection_options(
-        head.fields
-            .iter()
-            .filter(|f| {
-                f.role == FieldRole::Drop && f.name.get(buf).eq_ignore_ascii_case(b"connection")
-            })
-            .map(|f| f.value.get(buf)),
-    );
-    if connection.names_fields {
-        drop_fields_named_in_connection(&mut head.fields, buf);
-    }
-    head.keep_alive = match head.version {
-        Version::Http11 => !connection.close,
-        Version::Http10 => connection.keep_alive && !connection.close,
-    };
+    let (connection, persistent) = read_connection(&mut head.fields, buf, head.version);
+    head.keep_alive = persistent;
     head.upgrade = connection.upgrade && has_upgrade_field && !head.is_connect;
 
     head.framing = if has_transfer_encoding {

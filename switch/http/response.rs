@@ -1,8 +1,8 @@
 //! Response heads from servers: parsing, validation and framing (RFC 9112 section 6.3).
 
 use super::fields::{
-    connection_options, drop_fields_named_in_connection, parse_content_length, role_of,
-    transfer_coding, Field, FieldRole, Span, TransferCoding, Version,
+    parse_content_length, read_connection, role_of, transfer_coding, Field, FieldRole, Span,
+    TransferCoding, Version,
 };
 use super::{BodyFraming, MAX_HEADER_FIELDS, MAX_HEAD_BYTES};
 
@@ -123,21 +123,8 @@ fn read_fields(
             _ => {}
         }
     }
-    let connection = connection_options(
-        head.fields
-            .iter()
-            .filter(|f| {
-                f.role == FieldRole::Drop && f.name.get(buf).eq_ignore_ascii_case(b"connection")
-            })
-            .map(|f| f.value.get(buf)),
-    );
-    if connection.names_fields {
-        drop_fields_named_in_connection(&mut head.fields, buf);
-    }
-    head.server_keep_alive = match head.version {
-        Version::Http11 => !connection.close,
-        Version::Http10 => connection.keep_alive && !connection.close,
-    };
+    let (_, persistent) = read_connection(&mut head.fields, buf, head.version);
+    head.server_keep_alive = persistent;
     head.content_length = content_length;
     if has_transfer_encoding && content_length.is_some() {
         // RFC 9112 section 6.3: Transfer-Encoding overrides Content-Length, which must not be
