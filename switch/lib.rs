@@ -12,12 +12,14 @@ pub mod demo;
 pub mod gateway;
 pub mod http;
 pub mod listener;
+pub mod recycle;
 pub mod relay;
 pub mod rules;
 mod session;
 pub mod splice;
 pub mod stats;
 pub mod stream;
+pub mod timeouts;
 pub mod upstream;
 
 pub use config::Config;

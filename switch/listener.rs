@@ -6,6 +6,7 @@ use crate::http::status::write_error;
 use crate::session::Session;
 use crate::stats;
 use crate::stream::{write_all, Limit};
+use crate::timeouts::SESSION_TIMER;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -23,6 +24,9 @@ pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
         TcpSocket::new_v6()?
     };
     socket.set_reuseaddr(true)?;
+    // Accepted sockets inherit TCP_NODELAY from the listener on Linux: one system call here
+    // instead of one per connection.
+    socket.set_nodelay(true)?;
     socket.bind(addr)?;
     socket.listen(BACKLOG)
 }
@@ -40,6 +44,7 @@ pub async fn accept_loop(shared: Arc<Shared>, service: usize, listener: TcpListe
     let mut shutdown = shared.shutdown.clone();
     loop {
         let accepted = tokio::select! {
+            biased;
             accepted = listener.accept() => accepted,
             _ = shutdown.wait_for(|stop| *stop) => return,
         };
@@ -54,19 +59,26 @@ pub async fn accept_loop(shared: Arc<Shared>, service: usize, listener: TcpListe
         };
         let service_stats = &shared.services[service].stats;
         stats::bump(&service_stats.accepted);
-        let _ = stream.set_nodelay(true);
         let open = shared.clients.fetch_add(1, Ordering::Relaxed);
         let slot = ClientSlot(Arc::clone(&shared));
         if open >= shared.settings.max_clients {
             stats::bump(&service_stats.refused);
-            tokio::spawn(refuse_busy(slot, stream));
+            let timer = shared.timeouts.register();
+            tokio::spawn(SESSION_TIMER.scope(timer, refuse_busy(slot, stream)));
             continue;
         }
-        let session = Session::new(Arc::clone(&shared), service, stream, peer);
-        tokio::spawn(async move {
+        let timer = shared.timeouts.register();
+        let session = Session::new(
+            Arc::clone(&shared),
+            service,
+            stream,
+            peer,
+            Arc::clone(&timer),
+        );
+        tokio::spawn(SESSION_TIMER.scope(timer, async move {
             let _slot = slot;
             session.run().await;
-        });
+        }));
     }
 }
 

@@ -148,8 +148,8 @@ pub async fn relay_chunked(
                 Decoded::Data(range) => {
                     let data = &buf.filled()[range];
                     if output == ChunkedOutput::Chunked {
-                        use std::io::Write;
-                        let _ = write!(out, "{:x}\r\n", data.len());
+                        push_hex(out, data.len());
+                        out.extend_from_slice(b"\r\n");
                         out.extend_from_slice(data);
                         out.extend_from_slice(b"\r\n");
                     } else {
@@ -184,6 +184,24 @@ pub async fn relay_chunked(
             return Err(RelayError::Truncated);
         }
     }
+}
+
+/// Appends `n` in lower-case hexadecimal (a chunk size line), without the formatting
+/// machinery on the per-chunk path.
+fn push_hex(out: &mut Vec<u8>, n: usize) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut digits = [0u8; 16];
+    let mut at = digits.len();
+    let mut n = n;
+    loop {
+        at -= 1;
+        digits[at] = DIGITS[n & 0xf];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 async fn flush(
@@ -312,4 +330,16 @@ pub async fn tunnel(
         client_to_server: up.get(),
         server_to_client: down.get(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn hex_chunk_sizes() {
+        for n in [0usize, 1, 15, 16, 255, 4096, 0x1234_abcd, usize::MAX] {
+            let mut out = Vec::new();
+            super::push_hex(&mut out, n);
+            assert_eq!(String::from_utf8(out).unwrap(), format!("{n:x}"));
+        }
+    }
 }

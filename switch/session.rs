@@ -12,32 +12,31 @@ use crate::gateway::{Service, Shared};
 use crate::http::chunked;
 use crate::http::response::RequestKind;
 use crate::http::rewrite::{
-    add_field_to_head, client_connection, write_request_head, write_response_head, ClientConnection,
+    add_field_to_head, client_connection, forwarded_for, write_request_head, write_response_head,
+    ClientConnection,
 };
 use crate::http::status::write_error;
 use crate::http::{
     parse_request, parse_response, BodyFraming, RequestHead, ResponseHead, Version, MAX_HEAD_BYTES,
 };
+use crate::recycle;
 use crate::relay::{
     relay_chunked, relay_length, relay_until_close, tunnel, ChunkedOutput, Meter, RelayError,
     RelaySettings,
 };
 use crate::stats;
-use crate::stream::{read_some, write_all, write_both, Limit, Then};
+use crate::stream::{read_some, timed_out, try_recv, write_all, write_both, Limit, Then};
+use crate::timeouts::Slot;
 use crate::upstream::{Lease, Pool};
 use std::io;
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 use tcpvs_modules::{RequestView, ResponseField};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 use tokio::time::Instant;
-
-/// Client read buffer to start with; it grows to [`MAX_HEAD_BYTES`] only for large heads.
-const CLIENT_BUFFER_BYTES: usize = 16 * 1024;
-const SERVER_BUFFER_BYTES: usize = 16 * 1024;
 
 /// What happened to one request, for the access log and the connection's fate.
 struct Outcome {
@@ -60,6 +59,20 @@ impl Outcome {
             server: None,
         }
     }
+}
+
+/// Whether the reactor has seen the socket become readable since it was last drained: bytes
+/// (or an end of stream) may be waiting. No system call.
+fn input_pending(stream: &TcpStream) -> bool {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    stream.poll_read_ready(&mut cx).is_ready()
+}
+
+/// What ended a wait for the next request.
+enum Wake {
+    Readable(io::Result<()>),
+    Expired,
+    Stop,
 }
 
 /// Why reading the next request head ended without a request.
@@ -88,6 +101,8 @@ pub(crate) struct Session {
     service: usize,
     client: TcpStream,
     peer: SocketAddr,
+    /// The client's address as X-Forwarded-For carries it.
+    client_text: String,
     inbuf: IoBuf,
     head: RequestHead,
     /// The request head as rebuilt for the server.
@@ -103,7 +118,11 @@ pub(crate) struct Session {
     log_request: String,
     /// A field the pool's module adds to the current response.
     response_field: Option<ResponseField>,
-    shutdown: watch::Receiver<bool>,
+    /// This connection's timeout slot, which also says when the switch is stopping.
+    timer: Arc<Slot>,
+    /// The client may still be sending what the switch did not read (a refused request's
+    /// body, an upload cut short): closing must drain it (see `linger`).
+    unread_input: bool,
     relay: RelaySettings,
 }
 
@@ -113,29 +132,31 @@ impl Session {
         service: usize,
         client: TcpStream,
         peer: SocketAddr,
+        timer: Arc<Slot>,
     ) -> Session {
         let settings = &shared.settings;
         let relay = RelaySettings {
             idle: settings.idle_timeout,
             splice_from: settings.splice.then_some(settings.splice_threshold),
         };
-        let shutdown = shared.shutdown.clone();
         Session {
             shared,
             service,
             client,
             peer,
-            inbuf: IoBuf::with_capacity(CLIENT_BUFFER_BYTES),
+            client_text: forwarded_for(peer.ip()),
+            inbuf: IoBuf::unallocated(),
             head: RequestHead::default(),
-            upstream_head: Vec::with_capacity(1024),
-            server_buf: IoBuf::with_capacity(SERVER_BUFFER_BYTES),
+            upstream_head: Vec::new(),
+            server_buf: IoBuf::unallocated(),
             response: ResponseHead::default(),
-            out: Vec::with_capacity(1024),
+            out: Vec::new(),
             chunk_scratch: Vec::new(),
             tried: Vec::new(),
             log_request: String::new(),
             response_field: None,
-            shutdown,
+            timer,
+            unread_input: false,
             relay,
         }
     }
@@ -145,25 +166,47 @@ impl Session {
     }
 
     pub(crate) async fn run(mut self) {
+        let first_deadline = Instant::now() + self.shared.settings.header_timeout;
         let mut first = true;
         loop {
-            match self.read_request_head(first).await {
-                Ok(()) => {}
-                Err(NoRequest::Closed) => return,
-                Err(NoRequest::Refuse(status, why)) => {
-                    self.refuse(status, why).await;
-                    break;
+            // Waiting for a request: nothing but the socket is held (see wait_for_request).
+            let head_deadline = first.then_some(first_deadline);
+            if let Err(end) = self.wait_for_request(head_deadline).await {
+                match end {
+                    NoRequest::Closed => return,
+                    NoRequest::Refuse(status, why) => {
+                        Box::pin(self.refuse(status, why)).await;
+                        break;
+                    }
                 }
             }
             first = false;
-            let started = Instant::now();
-            let outcome = self.handle_request().await;
-            self.account(&outcome, started);
-            if !outcome.keep_client || *self.shutdown.borrow() {
-                break;
+            // Boxed: reading the rest of a head and carrying out an exchange takes several
+            // kilobytes of state, which an idle connection should not keep in its task
+            // (BENCHMARKS.md, "memory").
+            match Box::pin(self.serve_request(head_deadline)).await {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(NoRequest::Closed) => return,
+                Err(NoRequest::Refuse(status, why)) => {
+                    Box::pin(self.refuse(status, why)).await;
+                    break;
+                }
             }
         }
-        self.linger().await;
+        // Boxed, like refusals: closing happens once, and its state need not sit in every
+        // idle connection's task.
+        Box::pin(self.linger()).await;
+    }
+
+    /// Reads the rest of a request head and carries the request out. `Ok(true)`: the client
+    /// connection may carry another request.
+    async fn serve_request(&mut self, head_deadline: Option<Instant>) -> Result<bool, NoRequest> {
+        self.read_request_head(head_deadline).await?;
+        let started = Instant::now();
+        let outcome = self.handle_request(started).await;
+        self.account(&outcome, started);
+        Ok(outcome.keep_client && !self.timer.stopping())
     }
 
     /// Closes the client connection without losing the last response. Closing with unread
@@ -173,6 +216,10 @@ impl Session {
     async fn linger(&mut self) {
         const LINGER_TIME: Duration = Duration::from_secs(2);
         const LINGER_BYTES: usize = 1 << 20;
+        if !self.unread_input && self.inbuf.is_empty() && !input_pending(&self.client) {
+            // Nothing unread: a plain close cannot reset the connection.
+            return;
+        }
         let _ = rustix::net::shutdown(&self.client, rustix::net::Shutdown::Write);
         let deadline = Instant::now() + LINGER_TIME;
         self.inbuf.consume(self.inbuf.len());
@@ -188,15 +235,17 @@ impl Session {
         }
     }
 
-    /// Reads until `self.head` holds a complete, valid request head.
+    /// Waits until bytes of a request (or leftovers of a pipelined one) are in `inbuf`.
     ///
-    /// The first head of a connection must be complete within header_timeout of the accept;
-    /// later ones may wait keepalive_timeout for their first byte, then get header_timeout.
-    async fn read_request_head(&mut self, first: bool) -> Result<(), NoRequest> {
-        let settings = &self.shared.settings;
-        let header_timeout = settings.header_timeout;
-        let keepalive_timeout = settings.keepalive_timeout;
-        let mut deadline = None;
+    /// Meanwhile the connection holds no request memory (it went back to the thread), and a
+    /// stopping switch lets it go at once. `head_deadline` is the first request's: its head must
+    /// be complete within header_timeout of the accept; later requests may wait
+    /// keepalive_timeout for their first byte.
+    async fn wait_for_request(&mut self, head_deadline: Option<Instant>) -> Result<(), NoRequest> {
+        let limit = match head_deadline {
+            Some(at) => Limit::Until(at),
+            None => Limit::Idle(self.shared.settings.keepalive_timeout),
+        };
         loop {
             // Empty lines before a request line are ignored (RFC 9112 section 2.2); dropping
             // them here keeps a stray CRLF after a body from counting as a started head.
@@ -204,41 +253,99 @@ impl Session {
                 self.inbuf.consume(1);
             }
             if !self.inbuf.is_empty() {
-                deadline.get_or_insert_with(|| Instant::now() + header_timeout);
-                match parse_request(self.inbuf.filled_mut(), &mut self.head) {
-                    Ok(true) => return self.check_received_body(),
-                    Ok(false) => {}
-                    Err(e) => return Err(NoRequest::Refuse(e.status, e.reason)),
-                }
-            } else if first {
-                deadline.get_or_insert_with(|| Instant::now() + header_timeout);
+                return Ok(());
             }
-            self.inbuf.make_room_for_head(MAX_HEAD_BYTES);
-            let limit = match deadline {
-                Some(at) => Limit::Until(at),
-                None => Limit::Idle(keepalive_timeout),
+            self.give_back_workspace();
+            // A hand-written wait: the state an idle connection keeps is only this.
+            let deadline = match limit {
+                Limit::Until(at) => self.timer.deadline_at(at),
+                _ => self
+                    .timer
+                    .deadline_after(self.shared.settings.keepalive_timeout),
             };
-            // Nothing of a request yet: a stopping switch lets the connection go at once.
-            let nothing_yet = self.inbuf.is_empty();
-            let read = tokio::select! {
-                read = read_some(&self.client, &mut self.inbuf, limit) => read,
-                _ = self.shutdown.wait_for(|stop| *stop), if nothing_yet => return Err(NoRequest::Closed),
-            };
-            match read {
-                Ok(0) => return Err(NoRequest::Closed),
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                    // A keep-alive connection that stays silent is closed quietly; a head
-                    // that started (or a new connection that sent nothing) gets 408.
-                    return Err(if deadline.is_none() {
-                        NoRequest::Closed
-                    } else {
-                        NoRequest::Refuse(408, "request head not received in time")
-                    });
+            let (client, timer) = (&self.client, &self.timer);
+            let woken = std::future::poll_fn(|cx| {
+                if timer.stopping() {
+                    return Poll::Ready(Wake::Stop);
                 }
+                if let Poll::Ready(result) = client.poll_read_ready(cx) {
+                    return Poll::Ready(Wake::Readable(result));
+                }
+                timer.poll_expired(deadline, cx).map(|()| Wake::Expired)
+            })
+            .await;
+            match woken {
+                Wake::Stop => return Err(NoRequest::Closed),
+                Wake::Expired => {
+                    return Err(self.head_not_read(timed_out(), head_deadline.is_some()))
+                }
+                Wake::Readable(Err(_)) => return Err(NoRequest::Closed),
+                Wake::Readable(Ok(())) => {}
+            }
+            // Readiness can be a false alarm (a new socket starts out "ready"): read what is
+            // there without waiting, and wait again if nothing is.
+            match try_recv(&self.client, self.inbuf.spare()) {
+                Ok(0) => return Err(NoRequest::Closed),
+                Ok(n) => self.inbuf.fill(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(_) => return Err(NoRequest::Closed),
             }
         }
+    }
+
+    /// Reads until `self.head` holds a complete, valid request head; the first bytes are in
+    /// `inbuf` already. The head must be complete by `head_deadline`, or header_timeout after
+    /// its first byte.
+    async fn read_request_head(&mut self, head_deadline: Option<Instant>) -> Result<(), NoRequest> {
+        let deadline =
+            head_deadline.unwrap_or_else(|| Instant::now() + self.shared.settings.header_timeout);
+        self.take_workspace();
+        loop {
+            match parse_request(self.inbuf.filled_mut(), &mut self.head) {
+                Ok(true) => return self.check_received_body(),
+                Ok(false) => {}
+                Err(e) => return Err(NoRequest::Refuse(e.status, e.reason)),
+            }
+            self.inbuf.make_room_for_head(MAX_HEAD_BYTES);
+            match read_some(&self.client, &mut self.inbuf, Limit::Until(deadline)).await {
+                Ok(0) => return Err(NoRequest::Closed),
+                Ok(_) => {}
+                Err(e) => return Err(self.head_not_read(e, true)),
+            }
+        }
+    }
+
+    /// A keep-alive connection that stays silent is closed quietly; a head that started (or a
+    /// new connection that sent nothing) gets 408.
+    fn head_not_read(&self, e: io::Error, head_due: bool) -> NoRequest {
+        if e.kind() == io::ErrorKind::TimedOut && head_due {
+            NoRequest::Refuse(408, "request head not received in time")
+        } else {
+            NoRequest::Closed
+        }
+    }
+
+    /// The per-request memory: buffers and tables from the thread's free lists.
+    fn take_workspace(&mut self) {
+        if self.head.fields.capacity() == 0 {
+            self.head.fields = recycle::take_fields();
+            self.response.fields = recycle::take_fields();
+            self.upstream_head = recycle::take_bytes();
+            self.out = recycle::take_bytes();
+        }
+    }
+
+    /// Gives the per-request memory back while the connection waits for its next request.
+    fn give_back_workspace(&mut self) {
+        self.inbuf.release();
+        self.server_buf.release();
+        recycle::give_fields(&mut self.head.fields);
+        recycle::give_fields(&mut self.response.fields);
+        recycle::give_bytes(&mut self.upstream_head);
+        recycle::give_bytes(&mut self.out);
+        recycle::give_bytes(&mut self.chunk_scratch);
+        self.tried = Vec::new();
+        self.log_request = String::new();
     }
 
     /// A chunked body whose framing is already visibly broken in what was received with the
@@ -255,6 +362,7 @@ impl Session {
 
     /// Sends a refusal for a request that could not be read, then the connection closes.
     async fn refuse(&mut self, status: u16, why: &str) {
+        self.unread_input = true;
         self.out.clear();
         write_error(&mut self.out, status, why, true, true);
         stats::bump(&self.service().stats.local_errors);
@@ -275,7 +383,8 @@ impl Session {
     /// Answers the current request with an error from the switch itself.
     async fn respond_locally(&mut self, status: u16, why: &str, pool: Option<usize>) -> Outcome {
         // The client may go on only if no unread request body is left on the connection.
-        let keep = self.head.keep_alive && !self.head.has_body() && !*self.shutdown.borrow();
+        let keep = self.head.keep_alive && !self.head.has_body() && !self.timer.stopping();
+        self.unread_input |= self.head.has_body();
         self.out.clear();
         write_error(&mut self.out, status, why, !keep, !self.head.is_head);
         stats::bump(&self.service().stats.local_errors);
@@ -284,7 +393,7 @@ impl Session {
     }
 
     /// Everything after the head is read: route, pick, connect, exchange.
-    async fn handle_request(&mut self) -> Outcome {
+    async fn handle_request(&mut self, started: Instant) -> Outcome {
         stats::bump(&self.service().stats.requests);
         self.response_field = None;
         if self.shared.settings.access_log {
@@ -315,12 +424,12 @@ impl Session {
             &mut self.upstream_head,
             &self.head,
             self.inbuf.filled(),
-            self.peer.ip(),
+            self.client_text.as_bytes(),
             &backend.host_field,
         );
         self.release_head();
 
-        let mut result = self.exchange(&lease, stream, reused).await;
+        let mut result = self.exchange(&lease, stream, reused, started).await;
         if matches!(result, Err(ExchangeError::Stale))
             && self.head.idempotent
             && !self.head.has_body()
@@ -328,7 +437,7 @@ impl Session {
             stats::bump(&backend.stats.response_errors);
             tracing::debug!(server = %backend.addr, "reused connection failed; retrying on a new one");
             result = match backend.connect(self.shared.settings.connect_timeout).await {
-                Ok(stream) => self.exchange(&lease, stream, false).await,
+                Ok(stream) => self.exchange(&lease, stream, false, started).await,
                 Err(e) => {
                     stats::bump(&backend.stats.connect_errors);
                     Err(ExchangeError::Server {
@@ -349,6 +458,8 @@ impl Session {
                     ExchangeError::Server { status, why } => (status, why),
                     ExchangeError::Client { status, why } => (status, why),
                     ExchangeError::AfterResponse(why) => {
+                        // The relay broke off; the client may be mid-request.
+                        self.unread_input = true;
                         stats::bump(&backend.stats.response_errors);
                         tracing::debug!(server = %backend.addr, "relay failed after the response head: {why}");
                         return Outcome {
@@ -434,7 +545,9 @@ impl Session {
             };
             connects += 1;
             let backend = lease.backend();
-            let connection = match backend.take_idle(idle_age) {
+            let retryable = self.head.idempotent && !self.head.has_body();
+            let now_ms = self.shared.timeouts.now_ms();
+            let connection = match backend.take_idle(now_ms, idle_age, !retryable) {
                 Some(stream) => Some((stream, true)),
                 None => match backend.connect(connect_timeout).await {
                     Ok(stream) => Some((stream, false)),
@@ -484,6 +597,7 @@ impl Session {
         lease: &Lease<'_>,
         server: TcpStream,
         reused: bool,
+        started: Instant,
     ) -> Result<Outcome, ExchangeError> {
         let backend = lease.backend();
         let request_kind = RequestKind {
@@ -528,7 +642,6 @@ impl Session {
         let early_body = with_head.len();
         self.inbuf.consume(early_body);
         stats::bump(&backend.stats.requests);
-        let sent_at = Instant::now();
 
         // 2. The request body goes up while the response head is awaited: a server may answer
         //    100 Continue before the body, or its final status before reading all of it.
@@ -545,7 +658,7 @@ impl Session {
                 chunk_scratch,
                 relay,
                 head,
-                shutdown,
+                timer,
                 response_field,
                 ..
             } = &mut *self;
@@ -577,6 +690,7 @@ impl Session {
                 ));
                 loop {
                     tokio::select! {
+                        biased;
                         result = &mut response_head => {
                             result?;
                             break;
@@ -596,7 +710,7 @@ impl Session {
             stats::bump(&backend.stats.responses);
             stats::add(
                 &backend.stats.response_time_us,
-                sent_at.elapsed().as_micros() as u64,
+                started.elapsed().as_micros() as u64,
             );
 
             let status = response.status;
@@ -622,7 +736,7 @@ impl Session {
                     && upload_complete
                     && !dechunk
                     && framing != BodyFraming::UntilClose
-                    && !*shutdown.borrow();
+                    && !timer.stopping();
                 let connection = if keep_client {
                     client_connection(client_version, true)
                 } else {
@@ -648,6 +762,7 @@ impl Session {
                     ));
                     loop {
                         tokio::select! {
+                            biased;
                             relayed = &mut download => break relayed,
                             sent = &mut upload, if uploading => {
                                 uploading = false;
@@ -687,8 +802,13 @@ impl Session {
 
         // 4. The server connection goes back to the idle list if the exchange ended cleanly
         //    on both sides with nothing extra pending.
+        self.unread_input |= !upload_complete;
         if self.response.server_keep_alive && upload_complete && self.server_buf.is_empty() {
-            backend.park(server, self.shared.settings.server_idle_max);
+            backend.park(
+                server,
+                self.shared.settings.server_idle_max,
+                self.shared.timeouts.now_ms(),
+            );
         }
         Ok(Outcome {
             status,

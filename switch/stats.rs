@@ -17,7 +17,8 @@ pub struct ServerStats {
     pub connect_errors: AtomicU64,
     /// Exchanges that failed after connecting: bad response, reset, timeout.
     pub response_errors: AtomicU64,
-    /// Sum of times from request sent to response head, in microseconds.
+    /// Sum of times from a request's head being read to its response head arriving, in
+    /// microseconds (connection set-up included).
     pub response_time_us: AtomicU64,
     /// Responses whose head arrived (the count behind `response_time_us`).
     pub responses: AtomicU64,

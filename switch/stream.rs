@@ -1,17 +1,21 @@
-//! Socket reads and writes driven by tokio readiness, each wait bounded by a timeout.
+//! Socket reads and writes driven by tokio readiness, each wait bounded by a timeout from the
+//! task's timer slot (timeouts.rs). Every task of the switch that does socket I/O runs with a
+//! slot: client sessions, the busy refusals, the demo servers.
 //!
 //! The switch works on `&TcpStream` (readiness + `try_read`/`try_write`) instead of tokio's
 //! `AsyncRead`/`AsyncWrite`, so one task can read a client and write its server concurrently
 //! without splitting the streams, and the splice path uses the same readiness as the copy path.
 
 use crate::buffer::IoBuf;
-use rustix::net::{SendAncillaryBuffer, SendFlags};
+use crate::timeouts::SESSION_TIMER;
+use rustix::net::{RecvFlags, SendAncillaryBuffer, SendFlags};
 use std::future::Future;
 use std::io::{self, IoSlice};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
-use tokio::time::{timeout_at, Instant};
+use tokio::time::Instant;
 
 /// A time limit for one step of an exchange.
 #[derive(Clone, Copy, Debug)]
@@ -33,14 +37,20 @@ pub(crate) async fn wait(
     ready: impl Future<Output = io::Result<()>>,
     limit: Limit,
 ) -> io::Result<()> {
+    // Timeouts come from the task's timer slot (see timeouts.rs); a task without one (there
+    // is none in the switch) would wait without limit.
+    let Ok(slot) = SESSION_TIMER.try_with(Arc::clone) else {
+        return ready.await;
+    };
     let deadline = match limit {
-        Limit::Idle(d) => Instant::now() + d,
-        Limit::Until(t) => t,
+        Limit::Idle(d) => slot.deadline_after(d),
+        Limit::Until(t) => slot.deadline_at(t),
         Limit::Never => return ready.await,
     };
-    match timeout_at(deadline, ready).await {
-        Ok(result) => result,
-        Err(_) => Err(timed_out()),
+    tokio::select! {
+        biased;
+        result = ready => result,
+        () = slot.expiry(deadline) => Err(timed_out()),
     }
 }
 
@@ -51,7 +61,7 @@ pub async fn read_some(stream: &TcpStream, buf: &mut IoBuf, limit: Limit) -> io:
         if spare.is_empty() {
             return Ok(0);
         }
-        match stream.try_read(spare) {
+        match try_recv(stream, spare) {
             Ok(n) => {
                 buf.fill(n);
                 return Ok(n);
@@ -60,6 +70,30 @@ pub async fn read_some(stream: &TcpStream, buf: &mut IoBuf, limit: Limit) -> io:
             Err(e) => return Err(e),
         }
         wait(async { stream.readable().await }, limit).await?;
+    }
+}
+
+/// Receives what the socket holds into `spare`, without waiting.
+///
+/// A read that leaves room in `spare` proves the socket drained, so its readiness is cleared
+/// at once, as tokio's own AsyncRead does: the next read then waits for the next readiness
+/// event instead of spending a system call to learn EAGAIN. (Returning WouldBlock from the
+/// closure is how `try_io` clears readiness; it clears only if no newer event arrived since
+/// the read began, so no wake-up is lost.)
+pub fn try_recv(stream: &TcpStream, spare: &mut [u8]) -> io::Result<usize> {
+    let room = spare.len();
+    let mut drained = None;
+    let result = stream.try_io(Interest::READABLE, || {
+        let (n, _) = rustix::net::recv(stream, &mut *spare, RecvFlags::empty())?;
+        if n > 0 && n < room {
+            drained = Some(n);
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Ok(n)
+    });
+    match (result, drained) {
+        (Err(e), Some(n)) if e.kind() == io::ErrorKind::WouldBlock => Ok(n),
+        (result, _) => result,
     }
 }
 

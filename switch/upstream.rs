@@ -13,7 +13,6 @@ use tcpvs_modules::{
     BuildContext, BuildError, Clock, PoolView, RequestView, Scheduler, ServerState,
 };
 use tokio::net::TcpStream;
-use tokio::time::Instant;
 
 /// One server of a pool.
 #[derive(Debug)]
@@ -28,7 +27,8 @@ pub struct Backend {
 #[derive(Debug)]
 struct IdleConnection {
     stream: TcpStream,
-    since: Instant,
+    /// When it was parked, on the switch's coarse clock (milliseconds).
+    since_ms: u64,
 }
 
 impl Backend {
@@ -42,23 +42,35 @@ impl Backend {
     }
 
     /// The most recently parked connection that is still usable, if any.
-    pub fn take_idle(&self, max_age: Duration) -> Option<TcpStream> {
-        let now = Instant::now();
+    ///
+    /// `certain`: confirm with a system call that the server has not closed it. Without, the
+    /// socket's readiness decides (nothing arrived, so the server said nothing, not even
+    /// goodbye), which spares a system call per request; the rare connection closed an
+    /// instant ago then fails on use, which only requests that may be retried accept.
+    pub fn take_idle(&self, now_ms: u64, max_age: Duration, certain: bool) -> Option<TcpStream> {
         loop {
             let parked = self.idle.lock().ok()?.pop()?;
-            if now.duration_since(parked.since) < max_age && still_open(&parked.stream) {
+            if too_old(parked.since_ms, now_ms, max_age) {
+                continue;
+            }
+            let usable = if certain || something_arrived(&parked.stream) {
+                still_open(&parked.stream)
+            } else {
+                true
+            };
+            if usable {
                 return Some(parked.stream);
             }
         }
     }
 
     /// Parks a connection whose last exchange ended cleanly, if there is room.
-    pub fn park(&self, stream: TcpStream, max_idle: usize) {
+    pub fn park(&self, stream: TcpStream, max_idle: usize, now_ms: u64) {
         if let Ok(mut idle) = self.idle.lock() {
             if idle.len() < max_idle {
                 idle.push(IdleConnection {
                     stream,
-                    since: Instant::now(),
+                    since_ms: now_ms,
                 });
             }
         }
@@ -69,10 +81,9 @@ impl Backend {
     }
 
     /// Closes parked connections that are too old or that the server has closed.
-    pub fn purge_idle(&self, max_age: Duration) {
-        let now = Instant::now();
+    pub fn purge_idle(&self, now_ms: u64, max_age: Duration) {
         if let Ok(mut idle) = self.idle.lock() {
-            idle.retain(|c| now.duration_since(c.since) < max_age && still_open(&c.stream));
+            idle.retain(|c| !too_old(c.since_ms, now_ms, max_age) && still_open(&c.stream));
         }
     }
 
@@ -93,6 +104,17 @@ impl Backend {
         stream.set_nodelay(true)?;
         Ok(stream)
     }
+}
+
+fn too_old(since_ms: u64, now_ms: u64, max_age: Duration) -> bool {
+    now_ms.saturating_sub(since_ms) >= max_age.as_millis() as u64
+}
+
+/// Whether the reactor has seen the socket become readable (data, end of stream or error)
+/// since its readiness was last cleared. No system call.
+fn something_arrived(stream: &TcpStream) -> bool {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    stream.poll_read_ready(&mut cx).is_ready()
 }
 
 /// An idle server connection is usable if it has neither data nor end of stream pending: a

@@ -63,7 +63,7 @@ impl Default for RequestHead {
             host: None,
             authority: None,
             version: Version::Http11,
-            fields: Vec::with_capacity(32),
+            fields: Vec::new(),
             framing: BodyFraming::Empty,
             keep_alive: false,
             upgrade: false,

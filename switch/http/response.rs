@@ -27,7 +27,7 @@ impl Default for ResponseHead {
             status: 0,
             reason: Span::default(),
             version: Version::Http11,
-            fields: Vec::with_capacity(32),
+            fields: Vec::new(),
             framing: BodyFraming::Empty,
             content_length: None,
             server_keep_alive: false,

@@ -6,18 +6,18 @@ use super::fields::{FieldRole, Version};
 use super::request::{RequestHead, TargetForm};
 use super::response::ResponseHead;
 use super::BodyFraming;
-use std::io::Write;
 use std::net::IpAddr;
 
 /// Writes the head sent to the server for `head` (parsed from `buf`) into `out`.
 ///
 /// The request always goes out as HTTP/1.1 so the server connection can be kept alive.
+/// `client` is the client's address as X-Forwarded-For shows it (see [`forwarded_for`]);
 /// `default_host` fills in Host for an HTTP/1.0 request that had none.
 pub fn write_request_head(
     out: &mut Vec<u8>,
     head: &RequestHead,
     buf: &[u8],
-    client: IpAddr,
+    client: &[u8],
     default_host: &[u8],
 ) {
     out.clear();
@@ -76,7 +76,9 @@ pub fn write_request_head(
                     out.extend_from_slice(name);
                     out.extend_from_slice(b": ");
                     out.extend_from_slice(value);
-                    let _ = write!(out, ", {}\r\n", client.to_canonical());
+                    out.extend_from_slice(b", ");
+                    out.extend_from_slice(client);
+                    out.extend_from_slice(b"\r\n");
                 } else {
                     put_field(out, name, value);
                 }
@@ -88,12 +90,18 @@ pub fn write_request_head(
         put_field(out, b"Host", host);
     }
     if last_forwarded_for.is_none() {
-        let _ = write!(out, "X-Forwarded-For: {}\r\n", client.to_canonical());
+        put_field(out, b"X-Forwarded-For", client);
     }
     if head.upgrade {
         out.extend_from_slice(b"Connection: upgrade\r\n");
     }
     out.extend_from_slice(b"\r\n");
+}
+
+/// The client address as X-Forwarded-For carries it: IPv4-mapped IPv6 addresses as IPv4.
+/// Formatted once per connection, not per request.
+pub fn forwarded_for(client: IpAddr) -> String {
+    client.to_canonical().to_string()
 }
 
 fn request_length(framing: BodyFraming) -> u64 {
@@ -126,7 +134,9 @@ pub fn write_response_head(
     connection: ClientConnection,
     dechunk: bool,
 ) {
-    let _ = write!(out, "HTTP/1.1 {} ", head.status);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(itoa::Buffer::new().format(head.status).as_bytes());
+    out.push(b' ');
     out.extend_from_slice(head.reason.get(buf));
     out.extend_from_slice(b"\r\n");
     let mut wrote_length = false;
@@ -192,7 +202,9 @@ fn put_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 
 fn put_length(out: &mut Vec<u8>, name: &[u8], length: u64) {
     out.extend_from_slice(name);
-    let _ = write!(out, ": {length}\r\n");
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
+    out.extend_from_slice(b"\r\n");
 }
 
 #[cfg(test)]
@@ -206,13 +218,8 @@ mod tests {
         let mut head = RequestHead::default();
         assert!(parse_request(&mut raw.to_vec(), &mut head).unwrap());
         let mut out = Vec::new();
-        write_request_head(
-            &mut out,
-            &head,
-            raw,
-            IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7)),
-            b"127.0.0.1:9001",
-        );
+        let client = forwarded_for(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7)));
+        write_request_head(&mut out, &head, raw, client.as_bytes(), b"127.0.0.1:9001");
         String::from_utf8(out).unwrap()
     }
 
@@ -223,6 +230,13 @@ mod tests {
             got,
             "GET /a?b=%20c HTTP/1.1\r\nHost: x\r\nAccept: */*\r\nX-Forwarded-For: 10.0.0.7\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn mapped_addresses_are_shown_as_ipv4() {
+        let mapped = IpAddr::V6(Ipv4Addr::new(192, 0, 2, 9).to_ipv6_mapped());
+        assert_eq!(forwarded_for(mapped), "192.0.2.9");
+        assert_eq!(forwarded_for("2001:db8::1".parse().unwrap()), "2001:db8::1");
     }
 
     #[test]

@@ -1,0 +1,73 @@
+//! Per-thread free lists for the memory a request needs only while it is in flight: read
+//! buffers, byte vectors, header-field tables. An idle keep-alive connection gives all of it
+//! back, so ten thousand idle clients cost little more than their sockets, and a busy one takes
+//! it from here without touching the allocator (BENCHMARKS.md, "memory").
+
+use crate::http::Field;
+use std::cell::RefCell;
+
+/// Size of a pooled read buffer (a connection's normal buffer; larger ones, grown for a big
+/// head, are freed instead of pooled).
+pub const BUFFER_BYTES: usize = 16 * 1024;
+/// Free objects kept per thread, per kind; beyond, they go back to the allocator.
+const KEEP: usize = 256;
+
+thread_local! {
+    static BUFFERS: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
+    static BYTES: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    static FIELDS: RefCell<Vec<Vec<Field>>> = const { RefCell::new(Vec::new()) };
+}
+
+fn take<T>(list: &'static std::thread::LocalKey<RefCell<Vec<T>>>) -> Option<T> {
+    list.try_with(|l| l.borrow_mut().pop()).ok().flatten()
+}
+
+fn give<T>(list: &'static std::thread::LocalKey<RefCell<Vec<T>>>, item: T) {
+    let _ = list.try_with(|l| {
+        let mut l = l.borrow_mut();
+        if l.len() < KEEP {
+            l.push(item);
+        }
+    });
+}
+
+/// A read buffer of [`BUFFER_BYTES`].
+pub fn take_buffer() -> Box<[u8]> {
+    take(&BUFFERS).unwrap_or_else(|| vec![0; BUFFER_BYTES].into_boxed_slice())
+}
+
+pub fn give_buffer(buffer: Box<[u8]>) {
+    if buffer.len() == BUFFER_BYTES {
+        give(&BUFFERS, buffer);
+    }
+}
+
+/// An empty byte vector, with the capacity it had when given back.
+pub fn take_bytes() -> Vec<u8> {
+    take(&BYTES).unwrap_or_else(|| Vec::with_capacity(1024))
+}
+
+/// Gives `bytes` back, leaving an empty vector without capacity in its place.
+pub fn give_bytes(bytes: &mut Vec<u8>) {
+    if bytes.capacity() == 0 {
+        return;
+    }
+    let mut taken = std::mem::take(bytes);
+    if taken.capacity() <= 64 * 1024 {
+        taken.clear();
+        give(&BYTES, taken);
+    }
+}
+
+pub fn take_fields() -> Vec<Field> {
+    take(&FIELDS).unwrap_or_else(|| Vec::with_capacity(32))
+}
+
+pub fn give_fields(fields: &mut Vec<Field>) {
+    if fields.capacity() == 0 {
+        return;
+    }
+    let mut taken = std::mem::take(fields);
+    taken.clear();
+    give(&FIELDS, taken);
+}
