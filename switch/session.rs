@@ -25,7 +25,7 @@ use crate::relay::{
     RelaySettings,
 };
 use crate::stats;
-use crate::stream::{read_some, timed_out, try_recv, write_all, write_both, Limit, Then};
+use crate::stream::{read_some, try_recv, write_all, write_both, Limit, Then};
 use crate::timeouts::Slot;
 use crate::upstream::{Lease, Pool};
 use std::io;
@@ -67,6 +67,41 @@ fn input_pending(stream: &TcpStream) -> bool {
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     stream.poll_read_ready(&mut cx).is_ready()
 }
+
+/// How long a connection may wait for its next request, and what the end of the wait means.
+#[derive(Clone, Copy)]
+enum Await {
+    /// The first request of a connection: its head is due by then (else 408).
+    FirstHead(Instant),
+    /// An idle keep-alive connection: closed quietly after this.
+    KeepAlive(Duration),
+    /// Right after a response, still holding the burst's state: after this, the connection
+    /// goes on waiting with less memory (see [`BURST_GRACE`]).
+    Grace(Duration),
+}
+
+/// Why a wait for the next request ended without one.
+enum Waited {
+    Closed,
+    Refuse(u16, &'static str),
+    GraceOver,
+}
+
+/// How a burst of requests ended.
+enum Burst {
+    /// No request came within the grace: back to the low-memory wait.
+    Idle,
+    /// The connection is to be closed after the last response.
+    Close,
+    /// The client went away, or its connection ended quietly.
+    Gone,
+    Refuse(u16, &'static str),
+}
+
+/// How long a connection keeps its burst state (one boxed future of a few kilobytes) after a
+/// response before it waits in the low-memory state. A busy client sends its next request long
+/// before; an idle one frees the memory soon.
+const BURST_GRACE: Duration = Duration::from_millis(50);
 
 /// What ended a wait for the next request.
 enum Wake {
@@ -166,29 +201,31 @@ impl Session {
     }
 
     pub(crate) async fn run(mut self) {
-        let first_deadline = Instant::now() + self.shared.settings.header_timeout;
-        let mut first = true;
+        let keepalive = self.shared.settings.keepalive_timeout;
+        let mut head_deadline = Some(Instant::now() + self.shared.settings.header_timeout);
+        let mut wait = keepalive;
         loop {
             // Waiting for a request: nothing but the socket is held (see wait_for_request).
-            let head_deadline = first.then_some(first_deadline);
-            if let Err(end) = self.wait_for_request(head_deadline).await {
-                match end {
-                    NoRequest::Closed => return,
-                    NoRequest::Refuse(status, why) => {
-                        Box::pin(self.refuse(status, why)).await;
-                        break;
-                    }
+            let waiting = match head_deadline {
+                Some(at) => Await::FirstHead(at),
+                None => Await::KeepAlive(wait),
+            };
+            match self.wait_for_request(waiting).await {
+                Ok(()) => {}
+                Err(Waited::Closed | Waited::GraceOver) => return,
+                Err(Waited::Refuse(status, why)) => {
+                    Box::pin(self.refuse(status, why)).await;
+                    break;
                 }
             }
-            first = false;
-            // Boxed: reading the rest of a head and carrying out an exchange takes several
-            // kilobytes of state, which an idle connection should not keep in its task
-            // (BENCHMARKS.md, "memory").
-            match Box::pin(self.serve_request(head_deadline)).await {
-                Ok(true) => {}
-                Ok(false) => break,
-                Err(NoRequest::Closed) => return,
-                Err(NoRequest::Refuse(status, why)) => {
+            // Boxed: carrying out requests takes several kilobytes of state, which an idle
+            // connection should not keep in its task (BENCHMARKS.md, "memory"). One box serves
+            // a whole burst of requests, so a busy connection allocates nothing per request.
+            match Box::pin(self.serve_burst(head_deadline.take())).await {
+                Burst::Idle => wait = keepalive.saturating_sub(BURST_GRACE),
+                Burst::Close => break,
+                Burst::Gone => return,
+                Burst::Refuse(status, why) => {
                     Box::pin(self.refuse(status, why)).await;
                     break;
                 }
@@ -197,6 +234,30 @@ impl Session {
         // Boxed, like refusals: closing happens once, and its state need not sit in every
         // idle connection's task.
         Box::pin(self.linger()).await;
+    }
+
+    /// Serves requests as long as the next one comes within [`BURST_GRACE`].
+    async fn serve_burst(&mut self, head_deadline: Option<Instant>) -> Burst {
+        let keepalive = self.shared.settings.keepalive_timeout;
+        let mut head_deadline = head_deadline;
+        loop {
+            match self.serve_request(head_deadline.take()).await {
+                Ok(true) => {}
+                Ok(false) => return Burst::Close,
+                Err(NoRequest::Closed) => return Burst::Gone,
+                Err(NoRequest::Refuse(status, why)) => return Burst::Refuse(status, why),
+            }
+            match self
+                .wait_for_request(Await::Grace(keepalive.min(BURST_GRACE)))
+                .await
+            {
+                Ok(()) => {}
+                // The whole keep-alive time fitted in the grace: the connection is done.
+                Err(Waited::GraceOver) if keepalive <= BURST_GRACE => return Burst::Gone,
+                Err(Waited::GraceOver) => return Burst::Idle,
+                Err(Waited::Closed | Waited::Refuse(..)) => return Burst::Gone,
+            }
+        }
     }
 
     /// Reads the rest of a request head and carries the request out. `Ok(true)`: the client
@@ -241,10 +302,10 @@ impl Session {
     /// stopping switch lets it go at once. `head_deadline` is the first request's: its head must
     /// be complete within header_timeout of the accept; later requests may wait
     /// keepalive_timeout for their first byte.
-    async fn wait_for_request(&mut self, head_deadline: Option<Instant>) -> Result<(), NoRequest> {
-        let limit = match head_deadline {
-            Some(at) => Limit::Until(at),
-            None => Limit::Idle(self.shared.settings.keepalive_timeout),
+    async fn wait_for_request(&mut self, waiting: Await) -> Result<(), Waited> {
+        let deadline = match waiting {
+            Await::FirstHead(at) => self.timer.deadline_at(at),
+            Await::KeepAlive(d) | Await::Grace(d) => self.timer.deadline_after(d),
         };
         loop {
             // Empty lines before a request line are ignored (RFC 9112 section 2.2); dropping
@@ -257,12 +318,6 @@ impl Session {
             }
             self.give_back_workspace();
             // A hand-written wait: the state an idle connection keeps is only this.
-            let deadline = match limit {
-                Limit::Until(at) => self.timer.deadline_at(at),
-                _ => self
-                    .timer
-                    .deadline_after(self.shared.settings.keepalive_timeout),
-            };
             let (client, timer) = (&self.client, &self.timer);
             let woken = std::future::poll_fn(|cx| {
                 if timer.stopping() {
@@ -275,20 +330,28 @@ impl Session {
             })
             .await;
             match woken {
-                Wake::Stop => return Err(NoRequest::Closed),
+                Wake::Stop => return Err(Waited::Closed),
                 Wake::Expired => {
-                    return Err(self.head_not_read(timed_out(), head_deadline.is_some()))
+                    return Err(match waiting {
+                        // A new connection that sent nothing gets 408, like one that stopped
+                        // half-way through its head; an idle keep-alive one is closed quietly.
+                        Await::FirstHead(_) => {
+                            Waited::Refuse(408, "request head not received in time")
+                        }
+                        Await::KeepAlive(_) => Waited::Closed,
+                        Await::Grace(_) => Waited::GraceOver,
+                    });
                 }
-                Wake::Readable(Err(_)) => return Err(NoRequest::Closed),
+                Wake::Readable(Err(_)) => return Err(Waited::Closed),
                 Wake::Readable(Ok(())) => {}
             }
             // Readiness can be a false alarm (a new socket starts out "ready"): read what is
             // there without waiting, and wait again if nothing is.
             match try_recv(&self.client, self.inbuf.spare()) {
-                Ok(0) => return Err(NoRequest::Closed),
+                Ok(0) => return Err(Waited::Closed),
                 Ok(n) => self.inbuf.fill(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(_) => return Err(NoRequest::Closed),
+                Err(_) => return Err(Waited::Closed),
             }
         }
     }

@@ -166,7 +166,7 @@ impl Config {
     /// One line for `tcpvs check`.
     pub fn summary(&self) -> String {
         let servers: usize = self.pools.iter().map(|p| p.servers.len()).sum();
-        let rules: usize = self.services.iter().map(|s| s.rules.rules.len()).sum();
+        let rules: usize = self.services.iter().map(|s| s.rules.rules().len()).sum();
         format!(
             "{}: ok: {} virtual service{}, {} pool{}, {} server{}, {} rule{}",
             self.file,
@@ -517,10 +517,7 @@ fn build_services(
             services.push(ServiceConfig {
                 name: service_name.clone(),
                 listen,
-                rules: RuleSet {
-                    rules,
-                    default_pool,
-                },
+                rules: RuleSet::new(rules, default_pool),
             });
         }
     }
