@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -23,7 +23,7 @@ pub struct Service {
     pub stats: ServiceStats,
 }
 
-/// State every worker task shares.
+/// State every worker shares.
 #[derive(Debug)]
 pub struct Shared {
     pub settings: SwitchSettings,
@@ -31,10 +31,8 @@ pub struct Shared {
     pub services: Box<[Service]>,
     /// Client connections open now (bounded by `max_clients`).
     pub clients: AtomicUsize,
-    /// Turns true when the switch stops: listeners close, idle clients are let go.
+    /// Turns true when the switch stops: listeners close.
     pub shutdown: watch::Receiver<bool>,
-    /// The sessions' coarse timeouts.
-    pub timeouts: Arc<Timeouts>,
 }
 
 /// A started switch. Dropping it does not stop it; call [`Switch::shutdown`].
@@ -42,15 +40,179 @@ pub struct Switch {
     shared: Arc<Shared>,
     addresses: Vec<(String, SocketAddr)>,
     stop: watch::Sender<bool>,
+    workers: Vec<Worker>,
+}
+
+/// One worker: the listeners, sessions and timeouts of one runtime. Either it runs on the
+/// runtime that started the switch ([`Switch::start`]), or on its own thread with its own
+/// single-threaded runtime ([`Switch::start_workers`]), where its sessions never move between
+/// threads.
+struct Worker {
+    timeouts: Arc<Timeouts>,
+    /// Tasks on the caller's runtime, ended at the end of a shutdown.
     tasks: Vec<JoinHandle<()>>,
-    /// Kept running until the very end of a shutdown: sessions still finishing need timeouts.
-    sweeper: JoinHandle<()>,
+    /// A worker thread and the signal that ends it.
+    thread: Option<(std::thread::JoinHandle<()>, oneshot::Sender<()>)>,
+}
+
+/// What a worker needs to start: the listeners to bind (service index, address).
+struct Plan {
+    shared: Arc<Shared>,
+    listen: Vec<(usize, SocketAddr)>,
+    reuse_port: bool,
+    /// The worker that closes aged idle server connections (one is enough).
+    reaper: bool,
+}
+
+impl Plan {
+    /// Binds the listeners and spawns the worker's tasks on the current runtime. Returns the
+    /// bound addresses, the worker's timeouts and its tasks.
+    fn launch(self) -> io::Result<(Vec<SocketAddr>, Arc<Timeouts>, Vec<JoinHandle<()>>)> {
+        let timeouts = Timeouts::new();
+        let mut bound = Vec::new();
+        let mut listeners = Vec::new();
+        for &(service, addr) in &self.listen {
+            let listener = listener::bind(addr, self.reuse_port).map_err(|e| {
+                let name = &self.shared.services[service].name;
+                io::Error::new(
+                    e.kind(),
+                    format!("virtual service `{name}`: listen {addr}: {e}"),
+                )
+            })?;
+            bound.push(listener.local_addr()?);
+            listeners.push((service, listener));
+        }
+        let mut tasks = Vec::new();
+        for (service, listener) in listeners {
+            tasks.push(tokio::spawn(listener::accept_loop(
+                Arc::clone(&self.shared),
+                service,
+                listener,
+                Arc::clone(&timeouts),
+            )));
+        }
+        if self.reaper {
+            tasks.push(tokio::spawn(reap_idle_connections(
+                Arc::clone(&self.shared),
+                Arc::clone(&timeouts),
+            )));
+        }
+        tasks.push(tokio::spawn(Arc::clone(&timeouts).run_sweeper()));
+        Ok((bound, timeouts, tasks))
+    }
 }
 
 impl Switch {
-    /// Binds every virtual service's listener and starts accepting. Must run inside a tokio
-    /// runtime.
+    /// Binds every virtual service's listener and starts accepting on the current tokio runtime
+    /// (one worker). Must run inside a tokio runtime.
     pub async fn start(config: Config) -> io::Result<Switch> {
+        let (shared, stop, listen) = Switch::prepare(config)?;
+        let plan = Plan {
+            shared: Arc::clone(&shared),
+            listen: listen.clone(),
+            reuse_port: false,
+            reaper: true,
+        };
+        let (bound, timeouts, tasks) = plan.launch()?;
+        Ok(Switch {
+            addresses: Switch::named(&shared, &listen, &bound),
+            shared,
+            stop,
+            workers: vec![Worker {
+                timeouts,
+                tasks,
+                thread: None,
+            }],
+        })
+    }
+
+    /// Starts `count` workers, each on its own thread with a single-threaded runtime and its
+    /// own listening sockets (SO_REUSEPORT: the kernel spreads new connections over them).
+    /// Sessions stay on the thread that accepted them, so no wake-up crosses threads.
+    pub fn start_workers(config: Config, count: usize) -> io::Result<Switch> {
+        let (shared, stop, listen) = Switch::prepare(config)?;
+        let mut workers: Vec<Worker> = Vec::with_capacity(count);
+        // The first worker binds what the rules say; with port 0 the others then join the port
+        // the kernel chose.
+        let mut addresses = listen.clone();
+        for index in 0..count.max(1) {
+            let plan = Plan {
+                shared: Arc::clone(&shared),
+                listen: addresses.clone(),
+                reuse_port: true,
+                reaper: index == 0,
+            };
+            let (started, report) = std::sync::mpsc::channel();
+            let (exit, exited) = oneshot::channel::<()>();
+            let thread = std::thread::Builder::new()
+                .name(format!("tcpvs-worker-{index}"))
+                .spawn(move || {
+                    let runtime = match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(r) => r,
+                        Err(e) => {
+                            let _ = started.send(Err(e));
+                            return;
+                        }
+                    };
+                    runtime.block_on(async move {
+                        let launched = plan.launch();
+                        let ok = launched.is_ok();
+                        let _ = started
+                            .send(launched.map(|(bound, timeouts, _tasks)| (bound, timeouts)));
+                        if ok {
+                            let _ = exited.await;
+                        }
+                    });
+                })?;
+            let launched = report
+                .recv()
+                .map_err(|_| io::Error::other("worker thread ended while starting"))
+                .and_then(|result| result);
+            let (bound, timeouts) = match launched {
+                Ok(launched) => launched,
+                Err(e) => {
+                    // Those already running stop again: all workers or none.
+                    let _ = stop.send(true);
+                    let _ = exit.send(());
+                    let _ = thread.join();
+                    for worker in workers {
+                        if let Some((thread, exit)) = worker.thread {
+                            let _ = exit.send(());
+                            let _ = thread.join();
+                        }
+                    }
+                    return Err(e);
+                }
+            };
+            if index == 0 {
+                addresses = listen
+                    .iter()
+                    .zip(&bound)
+                    .map(|(&(service, _), &addr)| (service, addr))
+                    .collect();
+            }
+            workers.push(Worker {
+                timeouts,
+                tasks: Vec::new(),
+                thread: Some((thread, exit)),
+            });
+        }
+        let bound: Vec<SocketAddr> = addresses.iter().map(|&(_, a)| a).collect();
+        Ok(Switch {
+            addresses: Switch::named(&shared, &listen, &bound),
+            shared,
+            stop,
+            workers,
+        })
+    }
+
+    /// The shared state of a switch, the stop signal and the listeners to bind.
+    fn prepare(
+        config: Config,
+    ) -> io::Result<(Arc<Shared>, watch::Sender<bool>, Vec<(usize, SocketAddr)>)> {
         let clock: Arc<dyn tcpvs_modules::Clock> = Arc::new(tcpvs_modules::MonotonicClock::new());
         let pools = config
             .pools
@@ -58,22 +220,15 @@ impl Switch {
             .map(|p| Pool::new(p, Arc::clone(&clock)))
             .collect::<Result<Box<[Pool]>, _>>()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-        let mut listeners = Vec::with_capacity(config.services.len());
-        for service in &config.services {
-            let listener = listener::bind(service.listen).map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!(
-                        "virtual service `{}`: listen {}: {e}",
-                        service.name, service.listen
-                    ),
-                )
-            })?;
-            listeners.push(listener);
-        }
         if config.admin.is_some() {
             tracing::warn!("[admin] is accepted but the admin endpoint is not served yet");
         }
+        let listen: Vec<(usize, SocketAddr)> = config
+            .services
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i, s.listen))
+            .collect();
         let (stop, shutdown) = watch::channel(false);
         let services: Box<[Service]> = config
             .services
@@ -90,27 +245,20 @@ impl Switch {
             services,
             clients: AtomicUsize::new(0),
             shutdown,
-            timeouts: Timeouts::new(),
         });
-        let mut addresses = Vec::new();
-        let mut tasks = Vec::new();
-        for (index, listener) in listeners.into_iter().enumerate() {
-            addresses.push((shared.services[index].name.clone(), listener.local_addr()?));
-            tasks.push(tokio::spawn(listener::accept_loop(
-                Arc::clone(&shared),
-                index,
-                listener,
-            )));
-        }
-        tasks.push(tokio::spawn(reap_idle_connections(Arc::clone(&shared))));
-        let sweeper = tokio::spawn(Arc::clone(&shared.timeouts).run_sweeper());
-        Ok(Switch {
-            shared,
-            addresses,
-            stop,
-            tasks,
-            sweeper,
-        })
+        Ok((shared, stop, listen))
+    }
+
+    fn named(
+        shared: &Shared,
+        listen: &[(usize, SocketAddr)],
+        bound: &[SocketAddr],
+    ) -> Vec<(String, SocketAddr)> {
+        listen
+            .iter()
+            .zip(bound)
+            .map(|(&(service, _), &addr)| (shared.services[service].name.clone(), addr))
+            .collect()
     }
 
     /// The bound address of a virtual service (useful with port 0).
@@ -167,24 +315,33 @@ impl Switch {
     /// in flight to finish. Returns how many client connections were still open at the end.
     pub async fn shutdown(self, grace: Duration) -> usize {
         let _ = self.stop.send(true);
-        self.shared.timeouts.stop();
-        for task in &self.tasks {
-            task.abort();
+        for worker in &self.workers {
+            worker.timeouts.stop();
         }
         let deadline = Instant::now() + grace;
-        loop {
+        let open = loop {
             let open = self.shared.clients.load(Ordering::Relaxed);
             if open == 0 || Instant::now() >= deadline {
-                for pool in self.shared.pools.iter() {
-                    for backend in pool.backends.iter() {
-                        backend.drop_idle();
-                    }
-                }
-                self.sweeper.abort();
-                return open;
+                break open;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        for pool in self.shared.pools.iter() {
+            for backend in pool.backends.iter() {
+                backend.drop_idle();
+            }
         }
+        for worker in self.workers {
+            for task in &worker.tasks {
+                task.abort();
+            }
+            if let Some((thread, exit)) = worker.thread {
+                // The thread drops its runtime, and with it whatever was still running there.
+                let _ = exit.send(());
+                let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+            }
+        }
+        open
     }
 }
 
@@ -204,7 +361,7 @@ fn return_free_memory() {
 
 /// Closes parked server connections that aged out or that their server closed, and gives
 /// memory freed by a burst of connections back to the system.
-async fn reap_idle_connections(shared: Arc<Shared>) {
+async fn reap_idle_connections(shared: Arc<Shared>, timeouts: Arc<Timeouts>) {
     let max_age = shared.settings.server_idle_timeout;
     let period = (max_age / 2).clamp(Duration::from_millis(100), Duration::from_secs(1));
     let mut tick = tokio::time::interval(period);
@@ -216,7 +373,7 @@ async fn reap_idle_connections(shared: Arc<Shared>) {
             last_trim = Instant::now();
             return_free_memory();
         }
-        let now_ms = shared.timeouts.now_ms();
+        let now_ms = timeouts.now_ms();
         for pool in shared.pools.iter() {
             for backend in pool.backends.iter() {
                 backend.purge_idle(now_ms, max_age);

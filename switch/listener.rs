@@ -6,7 +6,7 @@ use crate::http::status::write_error;
 use crate::session::Session;
 use crate::stats;
 use crate::stream::{write_all, Limit};
-use crate::timeouts::SESSION_TIMER;
+use crate::timeouts::{Timeouts, SESSION_TIMER};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -17,13 +17,18 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 /// Pending connections the kernel may queue per listener.
 const BACKLOG: u32 = 4096;
 
-pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+/// Binds a listener; with `reuse_port`, several workers may each bind one to the same address
+/// and the kernel spreads new connections over them.
+pub fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<TcpListener> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
         TcpSocket::new_v6()?
     };
     socket.set_reuseaddr(true)?;
+    if reuse_port {
+        socket.set_reuseport(true)?;
+    }
     // Accepted sockets inherit TCP_NODELAY from the listener on Linux: one system call here
     // instead of one per connection.
     socket.set_nodelay(true)?;
@@ -40,7 +45,12 @@ impl Drop for ClientSlot {
     }
 }
 
-pub async fn accept_loop(shared: Arc<Shared>, service: usize, listener: TcpListener) {
+pub async fn accept_loop(
+    shared: Arc<Shared>,
+    service: usize,
+    listener: TcpListener,
+    timeouts: Arc<Timeouts>,
+) {
     let mut shutdown = shared.shutdown.clone();
     loop {
         let accepted = tokio::select! {
@@ -63,11 +73,11 @@ pub async fn accept_loop(shared: Arc<Shared>, service: usize, listener: TcpListe
         let slot = ClientSlot(Arc::clone(&shared));
         if open >= shared.settings.max_clients {
             stats::bump(&service_stats.refused);
-            let timer = shared.timeouts.register();
+            let timer = timeouts.register();
             tokio::spawn(SESSION_TIMER.scope(timer, refuse_busy(slot, stream)));
             continue;
         }
-        let timer = shared.timeouts.register();
+        let timer = timeouts.register();
         let session = Session::new(
             Arc::clone(&shared),
             service,

@@ -99,11 +99,16 @@ fn init_logging() {
 
 fn run(config: Config, with_demo_servers: bool) -> ExitCode {
     init_logging();
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if config.switch.workers > 0 {
-        builder.worker_threads(config.switch.workers);
-    }
-    let runtime = match builder.enable_all().build() {
+    let workers = match config.switch.workers {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    // The main thread only coordinates (signals, shutdown, the demo's servers); the switch
+    // runs on `workers` threads of its own (Switch::start_workers).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("tcpvs: cannot start the runtime: {e}");
@@ -128,7 +133,7 @@ fn run(config: Config, with_demo_servers: bool) -> ExitCode {
         }
         let grace = config.switch.shutdown_timeout;
         let file = config.file.clone();
-        let switch = match Switch::start(config).await {
+        let switch = match Switch::start_workers(config, workers) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("tcpvs: {e}");
@@ -136,11 +141,13 @@ fn run(config: Config, with_demo_servers: bool) -> ExitCode {
             }
         };
         for (name, addr) in switch.addresses() {
-            tracing::info!("virtual service `{name}` listening on http://{addr}/ ({file})");
+            tracing::info!("virtual service `{name}` listening on http://{addr}/ ({file}, {workers} worker{})", if workers == 1 { "" } else { "s" });
         }
         if with_demo_servers {
             if let Some((_, addr)) = switch.addresses().first() {
-                eprintln!("tcpvs demo: open http://{addr}/ (pages, images and CGI come from three pools); Ctrl-C stops");
+                eprintln!(
+                    "tcpvs demo: open http://{addr}/ (pages, images and CGI come from three pools); Ctrl-C stops"
+                );
             }
         }
         stop.wait().await;

@@ -609,7 +609,7 @@ impl Session {
             connects += 1;
             let backend = lease.backend();
             let retryable = self.head.idempotent && !self.head.has_body();
-            let now_ms = self.shared.timeouts.now_ms();
+            let now_ms = self.timer.now_ms();
             let connection = match backend.take_idle(now_ms, idle_age, !retryable) {
                 Some(stream) => Some((stream, true)),
                 None => match backend.connect(connect_timeout).await {
@@ -870,7 +870,7 @@ impl Session {
             backend.park(
                 server,
                 self.shared.settings.server_idle_max,
-                self.shared.timeouts.now_ms(),
+                self.timer.now_ms(),
             );
         }
         Ok(Outcome {

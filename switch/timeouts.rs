@@ -134,6 +134,11 @@ impl Slot {
         self.timeouts.ms_at(at.into_std())
     }
 
+    /// The coarse clock (milliseconds), as of the last sweep.
+    pub fn now_ms(&self) -> u64 {
+        self.timeouts.now_ms()
+    }
+
     pub fn stopping(&self) -> bool {
         self.timeouts.stopping.load(Ordering::Relaxed)
     }

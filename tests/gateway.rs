@@ -884,3 +884,42 @@ async fn shutdown_lets_connections_go_that_sent_nothing() {
     assert_eq!(switch.shutdown(Duration::from_secs(3)).await, 0);
     assert!(silent.is_closed().await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_threads_share_the_port_and_the_pools() {
+    let (a, b) = (backend().await, backend().await);
+    let text = format!(
+        "[switch]\naccess_log = false\n[virtual.web]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"p\"\n\
+         [pool.p]\nservers = [{{ addr = \"{}\" }}, {{ addr = \"{}\" }}]\n",
+        a.addr, b.addr
+    );
+    let config = tcpvs::Config::parse("workers.toml", &text).unwrap();
+    let switch = tcpvs::Switch::start_workers(config, 3).unwrap();
+    let addr = switch.local_addr("web").unwrap();
+    let mut tasks = Vec::new();
+    for c in 0..30u64 {
+        tasks.push(tokio::spawn(async move {
+            let mut client = Client::connect(addr).await;
+            for i in 0..10u64 {
+                let size = ((c * 31 + i * 977) % 100_000) as usize;
+                let r = client.get(&format!("/bytes/{size}")).await;
+                assert_eq!(r.body, pattern(size, size as u64));
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let snap = settle(&switch).await;
+    assert_eq!(snap.clients, 0);
+    assert_eq!(snap.servers.iter().map(|s| s.requests).sum::<u64>(), 300);
+    assert_eq!(snap.services[0].accepted, 30);
+    let mut idle = Client::connect(addr).await;
+    assert_eq!(idle.get("/").await.status, 200);
+    assert_eq!(switch.shutdown(Duration::from_secs(3)).await, 0);
+    assert!(idle.is_closed().await);
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "every worker closed its listener"
+    );
+}
