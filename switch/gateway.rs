@@ -64,10 +64,23 @@ struct Plan {
     reaper: bool,
 }
 
+/// A worker once started: the addresses it bound (in the plan's order), its timeouts, its tasks.
+struct Launched {
+    bound: Vec<SocketAddr>,
+    timeouts: Arc<Timeouts>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// A switch's shared state, its stop signal and the listeners to bind.
+struct Prepared {
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    listen: Vec<(usize, SocketAddr)>,
+}
+
 impl Plan {
-    /// Binds the listeners and spawns the worker's tasks on the current runtime. Returns the
-    /// bound addresses, the worker's timeouts and its tasks.
-    fn launch(self) -> io::Result<(Vec<SocketAddr>, Arc<Timeouts>, Vec<JoinHandle<()>>)> {
+    /// Binds the listeners and spawns the worker's tasks on the current runtime.
+    fn launch(self) -> io::Result<Launched> {
         let timeouts = Timeouts::new();
         let mut bound = Vec::new();
         let mut listeners = Vec::new();
@@ -98,7 +111,11 @@ impl Plan {
             )));
         }
         tasks.push(tokio::spawn(Arc::clone(&timeouts).run_sweeper()));
-        Ok((bound, timeouts, tasks))
+        Ok(Launched {
+            bound,
+            timeouts,
+            tasks,
+        })
     }
 }
 
@@ -106,14 +123,22 @@ impl Switch {
     /// Binds every virtual service's listener and starts accepting on the current tokio runtime
     /// (one worker). Must run inside a tokio runtime.
     pub async fn start(config: Config) -> io::Result<Switch> {
-        let (shared, stop, listen) = Switch::prepare(config)?;
+        let Prepared {
+            shared,
+            stop,
+            listen,
+        } = Switch::prepare(config)?;
         let plan = Plan {
             shared: Arc::clone(&shared),
             listen: listen.clone(),
             reuse_port: false,
             reaper: true,
         };
-        let (bound, timeouts, tasks) = plan.launch()?;
+        let Launched {
+            bound,
+            timeouts,
+            tasks,
+        } = plan.launch()?;
         Ok(Switch {
             addresses: Switch::named(&shared, &listen, &bound),
             shared,
@@ -130,7 +155,11 @@ impl Switch {
     /// own listening sockets (SO_REUSEPORT: the kernel spreads new connections over them).
     /// Sessions stay on the thread that accepted them, so no wake-up crosses threads.
     pub fn start_workers(config: Config, count: usize) -> io::Result<Switch> {
-        let (shared, stop, listen) = Switch::prepare(config)?;
+        let Prepared {
+            shared,
+            stop,
+            listen,
+        } = Switch::prepare(config)?;
         let mut workers: Vec<Worker> = Vec::with_capacity(count);
         // The first worker binds what the rules say; with port 0 the others then join the port
         // the kernel chose.
@@ -160,8 +189,7 @@ impl Switch {
                     runtime.block_on(async move {
                         let launched = plan.launch();
                         let ok = launched.is_ok();
-                        let _ = started
-                            .send(launched.map(|(bound, timeouts, _tasks)| (bound, timeouts)));
+                        let _ = started.send(launched.map(|l| (l.bound, l.timeouts)));
                         if ok {
                             let _ = exited.await;
                         }
@@ -210,9 +238,7 @@ impl Switch {
     }
 
     /// The shared state of a switch, the stop signal and the listeners to bind.
-    fn prepare(
-        config: Config,
-    ) -> io::Result<(Arc<Shared>, watch::Sender<bool>, Vec<(usize, SocketAddr)>)> {
+    fn prepare(config: Config) -> io::Result<Prepared> {
         let clock: Arc<dyn tcpvs_modules::Clock> = Arc::new(tcpvs_modules::MonotonicClock::new());
         let pools = config
             .pools
@@ -246,7 +272,11 @@ impl Switch {
             clients: AtomicUsize::new(0),
             shutdown,
         });
-        Ok((shared, stop, listen))
+        Ok(Prepared {
+            shared,
+            stop,
+            listen,
+        })
     }
 
     fn named(
