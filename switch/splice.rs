@@ -108,20 +108,11 @@ pub async fn splice_between(
             let len = left.min((pipe.capacity - lease.held) as u64) as usize;
             let result = if lease.held == 0 {
                 // Empty pipe: EAGAIN can only mean "socket empty", so tokio may clear the
-                // socket's readiness; so may a short read (see stream::try_recv).
-                let mut drained = None;
-                let result = src.try_io(Interest::READABLE, || {
-                    let n = splice(src, None, &pipe.write, None, len, FLAGS)?;
-                    if n > 0 && n < len {
-                        drained = Some(n);
-                        return Err(io::ErrorKind::WouldBlock.into());
-                    }
-                    Ok(n)
-                });
-                match (result, drained) {
-                    (Err(e), Some(n)) if e.kind() == io::ErrorKind::WouldBlock => Ok(n),
-                    (result, _) => result,
-                }
+                // socket's readiness. (A short splice proves nothing: the pipe may have run out
+                // of slots while the socket still holds data, so it must not clear it.)
+                src.try_io(Interest::READABLE, || {
+                    splice(src, None, &pipe.write, None, len, FLAGS).map_err(io::Error::from)
+                })
             } else {
                 // Pipe partly full: EAGAIN may mean "pipe full" while the socket still has
                 // data, so this attempt must not clear the socket's readiness.

@@ -923,3 +923,25 @@ async fn worker_threads_share_the_port_and_the_pools() {
         "every worker closed its listener"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spliced_bodies_from_a_sendfile_server_arrive_whole() {
+    // Page-fragment sockets fill a pipe's slots before its bytes: a splice then comes back
+    // short while the socket still holds data, and must not be taken for "drained".
+    let server = backend().await;
+    let switch = one_pool(&server, "idle_timeout = \"5s\"").await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    for size in [70_000usize, 1 << 20, 8 << 20] {
+        let r = tokio::time::timeout(
+            Duration::from_secs(4),
+            client.get(&format!("/sendfile/{size}")),
+        )
+        .await
+        .expect("the body arrives without stalling");
+        assert_eq!(
+            sha256_hex(&r.body),
+            sha256_hex(&pattern(size, size as u64)),
+            "{size} bytes"
+        );
+    }
+}

@@ -276,6 +276,38 @@ async fn serve_connection(
                 }
                 out.extend_from_slice(b"0\r\nX-Trailer: done\r\n\r\n");
             }
+            ["sendfile", n] => {
+                // The body leaves from the page cache (sendfile), as static servers send
+                // files: the socket then carries page fragments, unlike write()n bytes.
+                let n: usize = n.parse().unwrap();
+                let path = std::env::temp_dir()
+                    .join(format!("tcpvs-test-sendfile-{}-{n}", std::process::id()));
+                if !path.exists() {
+                    std::fs::write(&path, pattern(n, n as u64))?;
+                }
+                let file = std::fs::File::open(&path)?;
+                stream
+                    .write_all(
+                        format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n{served_by}\r\n")
+                            .as_bytes(),
+                    )
+                    .await?;
+                let mut offset = 0u64;
+                while (offset as usize) < n {
+                    let left = n - offset as usize;
+                    let sent = stream.try_io(tokio::io::Interest::WRITABLE, || {
+                        rustix::fs::sendfile(&stream, &file, Some(&mut offset), left)
+                            .map_err(std::io::Error::from)
+                    });
+                    match sent {
+                        Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            stream.writable().await?
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
             ["close", n] => {
                 let n: usize = n.parse().unwrap();
                 out.extend_from_slice(
