@@ -161,6 +161,18 @@ pub(crate) struct Session {
     relay: RelaySettings,
 }
 
+/// A closed connection's request memory goes back to the thread's free lists too: with a new
+/// connection per request, freeing it to the allocator instead made every connection fault in
+/// fresh pages for its buffers (1.3-1.9 page faults and a 16 KiB memset per request, measured
+/// with perf under `CLOSE=1`).
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.inbuf.consume(self.inbuf.len());
+        self.server_buf.consume(self.server_buf.len());
+        self.give_back_workspace();
+    }
+}
+
 impl Session {
     pub(crate) fn new(
         shared: Arc<Shared>,
