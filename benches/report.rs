@@ -148,7 +148,8 @@ fn chart(scenarios: &[Scenario], path: &Path) -> Result<(), Box<dyn std::error::
             .flatten()
             .flatten()
             .fold(1.2f64, |m, v| m.max(*v))
-            * 1.1;
+            // Head room for the legend (upper left, where the first scenario sits near 1.0).
+            * 1.6;
         let caption = if panel == 0 {
             "req/s ÷ HAProxy's (higher is better)"
         } else {
@@ -206,7 +207,7 @@ fn chart(scenarios: &[Scenario], path: &Path) -> Result<(), Box<dyn std::error::
             .configure_series_labels()
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperRight)
+            .position(SeriesLabelPosition::UpperLeft)
             .draw()?;
     }
     root.present()?;
