@@ -280,12 +280,16 @@ async fn serve_connection(
                 // The body leaves from the page cache (sendfile), as static servers send
                 // files: the socket then carries page fragments, unlike write()n bytes.
                 let n: usize = n.parse().unwrap();
-                let path = std::env::temp_dir()
-                    .join(format!("tcpvs-test-sendfile-{}-{n}", std::process::id()));
-                if !path.exists() {
-                    std::fs::write(&path, pattern(n, n as u64))?;
-                }
+                // A file of its own, unlinked once open: nothing is left in the temp dir.
+                static FILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                let unique = FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let path = std::env::temp_dir().join(format!(
+                    "tcpvs-test-sendfile-{}-{unique}",
+                    std::process::id()
+                ));
+                std::fs::write(&path, pattern(n, n as u64))?;
                 let file = std::fs::File::open(&path)?;
+                std::fs::remove_file(&path)?;
                 stream
                     .write_all(
                         format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n{served_by}\r\n")
