@@ -1628,9 +1628,9 @@ async fn http10_without_host_gets_one_host_when_forwarded_as_http11() {
     switch.shutdown(Duration::from_millis(200)).await;
 }
 
-/// Spec: path rules match the path only, query excluded.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn path_rule_ignores_query() {
+/// Sends each target on one connection through a switch whose only rule sends paths under
+/// `/b/` to backend "B" (everything else to "A"), and checks which backend answered.
+async fn expect_path_routing(cases: &[(&str, &str)]) {
     let a = Backend::start(Arc::new(|_: &Req| Reply::Send(ok_response(b"A")))).await;
     let b = Backend::start(Arc::new(|_: &Req| Reply::Send(ok_response(b"B")))).await;
     let toml = format!(
@@ -1643,43 +1643,7 @@ async fn path_rule_ignores_query() {
     );
     let (switch, addr) = start_switch(&toml).await;
     let mut c = Client::connect(addr).await;
-    for (target, want) in [
-        ("/b/x", "B"),
-        ("/x?/b/", "A"),
-        ("/b/?q=1", "B"),
-        ("/bb/", "A"),
-        ("/x?p=/b/", "A"),
-    ] {
-        c.send(format!("GET {target} HTTP/1.1\r\nHost: h\r\n\r\n").as_bytes())
-            .await
-            .unwrap();
-        let r = c.response(false).await;
-        assert_eq!(String::from_utf8_lossy(&r.body), want, "target {target}");
-    }
-    switch.shutdown(Duration::from_millis(200)).await;
-}
-
-/// RFC 9112 §3.2.2: a server MUST accept the absolute-form; the path rule applies to
-/// the path component of the target.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn absolute_form_target_accepted_and_routed_by_path() {
-    let a = Backend::start(Arc::new(|_: &Req| Reply::Send(ok_response(b"A")))).await;
-    let b = Backend::start(Arc::new(|_: &Req| Reply::Send(ok_response(b"B")))).await;
-    let toml = format!(
-        "{}[virtual.web]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"a\"\n\n\
-         [[virtual.web.rule]]\npath = \"^/b/\"\npool = \"b\"\n\n\
-         [pool.a]\nscheduler = \"wlc\"\nservers = [{}]\n\n[pool.b]\nscheduler = \"rr\"\nservers = [{}]\n",
-        switch_section(&OPTS),
-        server_list(&[a.addr]),
-        server_list(&[b.addr])
-    );
-    let (switch, addr) = start_switch(&toml).await;
-    let mut c = Client::connect(addr).await;
-    for (target, want) in [
-        ("http://h/b/x?q=1", "B"),
-        ("http://h/x?/b/", "A"),
-        ("HTTP://h:80/b/", "B"),
-    ] {
+    for &(target, want) in cases {
         c.send(format!("GET {target} HTTP/1.1\r\nHost: h\r\n\r\n").as_bytes())
             .await
             .unwrap();
@@ -1688,6 +1652,31 @@ async fn absolute_form_target_accepted_and_routed_by_path() {
         assert_eq!(String::from_utf8_lossy(&r.body), want, "target {target}");
     }
     switch.shutdown(Duration::from_millis(200)).await;
+}
+
+/// Spec: path rules match the path only, query excluded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn path_rule_ignores_query() {
+    expect_path_routing(&[
+        ("/b/x", "B"),
+        ("/x?/b/", "A"),
+        ("/b/?q=1", "B"),
+        ("/bb/", "A"),
+        ("/x?p=/b/", "A"),
+    ])
+    .await;
+}
+
+/// RFC 9112 §3.2.2: a server MUST accept the absolute-form; the path rule applies to
+/// the path component of the target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absolute_form_target_accepted_and_routed_by_path() {
+    expect_path_routing(&[
+        ("http://h/b/x?q=1", "B"),
+        ("http://h/x?/b/", "A"),
+        ("HTTP://h:80/b/", "B"),
+    ])
+    .await;
 }
 
 // ---------------------------------------------------------------------------------
