@@ -7,6 +7,7 @@
 # Needs: apt-get install haproxy nginx wrk curl
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/benches/lib.sh"
 bin=${1:-$root/target/release/tcpvs}
 for t in haproxy nginx wrk curl; do command -v $t >/dev/null || { echo "missing: $t"; exit 2; }; done
 D=$(mktemp -d /tmp/scaling.XXXX); chmod 755 "$D"; mkdir -p "$D/www" "$D/logs"
@@ -28,24 +29,7 @@ http { access_log off; keepalive_requests 1000000;
   server { listen 127.0.0.1:18491 backlog=4096;
     location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; } } }
 C
-cat > "$D/haproxy.cfg" <<C
-global
-  nbthread 2
-  maxconn 4000
-defaults
-  mode http
-  timeout connect 3s
-  timeout client 30s
-  timeout server 30s
-  option http-keep-alive
-  option splice-auto
-frontend fe
-  bind 127.0.0.1:18490
-  default_backend be
-backend be
-  http-reuse always
-  server s1 127.0.0.1:$BE
-C
+haproxy_config "$D/haproxy.cfg" 2 18490 "$BE"
 cat > "$D/tcpvs.toml" <<C
 [switch]
 workers = 2
@@ -63,24 +47,7 @@ haproxy -f "$D/haproxy.cfg" -db >"$D/logs/h.log" 2>&1 & HP=$!
 trap 'kill $BP $NP $HP $TP 2>/dev/null; wait 2>/dev/null; rm -rf "$D"' EXIT
 sleep 1
 targets=("direct=127.0.0.1:$BE=$BP" "haproxy=127.0.0.1:18490=$HP" "nginx=127.0.0.1:18491=$NP" "tcpvs=127.0.0.1:18492=$TP")
-ticks() { local t=0 p; for p in $1 $(pgrep -P "$1" 2>/dev/null); do [ -r /proc/$p/stat ] && t=$((t + $(awk '{print $14+$15}' /proc/$p/stat))); done; echo $t; }
-hz=$(getconf CLK_TCK)
-for r in $(seq "$ROUNDS"); do
-  for t in "${targets[@]}"; do
-    IFS='=' read -r name addr pid <<<"$t"
-    t0=$(ticks "$pid")
-    out=$(wrk -t2 -c"$CONNS" -d"${DUR}s" "http://$addr$PATHQ" 2>/dev/null)
-    t1=$(ticks "$pid")
-    rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out"); n=$(awk '/requests in/ {print $1}' <<<"$out")
-    cpu=$(awk -v a="$t0" -v b="$t1" -v n="${n:-0}" -v hz="$hz" 'BEGIN{ if(n>0) printf "%.2f", (b-a)*1e6/hz/n; else print "nan"}')
-    echo "round=$r target=$name rps=${rps:-0} cpu_us_per_req=$cpu"
-  done
-done > "$D/rows"
+WRK=(wrk -t2 -c"$CONNS" -d"${DUR}s")
+run_rounds "$ROUNDS" "$PATHQ" "${targets[@]}" > "$D/rows"
 echo "# medians over $ROUNDS rounds (path $PATHQ, $CONNS connections, 2 threads each, unpinned)"
-med() { sort -g | awk '{v[NR]=$1} END{ if (NR) print v[int((NR+1)/2)]; else print "nan"}'; }
-for t in "${targets[@]}"; do
-  name=${t%%=*}
-  rps=$(awk -v n="$name" '$2=="target="n {sub("rps=","",$3); print $3}' "$D/rows" | med)
-  cpu=$(awk -v n="$name" '$2=="target="n {sub("cpu_us_per_req=","",$4); print $4}' "$D/rows" | med)
-  printf "%-10s rps=%s cpu_us_per_req=%s\n" "$name" "$rps" "$cpu"
-done
+print_medians "$D/rows" "${targets[@]}"

@@ -7,6 +7,7 @@
 # Needs: apt-get install haproxy nginx wrk
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/benches/lib.sh"
 cargo build --release --manifest-path "$root/Cargo.toml" >&2
 bin=$root/target/release/tcpvs
 D=$(mktemp -d /tmp/splice-vs-copy.XXXX); chmod 755 "$D"; mkdir -p "$D/www" "$D/logs"
@@ -18,24 +19,7 @@ events { worker_connections 4096; }
 http { access_log off; sendfile on; keepalive_requests 1000000;
   server { listen 127.0.0.1:18181 backlog=4096; root $D/www; } }
 C
-cat > "$D/haproxy.cfg" <<C
-global
-  nbthread 1
-  maxconn 4000
-defaults
-  mode http
-  timeout connect 3s
-  timeout client 30s
-  timeout server 30s
-  option http-keep-alive
-  option splice-auto
-frontend fe
-  bind 127.0.0.1:18190
-  default_backend be
-backend be
-  http-reuse always
-  server s1 127.0.0.1:18181
-C
+haproxy_config "$D/haproxy.cfg" 1 18190 18181
 for v in splice:18192:true copy:18193:false; do
   IFS=: read -r name port splice <<<"$v"
   printf '[switch]\nworkers = 1\naccess_log = false\nsplice = %s\n[virtual.b]\nlisten = "127.0.0.1:%s"\ndefault_pool = "be"\n[pool.be]\nservers = [{ addr = "127.0.0.1:18181" }]\n' "$splice" "$port" > "$D/$name.toml"
@@ -46,24 +30,9 @@ taskset -c 0 "$bin" run -c "$D/splice.toml" >"$D/logs/s.log" 2>&1 & SP=$!
 taskset -c 0 "$bin" run -c "$D/copy.toml" >"$D/logs/c.log" 2>&1 & CP=$!
 trap 'kill $BP $HP $SP $CP 2>/dev/null; wait 2>/dev/null; rm -rf "$D"' EXIT
 sleep 1
-ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
-hz=$(getconf CLK_TCK)
-targets=("direct=18181=$BP" "haproxy=18190=$HP" "tcpvs-splice=18192=$SP" "tcpvs-copy=18193=$CP")
-for r in $(seq "$ROUNDS"); do
-  for t in "${targets[@]}"; do
-    IFS='=' read -r name port pid <<<"$t"
-    t0=$(ticks "$pid")
-    out=$(taskset -c 1 wrk -t1 -c"$CONNS" -d"${DUR}s" "http://127.0.0.1:$port/1m.bin" 2>/dev/null)
-    t1=$(ticks "$pid")
-    rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out"); n=$(awk '/requests in/ {print $1}' <<<"$out")
-    cpu=$(awk -v a="$t0" -v b="$t1" -v n="${n:-0}" -v hz="$hz" 'BEGIN{ if(n>0) printf "%.1f", (b-a)*1e6/hz/n; else print "nan"}')
-    echo "$name $rps $cpu"
-  done
-done > "$D/rows"
+targets=("direct=127.0.0.1:18181=$BP" "haproxy=127.0.0.1:18190=$HP" "tcpvs-splice=127.0.0.1:18192=$SP"
+  "tcpvs-copy=127.0.0.1:18193=$CP")
+WRK=(taskset -c 1 wrk -t1 -c"$CONNS" -d"${DUR}s")
+run_rounds "$ROUNDS" /1m.bin "${targets[@]}" > "$D/rows"
 echo "# medians over $ROUNDS rounds: 1 MiB bodies, $CONNS connections, backend nginx with sendfile on"
-for t in "${targets[@]}"; do
-  name=${t%%=*}
-  rps=$(awk -v n="$name" '$1==n {print $2}' "$D/rows" | sort -g | awk '{v[NR]=$1} END{print v[int((NR+1)/2)]}')
-  cpu=$(awk -v n="$name" '$1==n {print $3}' "$D/rows" | sort -g | awk '{v[NR]=$1} END{print v[int((NR+1)/2)]}')
-  printf "%-13s rps=%s cpu_us_per_req=%s\n" "$name" "$rps" "$cpu"
-done
+print_medians "$D/rows" "${targets[@]}"
