@@ -48,6 +48,17 @@ pub enum Version {
     Http11,
 }
 
+impl Version {
+    /// From httparse's minor version (it accepts HTTP/1.0 and HTTP/1.1 only).
+    pub(crate) fn from_minor(minor: u8) -> Version {
+        if minor == 0 {
+            Version::Http10
+        } else {
+            Version::Http11
+        }
+    }
+}
+
 /// What the switch does with one header field when it rebuilds the head for the other side.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FieldRole {
@@ -92,6 +103,40 @@ pub(crate) fn role_of(name: &[u8]) -> FieldRole {
         17 if name.eq_ignore_ascii_case(b"transfer-encoding") => FieldRole::TransferEncoding,
         _ => FieldRole::Forward,
     }
+}
+
+/// Records httparse's fields as spans of `buf`, each with its role.
+pub(crate) fn record_fields(buf: &[u8], headers: &[httparse::Header<'_>], fields: &mut Vec<Field>) {
+    fields.clear();
+    fields.extend(headers.iter().map(|h| Field {
+        name: Span::of(buf, h.name.as_bytes()),
+        value: Span::of(buf, h.value),
+        role: role_of(h.name.as_bytes()),
+    }));
+}
+
+/// Adds one Content-Length field's value to the length read so far: every occurrence must
+/// carry the same valid number (RFC 9112 section 6.3), else the message is refused.
+pub(crate) fn fold_content_length(
+    length: &mut Option<u64>,
+    value: &[u8],
+) -> Result<(), &'static str> {
+    let n = parse_content_length(value).ok_or("invalid Content-Length")?;
+    if length.is_some_and(|c| c != n) {
+        return Err("conflicting Content-Length fields");
+    }
+    *length = Some(n);
+    Ok(())
+}
+
+/// Reads the codings of all Transfer-Encoding fields of a head, in order.
+pub(crate) fn transfer_coding_of(fields: &[Field], buf: &[u8]) -> TransferCoding {
+    transfer_coding(
+        fields
+            .iter()
+            .filter(|f| f.role == FieldRole::TransferEncoding)
+            .map(|f| f.value.get(buf)),
+    )
 }
 
 /// Comma-separated list elements with optional whitespace trimmed; empty elements skipped

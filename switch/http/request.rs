@@ -1,8 +1,8 @@
 //! Request heads: parsing (httparse), validation and the facts routing needs.
 
 use super::fields::{
-    parse_content_length, read_connection, role_of, transfer_coding, Field, FieldRole, Span,
-    TransferCoding, Version,
+    fold_content_length, read_connection, record_fields, transfer_coding_of, Field, FieldRole,
+    Span, TransferCoding, Version,
 };
 use super::{BodyFraming, HeadError, MAX_HEADER_FIELDS, MAX_HEAD_BYTES};
 use std::mem::MaybeUninit;
@@ -44,7 +44,7 @@ pub struct RequestHead {
     pub keep_alive: bool,
     /// Connection: upgrade with an Upgrade field.
     pub upgrade: bool,
-    pub expect_continue: bool,
+
     pub is_head: bool,
     pub is_connect: bool,
     /// Safe to send twice (RFC 9110 section 9.2.2).
@@ -67,7 +67,7 @@ impl Default for RequestHead {
             framing: BodyFraming::Empty,
             keep_alive: false,
             upgrade: false,
-            expect_continue: false,
+
             is_head: false,
             is_connect: false,
             idempotent: false,
@@ -83,6 +83,12 @@ impl RequestHead {
 
     pub fn has_body(&self) -> bool {
         !matches!(self.framing, BodyFraming::Empty | BodyFraming::Length(0))
+    }
+
+    /// Safe to send again on a new connection if a reused one failed before any response:
+    /// idempotent, and no body that may already be half consumed.
+    pub fn retryable(&self) -> bool {
+        self.idempotent && !self.has_body()
     }
 
     /// Header lookup over this head, for routing and modules.
@@ -155,25 +161,14 @@ fn parse_request_as_is(buf: &[u8], head: &mut RequestHead) -> Result<bool, HeadE
     head.len = len;
     head.method = Span::of(buf, method.as_bytes());
     head.target = Span::of(buf, target.as_bytes());
-    head.version = if minor == 0 {
-        Version::Http10
-    } else {
-        Version::Http11
-    };
+    head.version = Version::from_minor(minor);
     head.is_head = method == "HEAD";
     head.is_connect = method == "CONNECT";
     head.idempotent = matches!(
         method,
         "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
     );
-    head.fields.clear();
-    for h in request.headers.iter() {
-        head.fields.push(Field {
-            name: Span::of(buf, h.name.as_bytes()),
-            value: Span::of(buf, h.value),
-            role: role_of(h.name.as_bytes()),
-        });
-    }
+    record_fields(buf, request.headers, &mut head.fields);
     split_target(buf, head, method)?;
     read_fields(buf, head)?;
     Ok(true)
@@ -307,18 +302,12 @@ fn read_fields(buf: &[u8], head: &mut RequestHead) -> Result<(), HeadError> {
     let mut host_fields = 0;
     let mut host_value: &[u8] = &[];
     let mut has_upgrade_field = false;
-    head.expect_continue = false;
 
     for field in &head.fields {
         let value = field.value.get(buf);
         match field.role {
             FieldRole::ContentLength => {
-                let n = parse_content_length(value)
-                    .ok_or(HeadError::bad_request("invalid Content-Length"))?;
-                if content_length.is_some_and(|c| c != n) {
-                    return Err(HeadError::bad_request("conflicting Content-Length fields"));
-                }
-                content_length = Some(n);
+                fold_content_length(&mut content_length, value).map_err(HeadError::bad_request)?
             }
             FieldRole::TransferEncoding => has_transfer_encoding = true,
             FieldRole::Host => {
@@ -326,9 +315,6 @@ fn read_fields(buf: &[u8], head: &mut RequestHead) -> Result<(), HeadError> {
                 host_value = value;
             }
             FieldRole::Upgrade => has_upgrade_field = true,
-            FieldRole::Forward if field.name.get(buf).eq_ignore_ascii_case(b"expect") => {
-                head.expect_continue = value.eq_ignore_ascii_case(b"100-continue");
-            }
             _ => {}
         }
     }
@@ -361,12 +347,7 @@ fn read_fields(buf: &[u8], head: &mut RequestHead) -> Result<(), HeadError> {
                 "both Content-Length and Transfer-Encoding",
             ));
         }
-        let codings = head
-            .fields
-            .iter()
-            .filter(|f| f.role == FieldRole::TransferEncoding)
-            .map(|f| f.value.get(buf));
-        match transfer_coding(codings) {
+        match transfer_coding_of(&head.fields, buf) {
             TransferCoding::Chunked => BodyFraming::Chunked,
             _ => {
                 return Err(HeadError::bad_request(
@@ -605,9 +586,6 @@ mod tests {
                 FieldRole::ContentLength
             ]
         );
-        let raw =
-            b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n";
-        assert!(parse(raw).unwrap().expect_continue);
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! Response heads from servers: parsing, validation and framing (RFC 9112 section 6.3).
 
 use super::fields::{
-    parse_content_length, read_connection, role_of, transfer_coding, Field, FieldRole, Span,
-    TransferCoding, Version,
+    fold_content_length, read_connection, record_fields, transfer_coding_of, Field, FieldRole,
+    Span, TransferCoding, Version,
 };
 use super::{BodyFraming, MAX_HEADER_FIELDS, MAX_HEAD_BYTES};
+use std::mem::MaybeUninit;
 
 #[derive(Debug)]
 pub struct ResponseHead {
@@ -64,10 +65,13 @@ pub fn parse_response(
     request: RequestKind,
     head: &mut ResponseHead,
 ) -> Result<bool, BadResponse> {
-    // httparse has no uninitialised-storage variant for responses.
-    let mut storage = [httparse::EMPTY_HEADER; MAX_HEADER_FIELDS];
-    let mut response = httparse::Response::new(&mut storage);
-    let len = match response.parse(buf) {
+    let mut storage = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADER_FIELDS];
+    let mut response = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut response,
+        buf,
+        &mut storage,
+    ) {
         Ok(httparse::Status::Complete(len)) if len <= MAX_HEAD_BYTES => len,
         Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD_BYTES => return Ok(false),
         Ok(_) => return Err(BadResponse("response head too large")),
@@ -85,19 +89,8 @@ pub fn parse_response(
     head.len = len;
     head.status = status;
     head.reason = Span::of(buf, response.reason.unwrap_or("").as_bytes());
-    head.version = if minor == 0 {
-        Version::Http10
-    } else {
-        Version::Http11
-    };
-    head.fields.clear();
-    for h in response.headers.iter() {
-        head.fields.push(Field {
-            name: Span::of(buf, h.name.as_bytes()),
-            value: Span::of(buf, h.value),
-            role: role_of(h.name.as_bytes()),
-        });
-    }
+    head.version = Version::from_minor(minor);
+    record_fields(buf, response.headers, &mut head.fields);
     read_fields(buf, request, head)?;
     Ok(true)
 }
@@ -112,12 +105,8 @@ fn read_fields(
     for field in &head.fields {
         match field.role {
             FieldRole::ContentLength => {
-                let n = parse_content_length(field.value.get(buf))
-                    .ok_or(BadResponse("invalid Content-Length"))?;
-                if content_length.is_some_and(|c| c != n) {
-                    return Err(BadResponse("conflicting Content-Length fields"));
-                }
-                content_length = Some(n);
+                fold_content_length(&mut content_length, field.value.get(buf))
+                    .map_err(BadResponse)?
             }
             FieldRole::TransferEncoding => has_transfer_encoding = true,
             _ => {}
@@ -148,12 +137,7 @@ fn read_fields(
             // The connection becomes a tunnel; no body framing applies.
             BodyFraming::Empty
         } else if has_transfer_encoding {
-            let codings = head
-                .fields
-                .iter()
-                .filter(|f| f.role == FieldRole::TransferEncoding)
-                .map(|f| f.value.get(buf));
-            match transfer_coding(codings) {
+            match transfer_coding_of(&head.fields, buf) {
                 TransferCoding::Chunked if head.version == Version::Http11 => BodyFraming::Chunked,
                 TransferCoding::Invalid => return Err(BadResponse("invalid Transfer-Encoding")),
                 _ => BodyFraming::UntilClose,
