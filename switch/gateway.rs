@@ -331,6 +331,8 @@ impl Switch {
                     bytes_out: stats::read(&backend.stats.bytes_out),
                     connect_errors: stats::read(&backend.stats.connect_errors),
                     response_errors: stats::read(&backend.stats.response_errors),
+                    responses: stats::read(&backend.stats.responses),
+                    response_time_us: stats::read(&backend.stats.response_time_us),
                 });
             }
         }

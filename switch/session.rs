@@ -25,7 +25,7 @@ use crate::relay::{
     RelaySettings,
 };
 use crate::stats;
-use crate::stream::{read_some, try_recv, write_all, write_both, Limit, Then};
+use crate::stream::{input_pending, read_some, try_recv, write_all, write_both, Limit, Then};
 use crate::timeouts::Slot;
 use crate::upstream::{Lease, Pool};
 use std::io;
@@ -61,11 +61,13 @@ impl Outcome {
     }
 }
 
-/// Whether the reactor has seen the socket become readable since it was last drained: bytes
-/// (or an end of stream) may be waiting. No system call.
-fn input_pending(stream: &TcpStream) -> bool {
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    stream.poll_read_ready(&mut cx).is_ready()
+/// A head not complete by its deadline gets 408; any other failure to read it closes quietly.
+fn head_not_read(e: io::Error) -> NoRequest {
+    if e.kind() == io::ErrorKind::TimedOut {
+        NoRequest::Refuse(408, "request head not received in time")
+    } else {
+        NoRequest::Closed
+    }
 }
 
 /// How long a connection may wait for its next request, and what the end of the wait means.
@@ -234,7 +236,11 @@ impl Session {
             // connection should not keep in its task (BENCHMARKS.md, "memory"). One box serves
             // a whole burst of requests, so a busy connection allocates nothing per request.
             match Box::pin(self.serve_burst(head_deadline.take())).await {
-                Burst::Idle => wait = keepalive.saturating_sub(BURST_GRACE),
+                Burst::Idle => {
+                    wait = keepalive.saturating_sub(BURST_GRACE);
+                    self.tried = Vec::new();
+                    self.log_request = String::new();
+                }
                 Burst::Close => break,
                 Burst::Gone => return,
                 Burst::Refuse(status, why) => {
@@ -385,18 +391,8 @@ impl Session {
             match read_some(&self.client, &mut self.inbuf, Limit::Until(deadline)).await {
                 Ok(0) => return Err(NoRequest::Closed),
                 Ok(_) => {}
-                Err(e) => return Err(self.head_not_read(e, true)),
+                Err(e) => return Err(head_not_read(e)),
             }
-        }
-    }
-
-    /// A keep-alive connection that stays silent is closed quietly; a head that started (or a
-    /// new connection that sent nothing) gets 408.
-    fn head_not_read(&self, e: io::Error, head_due: bool) -> NoRequest {
-        if e.kind() == io::ErrorKind::TimedOut && head_due {
-            NoRequest::Refuse(408, "request head not received in time")
-        } else {
-            NoRequest::Closed
         }
     }
 
@@ -419,8 +415,11 @@ impl Session {
         recycle::give_bytes(&mut self.upstream_head);
         recycle::give_bytes(&mut self.out);
         recycle::give_bytes(&mut self.chunk_scratch);
-        self.tried = Vec::new();
-        self.log_request = String::new();
+        // Cleared, not freed: a client that waits for each answer comes back within the
+        // burst grace, and freeing them made every such request allocate them again. They go
+        // when the burst ends (run).
+        self.tried.clear();
+        self.log_request.clear();
     }
 
     /// A chunked body whose framing is already visibly broken in what was received with the
@@ -505,10 +504,7 @@ impl Session {
         self.release_head();
 
         let mut result = self.exchange(&lease, stream, reused, started).await;
-        if matches!(result, Err(ExchangeError::Stale))
-            && self.head.idempotent
-            && !self.head.has_body()
-        {
+        if matches!(result, Err(ExchangeError::Stale)) && self.head.retryable() {
             stats::bump(&backend.stats.response_errors);
             tracing::debug!(server = %backend.addr, "reused connection failed; retrying on a new one");
             result = match backend.connect(self.shared.settings.connect_timeout).await {
@@ -620,7 +616,7 @@ impl Session {
             };
             connects += 1;
             let backend = lease.backend();
-            let retryable = self.head.idempotent && !self.head.has_body();
+            let retryable = self.head.retryable();
             let now_ms = self.timer.now_ms();
             let connection = match backend.take_idle(now_ms, idle_age, !retryable) {
                 Some(stream) => Some((stream, true)),
@@ -818,7 +814,13 @@ impl Session {
                     ClientConnection::Close
                 };
                 out.clear();
-                write_response_head(out, response, server_buf.filled(), connection, dechunk);
+                write_response_head(
+                    out,
+                    response,
+                    server_buf.filled(),
+                    connection,
+                    client_version,
+                );
                 if let Some(field) = response_field {
                     add_field_to_head(out, field.name.as_bytes(), field.value.as_bytes());
                 }
@@ -913,7 +915,7 @@ impl Session {
             &self.response,
             self.server_buf.filled(),
             connection,
-            false,
+            self.head.version,
         );
         self.server_buf.consume(self.response.len);
         let head_bytes = self.out.len() as u64;
@@ -1123,7 +1125,7 @@ async fn read_response_head(
                             response,
                             server_buf.filled(),
                             ClientConnection::Persistent,
-                            false,
+                            Version::Http11,
                         );
                         write_all(client, out, Limit::Idle(idle))
                             .await

@@ -60,6 +60,9 @@ pub struct ServerSnapshot {
     pub bytes_out: u64,
     pub connect_errors: u64,
     pub response_errors: u64,
+    /// Response heads received, and the sum of their times since the request head was read.
+    pub responses: u64,
+    pub response_time_us: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

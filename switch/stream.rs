@@ -55,6 +55,13 @@ pub(crate) async fn wait(
 }
 
 /// Reads once into the spare room of `buf`; `Ok(0)` is end of stream (or a full buffer).
+/// Whether the reactor has seen the socket become readable (data, end of stream or error)
+/// since its readiness was last cleared. No system call.
+pub fn input_pending(stream: &TcpStream) -> bool {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    stream.poll_read_ready(&mut cx).is_ready()
+}
+
 pub async fn read_some(stream: &TcpStream, buf: &mut IoBuf, limit: Limit) -> io::Result<usize> {
     loop {
         let spare = buf.spare();

@@ -3,6 +3,7 @@
 
 use crate::config::PoolConfig;
 use crate::stats::{self, ServerStats};
+use crate::stream::input_pending;
 use rustix::net::RecvFlags;
 use std::io;
 use std::net::SocketAddr;
@@ -53,7 +54,7 @@ impl Backend {
             if too_old(parked.since_ms, now_ms, max_age) {
                 continue;
             }
-            let usable = if certain || something_arrived(&parked.stream) {
+            let usable = if certain || input_pending(&parked.stream) {
                 still_open(&parked.stream)
             } else {
                 true
@@ -108,13 +109,6 @@ impl Backend {
 
 fn too_old(since_ms: u64, now_ms: u64, max_age: Duration) -> bool {
     now_ms.saturating_sub(since_ms) >= max_age.as_millis() as u64
-}
-
-/// Whether the reactor has seen the socket become readable (data, end of stream or error)
-/// since its readiness was last cleared. No system call.
-fn something_arrived(stream: &TcpStream) -> bool {
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    stream.poll_read_ready(&mut cx).is_ready()
 }
 
 /// An idle server connection is usable if it has neither data nor end of stream pending: a

@@ -125,14 +125,15 @@ pub enum ClientConnection {
 
 /// Writes the response head for the client into `out` (appending).
 ///
-/// `dechunk`: the body is sent decoded and delimited by closing the connection (for HTTP/1.0
-/// clients), so Transfer-Encoding is dropped.
+/// An HTTP/1.0 client never sees Transfer-Encoding (RFC 9112 section 6.1): a chunked body
+/// reaches it decoded and delimited by closing the connection, and a head without body (HEAD,
+/// 304) must not announce a coding it cannot read either.
 pub fn write_response_head(
     out: &mut Vec<u8>,
     head: &ResponseHead,
     buf: &[u8],
     connection: ClientConnection,
-    dechunk: bool,
+    client: Version,
 ) {
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(itoa::Buffer::new().format(head.status).as_bytes());
@@ -149,7 +150,7 @@ pub fn write_response_head(
             }
             FieldRole::Drop => {}
             FieldRole::TransferEncoding => {
-                if !dechunk {
+                if client == Version::Http11 {
                     put_field(out, name, value);
                 }
             }
@@ -305,16 +306,51 @@ mod tests {
         };
         assert!(parse_response(raw, kind, &mut head).unwrap());
         let mut out = Vec::new();
-        write_response_head(&mut out, &head, raw, ClientConnection::Persistent, false);
+        write_response_head(
+            &mut out,
+            &head,
+            raw,
+            ClientConnection::Persistent,
+            Version::Http11,
+        );
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Served-By: a\r\n\r\n"
         );
         let mut out = Vec::new();
-        write_response_head(&mut out, &head, raw, ClientConnection::Close, true);
+        write_response_head(
+            &mut out,
+            &head,
+            raw,
+            ClientConnection::Close,
+            Version::Http10,
+        );
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "HTTP/1.1 200 OK\r\nX-Served-By: a\r\nConnection: close\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn no_transfer_encoding_to_http10_even_without_body() {
+        let raw = b"HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\nETag: \"x\"\r\n\r\n";
+        let mut head = ResponseHead::default();
+        let kind = RequestKind {
+            is_head: false,
+            is_connect: false,
+        };
+        assert!(parse_response(raw, kind, &mut head).unwrap());
+        let mut out = Vec::new();
+        write_response_head(
+            &mut out,
+            &head,
+            raw,
+            ClientConnection::KeepAlive10,
+            Version::Http10,
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\nConnection: keep-alive\r\n\r\n"
         );
     }
 }
