@@ -17,7 +17,8 @@ use crate::http::rewrite::{
 };
 use crate::http::status::write_error;
 use crate::http::{
-    parse_request, parse_response, BodyFraming, RequestHead, ResponseHead, Version, MAX_HEAD_BYTES,
+    parse_request, parse_response, BodyFraming, HeadProgress, RequestHead, ResponseHead, Version,
+    MAX_HEAD_BYTES,
 };
 use crate::recycle;
 use crate::relay::{
@@ -381,11 +382,14 @@ impl Session {
         let deadline =
             head_deadline.unwrap_or_else(|| Instant::now() + self.shared.settings.header_timeout);
         self.take_workspace();
+        let mut progress = HeadProgress::default();
         loop {
-            match parse_request(self.inbuf.filled_mut(), &mut self.head) {
-                Ok(true) => return self.check_received_body(),
-                Ok(false) => {}
-                Err(e) => return Err(NoRequest::Refuse(e.status, e.reason)),
+            if progress.worth_parsing(self.inbuf.filled()) {
+                match parse_request(self.inbuf.filled_mut(), &mut self.head) {
+                    Ok(true) => return self.check_received_body(),
+                    Ok(false) => {}
+                    Err(e) => return Err(NoRequest::Refuse(e.status, e.reason)),
+                }
             }
             self.inbuf.make_room_for_head(MAX_HEAD_BYTES);
             match read_some(&self.client, &mut self.inbuf, Limit::Until(deadline)).await {
@@ -1113,9 +1117,12 @@ async fn read_response_head(
 ) -> Result<(), ExchangeError> {
     let mut received_any = false;
     let mut uploaded = upload.get();
+    let mut progress = HeadProgress::default();
     loop {
         if !server_buf.is_empty() {
             received_any = true;
+        }
+        if !server_buf.is_empty() && progress.worth_parsing(server_buf.filled()) {
             match parse_response(server_buf.filled(), kind, response) {
                 Ok(true) if response.is_informational() && response.status != 101 => {
                     if client_version == Version::Http11 {
@@ -1135,6 +1142,7 @@ async fn read_response_head(
                             })?;
                     }
                     server_buf.consume(response.len);
+                    progress = HeadProgress::default();
                     continue;
                 }
                 Ok(true) => return Ok(()),

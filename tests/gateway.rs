@@ -950,3 +950,24 @@ async fn spliced_bodies_from_a_sendfile_server_arrive_whole() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_trickled_byte_by_byte_is_parsed_when_its_empty_line_arrives() {
+    // The switch parses a partial head again only when new bytes could end it; every split
+    // of the empty line, with CRLF and with bare LF, must still be seen.
+    let server = backend().await;
+    let switch = one_pool(&server, "").await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    for head in [
+        "GET /one HTTP/1.1\r\nHost: t\r\nX-A: 1\r\n\r\n",
+        "GET /two HTTP/1.1\nHost: t\n\n",
+    ] {
+        for byte in head.as_bytes() {
+            client.send(&[*byte]).await;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let r = client.response(false).await;
+        let path = head.split(' ').nth(1).unwrap();
+        assert_eq!(r.text(), format!("path {path}\n"));
+    }
+}

@@ -7,12 +7,14 @@
 
 pub mod chunked;
 pub mod fields;
+pub mod head_progress;
 pub mod request;
 pub mod response;
 pub mod rewrite;
 pub mod status;
 
 pub use fields::{Field, Span, Version};
+pub use head_progress::HeadProgress;
 pub use request::{parse_request, RequestHead};
 pub use response::{parse_response, ResponseHead};
 
