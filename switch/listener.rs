@@ -97,22 +97,16 @@ pub async fn accept_loop(
 async fn refuse_busy(slot: ClientSlot, stream: TcpStream) {
     let _slot = slot;
     let mut scratch = crate::buffer::IoBuf::with_capacity(4096);
-    let _ = tokio::time::timeout(Duration::from_millis(500), async {
-        while !scratch.filled().windows(4).any(|w| w == b"\r\n\r\n") {
-            match crate::stream::read_some(
-                &stream,
-                &mut scratch,
-                Limit::Idle(Duration::from_millis(500)),
-            )
-            .await
-            {
-                Ok(0) | Err(_) => break,
-                Ok(_) if scratch.spare().is_empty() => scratch.consume(scratch.len() - 3),
-                Ok(_) => {}
-            }
+    // One deadline for the whole read, from the connection's timer slot. The scratch buffer
+    // keeps at most 4 KiB, so scanning it again after each read stays cheap.
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+    while !scratch.filled().windows(4).any(|w| w == b"\r\n\r\n") {
+        match crate::stream::read_some(&stream, &mut scratch, Limit::Until(deadline)).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) if scratch.spare().is_empty() => scratch.consume(scratch.len() - 3),
+            Ok(_) => {}
         }
-    })
-    .await;
+    }
     let mut out = Vec::new();
     write_error(&mut out, 503, "too many clients", true, true);
     let _ = write_all(&stream, &out, Limit::Idle(Duration::from_secs(2))).await;

@@ -32,15 +32,23 @@ pub fn timed_out() -> io::Error {
     io::Error::from(io::ErrorKind::TimedOut)
 }
 
-/// Waits for `ready` within `limit`.
-pub(crate) async fn wait(
-    ready: impl Future<Output = io::Result<()>>,
+/// Waits for `ready` (socket readiness, a connect) within `limit`.
+pub(crate) async fn wait<T>(
+    ready: impl Future<Output = io::Result<T>>,
     limit: Limit,
-) -> io::Result<()> {
-    // Timeouts come from the task's timer slot (see timeouts.rs); a task without one (there
-    // is none in the switch) would wait without limit.
-    let Ok(slot) = SESSION_TIMER.try_with(Arc::clone) else {
+) -> io::Result<T> {
+    if let Limit::Never = limit {
         return ready.await;
+    }
+    // Timeouts come from the task's timer slot (see timeouts.rs); every task of the switch
+    // that does I/O has one, and one without would fall back to a tokio timer.
+    let Ok(slot) = SESSION_TIMER.try_with(Arc::clone) else {
+        return match limit {
+            Limit::Idle(d) => tokio::time::timeout(d, ready).await,
+            Limit::Until(t) => tokio::time::timeout_at(t, ready).await,
+            Limit::Never => Ok(ready.await),
+        }
+        .unwrap_or_else(|_| Err(timed_out()));
     };
     let deadline = match limit {
         Limit::Idle(d) => slot.deadline_after(d),
@@ -54,13 +62,14 @@ pub(crate) async fn wait(
     }
 }
 
-/// Reads once into the spare room of `buf`; `Ok(0)` is end of stream (or a full buffer).
 /// Whether the reactor has seen the socket become readable (data, end of stream or error)
 /// since its readiness was last cleared. No system call.
 pub fn input_pending(stream: &TcpStream) -> bool {
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     stream.poll_read_ready(&mut cx).is_ready()
 }
+
+/// Reads once into the spare room of `buf`; `Ok(0)` is end of stream (or a full buffer).
 
 pub async fn read_some(stream: &TcpStream, buf: &mut IoBuf, limit: Limit) -> io::Result<usize> {
     loop {

@@ -9,8 +9,8 @@
 //! wait then costs an atomic `fetch_min` and a waker registration.
 //!
 //! The session's slot travels as a tokio task-local, so the socket helpers in `stream` find it
-//! without every call carrying it; code outside a session (demo servers, the busy-refusal
-//! path) falls back to tokio timers.
+//! without every call carrying it. Every task of the switch that does I/O has one (sessions,
+//! busy refusals, demo servers); `stream::wait` falls back to a tokio timer without it.
 
 use atomic_waker::AtomicWaker;
 use std::future::Future;

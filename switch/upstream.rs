@@ -3,7 +3,7 @@
 
 use crate::config::PoolConfig;
 use crate::stats::{self, ServerStats};
-use crate::stream::input_pending;
+use crate::stream::{input_pending, wait, Limit};
 use rustix::net::RecvFlags;
 use std::io;
 use std::net::SocketAddr;
@@ -97,11 +97,8 @@ impl Backend {
 
     pub async fn connect(&self, timeout: Duration) -> io::Result<TcpStream> {
         stats::bump(&self.stats.connections);
-        let stream = match tokio::time::timeout(timeout, TcpStream::connect(self.addr)).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Err(crate::stream::timed_out()),
-        };
+        // Bounded by the session's coarse timeout slot, not a tokio timer per connect.
+        let stream = wait(TcpStream::connect(self.addr), Limit::Idle(timeout)).await?;
         stream.set_nodelay(true)?;
         Ok(stream)
     }
