@@ -101,7 +101,7 @@ impl HotPath {
         let pools = config
             .pools
             .iter()
-            .map(|p| Pool::new(p, Arc::clone(&clock)).unwrap())
+            .map(|p| Pool::new(p, Arc::clone(&clock), 1).unwrap())
             .collect();
         HotPath {
             pools,

@@ -60,8 +60,8 @@ struct Plan {
     shared: Arc<Shared>,
     listen: Vec<(usize, SocketAddr)>,
     reuse_port: bool,
-    /// The worker that closes aged idle server connections (one is enough).
-    reaper: bool,
+    /// The worker's index (its idle server connections, its share of housekeeping).
+    worker: usize,
 }
 
 /// A worker once started: the addresses it bound (in the plan's order), its timeouts, its tasks.
@@ -81,7 +81,7 @@ struct Prepared {
 impl Plan {
     /// Binds the listeners and spawns the worker's tasks on the current runtime.
     fn launch(self) -> io::Result<Launched> {
-        let timeouts = Timeouts::new();
+        let timeouts = Timeouts::for_worker(self.worker);
         let mut bound = Vec::new();
         let mut listeners = Vec::new();
         for &(service, addr) in &self.listen {
@@ -104,12 +104,10 @@ impl Plan {
                 Arc::clone(&timeouts),
             )));
         }
-        if self.reaper {
-            tasks.push(tokio::spawn(reap_idle_connections(
-                Arc::clone(&self.shared),
-                Arc::clone(&timeouts),
-            )));
-        }
+        tasks.push(tokio::spawn(reap_idle_connections(
+            Arc::clone(&self.shared),
+            Arc::clone(&timeouts),
+        )));
         tasks.push(tokio::spawn(Arc::clone(&timeouts).run_sweeper()));
         Ok(Launched {
             bound,
@@ -127,12 +125,12 @@ impl Switch {
             shared,
             stop,
             listen,
-        } = Switch::prepare(config)?;
+        } = Switch::prepare(config, 1)?;
         let plan = Plan {
             shared: Arc::clone(&shared),
             listen: listen.clone(),
             reuse_port: false,
-            reaper: true,
+            worker: 0,
         };
         let Launched {
             bound,
@@ -159,7 +157,7 @@ impl Switch {
             shared,
             stop,
             listen,
-        } = Switch::prepare(config)?;
+        } = Switch::prepare(config, count.max(1))?;
         let mut workers: Vec<Worker> = Vec::with_capacity(count);
         // The first worker binds what the rules say; with port 0 the others then join the port
         // the kernel chose.
@@ -169,7 +167,7 @@ impl Switch {
                 shared: Arc::clone(&shared),
                 listen: addresses.clone(),
                 reuse_port: true,
-                reaper: index == 0,
+                worker: index,
             };
             let (started, report) = std::sync::mpsc::channel();
             let (exit, exited) = oneshot::channel::<()>();
@@ -238,12 +236,12 @@ impl Switch {
     }
 
     /// The shared state of a switch, the stop signal and the listeners to bind.
-    fn prepare(config: Config) -> io::Result<Prepared> {
+    fn prepare(config: Config, workers: usize) -> io::Result<Prepared> {
         let clock: Arc<dyn tcpvs_modules::Clock> = Arc::new(tcpvs_modules::MonotonicClock::new());
         let pools = config
             .pools
             .iter()
-            .map(|p| Pool::new(p, Arc::clone(&clock)))
+            .map(|p| Pool::new(p, Arc::clone(&clock), workers))
             .collect::<Result<Box<[Pool]>, _>>()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         if config.admin.is_some() {
@@ -400,8 +398,8 @@ fn return_free_memory() {
 /// Free bytes inside the allocator worth giving back (see [`return_free_memory`]).
 const TRIM_ABOVE: usize = 4 << 20;
 
-/// Closes parked server connections that aged out or that their server closed, and gives
-/// memory freed by a burst of connections back to the system.
+/// Closes this worker's parked server connections that aged out or that their server closed;
+/// the first worker also gives memory freed by a burst of connections back to the system.
 async fn reap_idle_connections(shared: Arc<Shared>, timeouts: Arc<Timeouts>) {
     let max_age = shared.settings.server_idle_timeout;
     let period = (max_age / 2).clamp(Duration::from_millis(100), Duration::from_secs(1));
@@ -410,14 +408,14 @@ async fn reap_idle_connections(shared: Arc<Shared>, timeouts: Arc<Timeouts>) {
     let mut last_trim = Instant::now();
     loop {
         tick.tick().await;
-        if last_trim.elapsed() >= Duration::from_secs(1) {
+        if timeouts.worker() == 0 && last_trim.elapsed() >= Duration::from_secs(1) {
             last_trim = Instant::now();
             return_free_memory();
         }
         let now_ms = timeouts.now_ms();
         for pool in shared.pools.iter() {
             for backend in pool.backends.iter() {
-                backend.purge_idle(now_ms, max_age);
+                backend.purge_idle(timeouts.worker(), now_ms, max_age);
             }
         }
     }

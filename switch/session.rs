@@ -622,7 +622,12 @@ impl Session {
             let backend = lease.backend();
             let retryable = self.head.retryable();
             let now_ms = self.timer.now_ms();
-            let connection = match backend.take_idle(now_ms, idle_age, !retryable) {
+            let connection = match backend.take_idle(
+                self.timer.worker(),
+                now_ms,
+                idle_age,
+                !retryable,
+            ) {
                 Some(stream) => Some((stream, true)),
                 None => match backend.connect(connect_timeout).await {
                     Ok(stream) => Some((stream, false)),
@@ -886,6 +891,7 @@ impl Session {
         self.unread_input |= !upload_complete;
         if self.response.server_keep_alive && upload_complete && self.server_buf.is_empty() {
             backend.park(
+                self.timer.worker(),
                 server,
                 self.shared.settings.server_idle_max,
                 self.timer.now_ms(),

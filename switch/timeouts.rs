@@ -36,6 +36,8 @@ pub struct Timeouts {
     start: Instant,
     now_ms: AtomicU64,
     slots: Mutex<Vec<Weak<Slot>>>,
+    /// The worker whose sessions these are (its index), for state kept per worker.
+    worker: usize,
     /// The switch is stopping: sessions waiting for a request give up (see [`Timeouts::stop`]).
     stopping: AtomicBool,
 }
@@ -50,12 +52,21 @@ pub struct Slot {
 
 impl Timeouts {
     pub fn new() -> Arc<Timeouts> {
+        Timeouts::for_worker(0)
+    }
+
+    pub fn for_worker(worker: usize) -> Arc<Timeouts> {
         Arc::new(Timeouts {
             start: Instant::now(),
             now_ms: AtomicU64::new(0),
             slots: Mutex::new(Vec::new()),
+            worker,
             stopping: AtomicBool::new(false),
         })
+    }
+
+    pub fn worker(&self) -> usize {
+        self.worker
     }
 
     /// A slot for a new session; it leaves the sweep when the session drops it.
@@ -141,6 +152,11 @@ impl Slot {
 
     pub fn stopping(&self) -> bool {
         self.timeouts.stopping.load(Ordering::Relaxed)
+    }
+
+    /// The worker this session runs on.
+    pub fn worker(&self) -> usize {
+        self.timeouts.worker
     }
 
     /// Ready once the coarse clock has reached `deadline_ms`; until then the task is woken

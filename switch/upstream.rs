@@ -21,7 +21,10 @@ pub struct Backend {
     pub addr: SocketAddr,
     /// `ip:port`, the Host sent for HTTP/1.0 requests that carry none.
     pub host_field: Box<[u8]>,
-    idle: Mutex<Vec<IdleConnection>>,
+    /// Parked connections, one list per worker: a tokio socket belongs to the runtime that
+    /// registered it, so a connection is reused only by the worker that opened it (its
+    /// readiness comes from that worker's reactor, and its age from that worker's clock).
+    idle: Box<[Mutex<Vec<IdleConnection>>]>,
     pub stats: ServerStats,
 }
 
@@ -33,24 +36,36 @@ struct IdleConnection {
 }
 
 impl Backend {
-    fn new(addr: SocketAddr) -> Self {
+    fn new(addr: SocketAddr, workers: usize) -> Self {
         Backend {
             addr,
             host_field: addr.to_string().into_bytes().into_boxed_slice(),
-            idle: Mutex::new(Vec::new()),
+            idle: (0..workers.max(1)).map(|_| Mutex::default()).collect(),
             stats: ServerStats::default(),
         }
     }
 
-    /// The most recently parked connection that is still usable, if any.
+    /// The idle list of `worker` (worker indexes beyond the count share the last list, which
+    /// cannot happen in the switch but keeps this total).
+    fn idle_of(&self, worker: usize) -> &Mutex<Vec<IdleConnection>> {
+        &self.idle[worker.min(self.idle.len() - 1)]
+    }
+
+    /// The most recently parked connection of `worker` that is still usable, if any.
     ///
     /// `certain`: confirm with a system call that the server has not closed it. Without, the
     /// socket's readiness decides (nothing arrived, so the server said nothing, not even
     /// goodbye), which spares a system call per request; the rare connection closed an
     /// instant ago then fails on use, which only requests that may be retried accept.
-    pub fn take_idle(&self, now_ms: u64, max_age: Duration, certain: bool) -> Option<TcpStream> {
+    pub fn take_idle(
+        &self,
+        worker: usize,
+        now_ms: u64,
+        max_age: Duration,
+        certain: bool,
+    ) -> Option<TcpStream> {
         loop {
-            let parked = self.idle.lock().ok()?.pop()?;
+            let parked = self.idle_of(worker).lock().ok()?.pop()?;
             if too_old(parked.since_ms, now_ms, max_age) {
                 continue;
             }
@@ -65,9 +80,9 @@ impl Backend {
         }
     }
 
-    /// Parks a connection whose last exchange ended cleanly, if there is room.
-    pub fn park(&self, stream: TcpStream, max_idle: usize, now_ms: u64) {
-        if let Ok(mut idle) = self.idle.lock() {
+    /// Parks a connection whose last exchange ended cleanly, if `worker` has room for it.
+    pub fn park(&self, worker: usize, stream: TcpStream, max_idle: usize, now_ms: u64) {
+        if let Ok(mut idle) = self.idle_of(worker).lock() {
             if idle.len() < max_idle {
                 idle.push(IdleConnection {
                     stream,
@@ -78,20 +93,25 @@ impl Backend {
     }
 
     pub fn idle_count(&self) -> usize {
-        self.idle.lock().map_or(0, |idle| idle.len())
+        self.idle
+            .iter()
+            .map(|list| list.lock().map_or(0, |idle| idle.len()))
+            .sum()
     }
 
-    /// Closes parked connections that are too old or that the server has closed.
-    pub fn purge_idle(&self, now_ms: u64, max_age: Duration) {
-        if let Ok(mut idle) = self.idle.lock() {
+    /// Closes `worker`'s parked connections that are too old or that the server has closed.
+    pub fn purge_idle(&self, worker: usize, now_ms: u64, max_age: Duration) {
+        if let Ok(mut idle) = self.idle_of(worker).lock() {
             idle.retain(|c| !too_old(c.since_ms, now_ms, max_age) && still_open(&c.stream));
         }
     }
 
     /// Closes every parked connection.
     pub fn drop_idle(&self) {
-        if let Ok(mut idle) = self.idle.lock() {
-            idle.clear();
+        for list in self.idle.iter() {
+            if let Ok(mut idle) = list.lock() {
+                idle.clear();
+            }
         }
     }
 
@@ -153,7 +173,12 @@ pub fn build_scheduler(
 }
 
 impl Pool {
-    pub fn new(config: &PoolConfig, clock: Arc<dyn Clock>) -> Result<Pool, BuildError> {
+    /// `workers`: how many workers will use the pool (each keeps its own idle connections).
+    pub fn new(
+        config: &PoolConfig,
+        clock: Arc<dyn Clock>,
+        workers: usize,
+    ) -> Result<Pool, BuildError> {
         let servers = server_states(config);
         let scheduler = build_scheduler(config, &servers, clock)?;
         Ok(Pool {
@@ -161,7 +186,7 @@ impl Pool {
             backends: config
                 .servers
                 .iter()
-                .map(|s| Backend::new(s.addr))
+                .map(|s| Backend::new(s.addr, workers))
                 .collect(),
             servers,
             scheduler,
