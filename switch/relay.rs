@@ -283,6 +283,9 @@ pub struct TunnelBytes {
 /// Joins `client` and `server` both ways after a 101 or a CONNECT, until both directions have
 /// ended or nothing moved either way for `idle`. A direction that ends shuts down the write
 /// side of its destination, so half-closed protocols work.
+///
+/// The bytes moved are returned however the tunnel ended; going quiet for `idle` is a normal
+/// end (a WebSocket nobody uses), a failed read or write is the error beside them.
 pub async fn tunnel(
     client: &TcpStream,
     client_buf: &mut IoBuf,
@@ -290,7 +293,7 @@ pub async fn tunnel(
     server_buf: &mut IoBuf,
     use_splice: bool,
     idle: Duration,
-) -> Result<TunnelBytes, RelayError> {
+) -> (TunnelBytes, Result<(), RelayError>) {
     let up = Meter::default();
     let down = Meter::default();
     let upstream = async {
@@ -322,14 +325,15 @@ pub async fn tunnel(
         let (a, b) = tokio::join!(upstream, downstream);
         a.and(b)
     };
-    tokio::select! {
-        result = both => result?,
-        _ = watchdog => return Err(RelayError::Read(crate::stream::timed_out())),
-    }
-    Ok(TunnelBytes {
+    let ended = tokio::select! {
+        result = both => result,
+        _ = watchdog => Ok(()),
+    };
+    let moved = TunnelBytes {
         client_to_server: up.get(),
         server_to_client: down.get(),
-    })
+    };
+    (moved, ended)
 }
 
 #[cfg(test)]

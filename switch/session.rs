@@ -877,7 +877,11 @@ impl Session {
             upload_complete,
             head_bytes,
         } = match phase {
-            Phase::Tunnel => return self.open_tunnel(backend.addr, &server).await,
+            Phase::Tunnel => {
+                return self
+                    .open_tunnel(backend.addr, &backend.stats, &server)
+                    .await
+            }
             Phase::Relayed(relayed) => relayed,
         };
         let bytes_out = head_bytes + download_meter.get();
@@ -911,6 +915,7 @@ impl Session {
     async fn open_tunnel(
         &mut self,
         server_addr: SocketAddr,
+        backend_stats: &stats::ServerStats,
         server: &TcpStream,
     ) -> Result<Outcome, ExchangeError> {
         let status = self.response.status;
@@ -932,7 +937,7 @@ impl Session {
         write_all(&self.client, &self.out, Limit::Idle(self.relay.idle))
             .await
             .map_err(|e| ExchangeError::AfterResponse(e.to_string()))?;
-        let moved = tunnel(
+        let (moved, ended) = tunnel(
             &self.client,
             &mut self.inbuf,
             server,
@@ -940,11 +945,16 @@ impl Session {
             self.relay.splice_from.is_some(),
             self.relay.idle,
         )
-        .await
-        .map_err(|e| ExchangeError::AfterResponse(e.to_string()))?;
+        .await;
+        if let Err(e) = ended {
+            tracing::debug!(server = %server_addr, "tunnel ended: {e}");
+        }
+        let bytes_out = head_bytes + moved.server_to_client;
+        stats::add(&backend_stats.bytes_in, moved.client_to_server);
+        stats::add(&backend_stats.bytes_out, bytes_out);
         Ok(Outcome {
             status,
-            bytes_out: head_bytes + moved.server_to_client,
+            bytes_out,
             keep_client: false,
             pool: None,
             server: Some(server_addr),

@@ -384,10 +384,12 @@ async fn upgrade_becomes_a_tunnel() {
         String::from_utf8_lossy(&got[..40.min(got.len())])
     );
     assert_eq!(sha256_hex(&got), sha256_hex(&expected));
-    assert_eq!(
-        settle(&switch).await.clients,
-        0,
-        "the tunnel ended on both sides"
+    let snap = settle(&switch).await;
+    assert_eq!(snap.clients, 0, "the tunnel ended on both sides");
+    let counted = snap.server(server.addr).unwrap();
+    assert!(
+        counted.bytes_in >= data.len() as u64 && counted.bytes_out >= data.len() as u64,
+        "tunnel bytes counted both ways: {counted:?}"
     );
 }
 
