@@ -70,7 +70,6 @@ pub fn input_pending(stream: &TcpStream) -> bool {
 }
 
 /// Reads once into the spare room of `buf`; `Ok(0)` is end of stream (or a full buffer).
-
 pub async fn read_some(stream: &TcpStream, buf: &mut IoBuf, limit: Limit) -> io::Result<usize> {
     loop {
         let spare = buf.spare();
