@@ -10,7 +10,7 @@
 //! drawn at start, and cookies stay valid only for the life of the process. Set a `secret` so
 //! they survive restarts and agree between several tcpvs instances.
 
-use crate::key::cookie_value;
+use crate::key::{cookie_value, is_token};
 use crate::load::eligible;
 use crate::options::Options;
 use crate::{BuildContext, BuildError, PoolView, RequestView, ResponseField, Scheduler};
@@ -33,11 +33,7 @@ impl CookiePersistence {
         let name = match options.string("name").map_err(BuildError::BadOption)? {
             None => "TCPVS".to_string(),
             Some((i, n)) => {
-                if n.is_empty()
-                    || !n
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-                {
+                if !is_token(n) {
                     return Err(BuildError::BadOption(
                         options.error_at(i, format!("invalid cookie name {n:?}")),
                     ));
@@ -206,6 +202,28 @@ mod tests {
         assert_ne!(fallback, first);
         let reissued = c.response_field(&r, fallback).unwrap();
         assert!(!reissued.value.contains(&value));
+    }
+
+    #[test]
+    fn a_cookie_name_must_be_a_token() {
+        let servers = pool_of(&[1]);
+        let ids = vec!["a:1".to_string()];
+        let context = BuildContext {
+            pool: PoolView { servers: &servers },
+            server_ids: &ids,
+            clock: Arc::new(MonotonicClock::new()),
+        };
+        for bad in ["", "S RV", "SRV=1"] {
+            let given = vec![("name".to_string(), OptionValue::String(bad.into()))];
+            let mut o = Options::new("cookie", &given);
+            match CookiePersistence::build(&mut o, &context) {
+                Err(BuildError::BadOption(e)) => {
+                    assert_eq!(e.index, 0);
+                    assert!(e.message.contains("invalid cookie name"), "{e:?}");
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! `hash`: consistent hashing with bounded loads on a request key (path by default; the URI, a
 //! regex capture like KTCPVS `hhttp`, a header or a cookie). The same key goes to the same
 //! server as long as that server is not carrying more than `balance_factor` times its fair
-//! share of the active requests; then the key spills to the next server on the ring.
+//! share of the active requests; then the key spills to the next server on the ring. A request
+//! without the key is placed by its client's address on the same ring, as `source-hash` does.
 //!
 //! Placement depends only on the rule file (server addresses and weights), so several tcpvs
 //! instances behind an L4 director send a key to the same server without sharing state.
 
-use crate::key::KeySource;
+use crate::key::{client_hash, KeySource};
 use crate::load::least_loaded_from;
 use crate::options::Options;
 use crate::ring::Ring;
@@ -91,8 +92,12 @@ impl Scheduler for ConsistentHash {
         pool: &PoolView<'_>,
         tried: &[usize],
     ) -> Option<usize> {
-        let Some(hash) = self.key.hash(request) else {
-            // No key (no such header or cookie): any server will do; take the least loaded.
+        // No key (no such header or cookie, no regex match): the client's address places the
+        // request on the same bounded-load ring, as `source-hash` would. Any server would do,
+        // but this spreads keyless requests and keeps instances in agreement, where "least
+        // loaded, ties to the first" would send every one of an idle pool's to server 0.
+        let Some(hash) = self.key.hash(request).or_else(|| client_hash(request)) else {
+            // Not even a known client: the least loaded server.
             return least_loaded_from(pool, tried, 0);
         };
         let bound = self.balance_factor.map(|factor| {
@@ -103,8 +108,12 @@ impl Scheduler for ConsistentHash {
             )
         });
         let ring = self.ring.read().ok()?;
-        ring.pick(hash, pool, tried, bound)
-            .or_else(|| least_loaded_from(pool, tried, 0))
+        // Nothing on the ring: its servers are all down or tried, or the ring predates a weight
+        // change. Ties start at the key's place so they spread too.
+        ring.pick(hash, pool, tried, bound).or_else(|| {
+            let count = pool.servers.len().max(1) as u64;
+            least_loaded_from(pool, tried, (hash % count) as usize)
+        })
     }
 
     fn connection_started(&self, _server: usize) {
@@ -119,8 +128,10 @@ impl Scheduler for ConsistentHash {
 
     fn servers_changed(&self, pool: &PoolView<'_>) {
         let weights: Vec<u32> = pool.servers.iter().map(|s| s.weight()).collect();
+        // Built before taking the lock, so picks wait only for the swap.
+        let rebuilt = Ring::build(&self.server_ids, &weights);
         if let Ok(mut ring) = self.ring.write() {
-            *ring = Ring::build(&self.server_ids, &weights);
+            *ring = rebuilt;
         }
         self.usable_weight
             .store(usable_weight(pool), Ordering::Relaxed);
@@ -132,6 +143,7 @@ mod tests {
     use super::*;
     use crate::testing::{pool_of, request};
     use crate::OptionValue;
+    use std::net::{IpAddr, Ipv4Addr};
 
     fn ids(n: usize) -> Vec<String> {
         (0..n).map(|i| format!("10.0.0.{i}:80")).collect()
@@ -193,6 +205,73 @@ mod tests {
             (13_500..=16_500).contains(&heavy),
             "{heavy} of 20000 on weight 3 of 4"
         );
+    }
+
+    /// Placement of pools whose servers all have weight 1 (the default) is what earlier
+    /// versions gave, so a rolling upgrade does not move keys.
+    #[test]
+    fn placement_with_default_weights_is_pinned() {
+        let servers = pool_of(&[1; 5]);
+        let pool = PoolView { servers: &servers };
+        assert_eq!(
+            place(&hash(&pool, &ids(5), 0.0), &pool, 24),
+            [0, 2, 1, 3, 4, 3, 2, 1, 2, 2, 4, 0, 0, 0, 2, 0, 4, 3, 3, 3, 0, 4, 4, 1]
+        );
+    }
+
+    /// With mixed weights each server has 160 points per unit of weight (earlier versions
+    /// scaled every count by the pool's total weight, so this placement differs from theirs).
+    #[test]
+    fn placement_with_mixed_weights_is_pinned() {
+        let servers = pool_of(&[1, 2, 3, 1, 2]);
+        let pool = PoolView { servers: &servers };
+        assert_eq!(
+            place(&hash(&pool, &ids(5), 0.0), &pool, 24),
+            [0, 1, 2, 3, 4, 2, 4, 1, 2, 2, 1, 0, 2, 2, 2, 0, 4, 3, 2, 3, 0, 1, 2, 1]
+        );
+    }
+
+    #[test]
+    fn keyless_requests_go_by_client_like_source_hash() {
+        let servers = pool_of(&[1; 4]);
+        let pool = PoolView { servers: &servers };
+        let ids = ids(4);
+        let given = vec![
+            ("key".to_string(), OptionValue::String("header".into())),
+            ("header".to_string(), OptionValue::String("X-User".into())),
+        ];
+        let by_header = |pool: &PoolView<'_>| {
+            let mut o = Options::new("hash", &given);
+            let h = ConsistentHash::build(&mut o, pool, &ids).unwrap();
+            o.finish().unwrap();
+            h
+        };
+        let (a, b) = (by_header(&pool), by_header(&pool));
+        let mut o = Options::new("source-hash", &[]);
+        let source = crate::source_hash::build(&mut o, &pool, &ids).unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for c in 0..64u8 {
+            let mut r = request();
+            r.client = IpAddr::V4(Ipv4Addr::new(192, 0, 2, c));
+            let s = a.pick(&r, &pool, &[]).unwrap();
+            assert_eq!(b.pick(&r, &pool, &[]), Some(s), "instances agree");
+            assert_eq!(
+                source.pick(&r, &pool, &[]),
+                Some(s),
+                "as source-hash places it"
+            );
+            seen.insert(s);
+        }
+        assert_eq!(
+            seen.len(),
+            4,
+            "keyless clients spread over the pool: {seen:?}"
+        );
+        // No known client: the least loaded server, as before.
+        let mut r = request();
+        r.client = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+        servers[0].add_active();
+        assert_eq!(a.pick(&r, &pool, &[]), Some(1));
     }
 
     #[test]

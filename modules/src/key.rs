@@ -3,6 +3,7 @@
 use crate::options::Options;
 use crate::{OptionError, RequestView};
 use regex::bytes::Regex;
+use std::net::IpAddr;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Where a request's key comes from (`key = ...` in the pool table).
@@ -66,22 +67,23 @@ impl KeySource {
                 let (i, name) = options.string("header")?.ok_or_else(|| {
                     options.error_at(key_index, "key = \"header\" needs `header`, the field name")
                 })?;
-                if name.is_empty()
-                    || !name
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-                {
+                if !is_token(name) {
                     return Err(options.error_at(i, format!("invalid header name {name:?}")));
                 }
                 KeySource::Header(name.to_string())
             }
             "cookie" => {
-                let (_, name) = options.string("cookie")?.ok_or_else(|| {
+                let (i, name) = options.string("cookie")?.ok_or_else(|| {
                     options.error_at(
                         key_index,
                         "key = \"cookie\" needs `cookie`, the cookie name",
                     )
                 })?;
+                // A name that is no token could never match a cookie-pair (RFC 6265 4.1.1):
+                // refusing it at load time beats a key that silently never exists.
+                if !is_token(name) {
+                    return Err(options.error_at(i, format!("invalid cookie name {name:?}")));
+                }
                 KeySource::Cookie(name.to_string())
             }
             _ => KeySource::Source,
@@ -107,12 +109,34 @@ impl KeySource {
             }
             KeySource::Header(name) => stable_hash(request.headers.header(name)?),
             KeySource::Cookie(name) => stable_hash(cookie_value(request, name)?),
-            KeySource::Source => match request.client.to_canonical() {
-                std::net::IpAddr::V4(a) => stable_hash(&a.octets()),
-                std::net::IpAddr::V6(a) => stable_hash(&a.octets()),
-            },
+            KeySource::Source => client_address_hash(request.client),
         })
     }
+}
+
+/// A stable hash of a client address. An IPv4 client seen through an IPv6 socket (mapped
+/// address) hashes as the IPv4 address, so it is the same client either way.
+fn client_address_hash(client: IpAddr) -> u64 {
+    match client.to_canonical() {
+        IpAddr::V4(a) => stable_hash(&a.octets()),
+        IpAddr::V6(a) => stable_hash(&a.octets()),
+    }
+}
+
+/// The hash `source-hash` places the request's client by, or `None` when the switch does not
+/// know the client (an unspecified address): modules place keyless requests by it, so a
+/// client's keyless requests stay together and different clients spread over the pool.
+pub(crate) fn client_hash(request: &RequestView<'_>) -> Option<u64> {
+    (!request.client.is_unspecified()).then(|| client_address_hash(request.client))
+}
+
+/// `name` is an HTTP token (RFC 9110 5.6.2 `tchar`s, at least one), the syntax of header field
+/// names and of cookie names (RFC 6265 4.1.1).
+pub(crate) fn is_token(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 /// A hash whose output is the same in every process, on every machine and in every version of
@@ -208,6 +232,38 @@ mod tests {
         assert!(source(&[("key", "regex"), ("pattern", "^/users/")]).is_err());
         assert!(source(&[("key", "regex"), ("pattern", "(")]).is_err());
         assert!(source(&[("key", "header")]).is_err());
+        assert!(source(&[("key", "header"), ("header", "X User")]).is_err());
         assert!(source(&[("key", "body")]).is_err());
+    }
+
+    #[test]
+    fn cookie_names_are_checked_like_header_names() {
+        assert!(source(&[("key", "cookie"), ("cookie", "session_id")]).is_ok());
+        for bad in ["", "a b", "a=b", "a;b", "s\u{e9}ance"] {
+            let e = source(&[("key", "cookie"), ("cookie", bad)]).unwrap_err();
+            assert_eq!(e.index, 1, "{bad:?}");
+            assert!(e.message.contains("invalid cookie name"), "{bad:?}: {e:?}");
+        }
+        assert!(source(&[("key", "cookie")]).is_err());
+    }
+
+    #[test]
+    fn tokens() {
+        assert!(is_token("X-User") && is_token("!#$%&'*+-.^_`|~09az"));
+        assert!(!is_token("") && !is_token("a:b") && !is_token("a\"b") && !is_token("\u{e9}"));
+    }
+
+    #[test]
+    fn client_hash_is_the_source_key_and_absent_for_an_unknown_client() {
+        let mut r = request();
+        r.client = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 7));
+        assert_eq!(
+            client_hash(&r),
+            source(&[("key", "source")]).unwrap().hash(&r)
+        );
+        r.client = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+        assert_eq!(client_hash(&r), None);
+        r.client = IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED);
+        assert_eq!(client_hash(&r), None);
     }
 }

@@ -16,7 +16,7 @@
 //! targets forgotten) and keyed by a 64-bit hash of the target, so a target costs the same
 //! whatever its length.
 
-use crate::key::KeySource;
+use crate::key::{client_hash, KeySource};
 use crate::load::{any_below, eligible, least_loaded_from};
 use crate::options::Options;
 use crate::{BuildError, PoolView, RequestView, Scheduler};
@@ -64,6 +64,21 @@ impl LardSettings {
     }
 }
 
+/// A request without a key (no such header or cookie, no regex match) has no target to keep
+/// local, so it goes to the least loaded server. Ties start at the client's hash rather than
+/// at server 0: in an idle pool every keyless request would otherwise land on server 0, while
+/// this way clients spread and each keeps its server while loads are even. Without a known
+/// client address the scan starts at server 0.
+pub(crate) fn least_loaded_for_client(
+    request: &RequestView<'_>,
+    pool: &PoolView<'_>,
+    tried: &[usize],
+) -> Option<usize> {
+    let count = pool.servers.len().max(1) as u64;
+    let start = client_hash(request).map_or(0, |hash| (hash % count) as usize);
+    least_loaded_from(pool, tried, start)
+}
+
 #[derive(Debug)]
 pub struct Lard {
     key: KeySource,
@@ -101,8 +116,7 @@ impl Scheduler for Lard {
     ) -> Option<usize> {
         let n = pool.servers.len().max(1);
         let Some(target) = self.key.hash(request) else {
-            // No key in this request (no such header, no match): plain least loaded.
-            return least_loaded_from(pool, tried, 0);
+            return least_loaded_for_client(request, pool, tried);
         };
         // Ties between equally loaded servers go by the target's hash, so new targets spread
         // over an idle pool instead of piling onto the first server.
@@ -132,6 +146,7 @@ mod tests {
     use super::*;
     use crate::testing::{pool_of, request, set_active};
     use crate::OptionValue;
+    use std::net::{IpAddr, Ipv4Addr};
 
     fn lard(t_low: i64, t_high: i64) -> Lard {
         let given = vec![
@@ -199,6 +214,38 @@ mod tests {
             let first = l.pick(&r, &pool, &[]);
             assert_eq!(l.pick(&r, &pool, &[]), first);
         }
+    }
+
+    #[test]
+    fn keyless_requests_spread_by_client() {
+        let servers = pool_of(&[1, 1, 1, 1]);
+        let pool = PoolView { servers: &servers };
+        let given = vec![
+            ("key".to_string(), OptionValue::String("header".into())),
+            ("header".to_string(), OptionValue::String("X-User".into())),
+        ];
+        let mut o = Options::new("lard", &given);
+        let l = Lard::build(&mut o).unwrap();
+        o.finish().unwrap();
+        let mut counts = [0; 4];
+        for c in 0..=255u8 {
+            let mut r = request();
+            r.client = IpAddr::V4(Ipv4Addr::new(198, 51, 100, c));
+            let s = l.pick(&r, &pool, &[]).unwrap();
+            assert_eq!(l.pick(&r, &pool, &[]), Some(s), "a client keeps its server");
+            counts[s] += 1;
+        }
+        assert!(counts.iter().all(|&c| c > 30), "{counts:?}");
+        assert_eq!(l.targets(), 0, "keyless requests are no target");
+        // Load still decides first: the least loaded server whoever asks.
+        set_active(&servers, &[(0, 1), (1, 1), (3, 1)]);
+        let mut r = request();
+        r.client = IpAddr::V4(Ipv4Addr::new(198, 51, 100, 9));
+        assert_eq!(l.pick(&r, &pool, &[]), Some(2));
+        // No known client: the scan starts at server 0, as before.
+        set_active(&servers, &[(0, 0), (1, 0), (3, 0)]);
+        r.client = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+        assert_eq!(l.pick(&r, &pool, &[]), Some(0));
     }
 
     #[test]

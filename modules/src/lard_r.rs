@@ -16,10 +16,11 @@
 
 use crate::clock::Clock;
 use crate::key::KeySource;
+use crate::lard::least_loaded_for_client;
 use crate::lard::LardSettings;
-use crate::load::{eligible, least_loaded_from, lighter};
+use crate::load::{eligible, least_loaded_from, lighter_load};
 use crate::options::Options;
-use crate::{BuildError, PoolView, RequestView, Scheduler};
+use crate::{BuildError, Load, PoolView, RequestView, Scheduler};
 use lru::LruCache;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -59,6 +60,11 @@ impl LardReplicated {
         })
     }
 
+    /// Targets currently remembered.
+    pub fn targets(&self) -> usize {
+        self.sets.lock().map_or(0, |s| s.len())
+    }
+
     /// The server set of the target with key hash `target`, for tests and statistics.
     pub fn members(&self, target: u64) -> Vec<usize> {
         self.sets
@@ -85,14 +91,27 @@ impl Scheduler for LardReplicated {
     ) -> Option<usize> {
         let count = pool.servers.len().max(1);
         let Some(target) = self.key.hash(request) else {
-            return least_loaded_from(pool, tried, 0);
+            return least_loaded_for_client(request, pool, tried);
         };
         let start = (target % count as u64) as usize;
         let mut sets = self.sets.lock().ok()?;
-        let set = sets.get_or_insert_mut(target, || ServerSet {
-            members: Vec::new(),
-            last_change: Duration::ZERO,
-        });
+        // Read at most once per pick, and only when needed: most picks neither change a set nor
+        // look at its age, and one reading keeps "is it stale" and "changed at" consistent.
+        let mut now_read = None;
+        let mut now = || *now_read.get_or_insert_with(|| self.clock.now());
+        let Some(set) = sets.get_mut(&target) else {
+            // A new target. Nothing is stored when no server is eligible: an empty set would
+            // only take a place in the map.
+            let first = least_loaded_from(pool, tried, start)?;
+            sets.put(
+                target,
+                ServerSet {
+                    members: vec![first as u32],
+                    last_change: now(),
+                },
+            );
+            return Some(first);
+        };
         // Servers that went away, became quiescent or failed for this request are no member.
         let member_ok = |m: &u32| {
             let m = *m as usize;
@@ -103,58 +122,83 @@ impl Scheduler for LardReplicated {
             set.members.retain(member_ok);
             changed = true;
         }
-        let heavier = |a: usize, b: usize| {
-            if lighter(&pool.servers[a], &pool.servers[b]) {
-                b
-            } else {
-                a
-            }
+        let Some(Spread {
+            lightest: (n, n_load),
+            heaviest_other,
+        }) = Spread::of(&set.members, pool)
+        else {
+            // Every member failed: the set starts again from the least loaded server.
+            let Some(first) = least_loaded_from(pool, tried, start) else {
+                sets.pop(&target);
+                return None;
+            };
+            set.members.push(first as u32);
+            set.last_change = now();
+            return Some(first);
         };
-        let lighter_of = |a: usize, b: usize| {
-            if lighter(&pool.servers[b], &pool.servers[a]) {
-                b
-            } else {
-                a
-            }
-        };
-        let members = set.members.iter().map(|&m| m as usize);
-        let chosen = match members.clone().reduce(lighter_of) {
-            None => {
-                let n = least_loaded_from(pool, tried, start)?;
-                set.members.push(n as u32);
-                changed = true;
-                n
-            }
-            Some(n) => {
-                // Both taken before the set changes, as in the paper.
-                let m = members.reduce(heavier).unwrap_or(n);
-                let mut chosen = n;
-                if self
-                    .settings
-                    .should_move(pool.servers[n].active(), pool, tried)
-                {
-                    if let Some(p) = least_loaded_from(pool, tried, start) {
-                        if !set.members.contains(&(p as u32)) {
-                            set.members.push(p as u32);
-                            changed = true;
-                        }
-                        chosen = p;
-                    }
-                }
-                // The clock is read only for sets that may shrink: most targets have one server.
-                if set.members.len() > 1
-                    && self.clock.now().saturating_sub(set.last_change) > self.k
-                {
-                    set.members.retain(|&x| x as usize != m);
+        // n and m are both taken before the set changes, as in the paper.
+        let mut chosen = n;
+        if self.settings.should_move(n_load.active, pool, tried) {
+            if let Some(p) = least_loaded_from(pool, tried, start) {
+                if !set.members.contains(&(p as u32)) {
+                    set.members.push(p as u32);
                     changed = true;
                 }
-                chosen
+                chosen = p;
             }
-        };
+        }
+        // m is the most loaded member other than n. A one-member set that just grew by p has
+        // no such member; there m is n itself, as in the paper (the target moves to p once
+        // its set is old enough). Either way the server the request goes to never leaves.
+        let m = heaviest_other.or((chosen != n).then_some(n));
+        if let Some(m) = m.filter(|&m| m != chosen) {
+            if set.members.len() > 1 && now().saturating_sub(set.last_change) > self.k {
+                set.members.retain(|&x| x as usize != m);
+                changed = true;
+            }
+        }
         if changed {
-            set.last_change = self.clock.now();
+            set.last_change = now();
         }
         Some(chosen)
+    }
+}
+
+/// The two members the LARD/R step needs, found in one pass that reads each member's load once
+/// (loads move while we look; two readings of one server could disagree).
+struct Spread {
+    /// n: the least loaded member (per unit of weight); ties go to the earliest member.
+    lightest: (usize, Load),
+    /// m: the most loaded member other than n, if the set has another member.
+    heaviest_other: Option<usize>,
+}
+
+impl Spread {
+    fn of(members: &[u32], pool: &PoolView<'_>) -> Option<Spread> {
+        let mut lightest: Option<(usize, Load)> = None;
+        let mut heaviest_other: Option<(usize, Load)> = None;
+        for &member in members {
+            let Some(server) = pool.servers.get(member as usize) else {
+                continue;
+            };
+            let candidate = (member as usize, server.load());
+            // Every member but the final n passes through here exactly once: when it is met
+            // and is no lighter than n, or when a lighter one takes its place as n.
+            let not_lightest = match lightest {
+                Some(current) if !lighter_load(candidate.1, current.1) => candidate,
+                _ => match lightest.replace(candidate) {
+                    Some(previous) => previous,
+                    None => continue,
+                },
+            };
+            if heaviest_other.is_none_or(|(_, load)| lighter_load(load, not_lightest.1)) {
+                heaviest_other = Some(not_lightest);
+            }
+        }
+        Some(Spread {
+            lightest: lightest?,
+            heaviest_other: heaviest_other.map(|(m, _)| m),
+        })
     }
 }
 
@@ -165,6 +209,7 @@ mod tests {
     use crate::key::stable_hash;
     use crate::testing::{pool_of, request, set_active};
     use crate::OptionValue;
+    use std::net::{IpAddr, Ipv4Addr};
 
     fn lard_r(clock: Arc<ManualClock>) -> LardReplicated {
         let given = vec![
@@ -224,6 +269,97 @@ mod tests {
         set_active(&servers, &[(first, 3), (second, 3), (third, 3)]);
         pick(&l, &pool);
         assert_eq!(l.members(t).len(), 2);
+    }
+
+    #[test]
+    fn shrinking_never_drops_the_server_the_request_goes_to() {
+        let clock = Arc::new(ManualClock::new());
+        let servers = pool_of(&[1, 1, 1]);
+        let pool = PoolView { servers: &servers };
+        let l = lard_r(Arc::clone(&clock));
+        let t = stable_hash(b"/hot");
+        let first = pick(&l, &pool);
+        let second = (first + 1) % 3;
+        let third = (first + 2) % 3;
+        set_active(&servers, &[(first, 6), (second, 1), (third, 3)]);
+        assert_eq!(pick(&l, &pool), second);
+        assert_eq!(l.members(t), vec![first, second]);
+        // Both members equally loaded and the set old enough to shrink: n is the first
+        // member, and m must be the other one, not n again.
+        set_active(&servers, &[(first, 3), (second, 3), (third, 3)]);
+        clock.advance(Duration::from_secs(21));
+        let chosen = pick(&l, &pool);
+        assert_eq!(chosen, first);
+        assert_eq!(
+            l.members(t),
+            vec![chosen],
+            "the set keeps the server it sent to"
+        );
+    }
+
+    #[test]
+    fn a_lone_overloaded_member_hands_over_once_the_set_is_old() {
+        let clock = Arc::new(ManualClock::new());
+        let servers = pool_of(&[1, 1, 1]);
+        let pool = PoolView { servers: &servers };
+        let l = lard_r(Arc::clone(&clock));
+        let t = stable_hash(b"/hot");
+        let first = pick(&l, &pool);
+        let second = (first + 1) % 3;
+        clock.advance(Duration::from_secs(21));
+        // The paper's m is then n itself: p replaces it instead of joining it.
+        set_active(&servers, &[(first, 10), (second, 0), ((first + 2) % 3, 1)]);
+        assert_eq!(pick(&l, &pool), second);
+        assert_eq!(l.members(t), vec![second]);
+    }
+
+    #[test]
+    fn no_empty_set_is_kept_when_no_server_is_eligible() {
+        let clock = Arc::new(ManualClock::new());
+        let servers = pool_of(&[1, 1]);
+        let pool = PoolView { servers: &servers };
+        let l = lard_r(clock);
+        let mut r = request();
+        r.path = b"/new";
+        assert_eq!(l.pick(&r, &pool, &[0, 1]), None);
+        assert_eq!(
+            l.targets(),
+            0,
+            "a new target nobody can serve is not stored"
+        );
+        // A known target whose members all fail for this request, with nobody else left.
+        let home = pick(&l, &pool);
+        assert_eq!(l.targets(), 1);
+        servers[1 - home].set_up(false);
+        let mut r = request();
+        r.path = b"/hot";
+        assert_eq!(l.pick(&r, &pool, &[home]), None);
+        assert_eq!(l.targets(), 0, "an emptied set is forgotten");
+        assert_eq!(pick(&l, &pool), home);
+    }
+
+    #[test]
+    fn keyless_requests_spread_by_client() {
+        let clock = Arc::new(ManualClock::new());
+        let servers = pool_of(&[1, 1, 1, 1]);
+        let pool = PoolView { servers: &servers };
+        let given = vec![
+            ("key".to_string(), OptionValue::String("cookie".into())),
+            ("cookie".to_string(), OptionValue::String("session".into())),
+        ];
+        let mut o = Options::new("lard-r", &given);
+        let l = LardReplicated::build(&mut o, clock).unwrap();
+        o.finish().unwrap();
+        let mut counts = [0; 4];
+        for c in 0..=255u8 {
+            let mut r = request();
+            r.client = IpAddr::V4(Ipv4Addr::new(203, 0, 113, c));
+            let s = l.pick(&r, &pool, &[]).unwrap();
+            assert_eq!(l.pick(&r, &pool, &[]), Some(s), "a client keeps its server");
+            counts[s] += 1;
+        }
+        assert!(counts.iter().all(|&c| c > 30), "{counts:?}");
+        assert_eq!(l.targets(), 0);
     }
 
     #[test]

@@ -9,10 +9,6 @@ pub(crate) fn eligible(server: &ServerState, index: usize, tried: &[usize]) -> b
 }
 
 /// `a` carries less load per weight than `b` (both weights above 0).
-pub(crate) fn lighter(a: &ServerState, b: &ServerState) -> bool {
-    lighter_load(a.load(), b.load())
-}
-
 pub(crate) fn lighter_load(a: Load, b: Load) -> bool {
     u64::from(a.active) * u64::from(b.weight) < u64::from(b.active) * u64::from(a.weight)
 }

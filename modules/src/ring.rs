@@ -1,16 +1,27 @@
 //! A consistent-hash ring with bounded loads (Mirrokni, Thorup, Zadimoghaddam, "Consistent
 //! Hashing with Bounded Loads", SODA 2018; HAProxy's `hash-balance-factor`).
 //!
-//! Each server owns points on a 64-bit circle, in proportion to its weight; a key goes to the
-//! first server clockwise from its hash whose load stays within `balance_factor` times its fair
-//! share. Points depend only on server identities and weights, so two switches with the same
-//! rules place keys alike, and adding or removing one of N servers moves about 1/N of keys.
+//! Each server owns points on a 64-bit circle, a fixed number per unit of its own weight; a key
+//! goes to the first server clockwise from its hash whose load stays within `balance_factor`
+//! times its fair share. A server's points depend on nothing but its own identity and weight:
+//! two switches with the same rules place keys alike, and adding, removing or reweighting one
+//! server moves keys only onto or off that server (about 1/N of them for one of N servers of
+//! equal weight), whatever the other servers' weights.
 
 use crate::key::stable_hash;
-use crate::PoolView;
+use crate::load::lighter_load;
+use crate::{Load, PoolView};
+use std::io::Write;
 
-/// Points per server of average weight.
-const POINTS_PER_SERVER: u64 = 160;
+/// Points per unit of weight. Weight 1 (the default) gets 160, what every server got when all
+/// weights were equal in earlier versions, so such pools keep their placement.
+const POINTS_PER_WEIGHT: u64 = 160;
+
+/// Most points on one ring (1.5 MB of positions and owners). Weights are up to 65535, so a ring
+/// of 160 points per unit could reach billions; above this every server's count is halved,
+/// as often as needed, which keeps the proportions. Only then does one server's weight change
+/// the others' points, and only when the unhalved total crosses this cap times a power of two.
+const MAX_POINTS: u64 = 1 << 17;
 
 #[derive(Debug, Default)]
 pub struct Ring {
@@ -21,30 +32,48 @@ pub struct Ring {
     /// `buckets[b]`: the first point whose position's top `BUCKET_BITS` bits are >= b, so a
     /// lookup starts next to its answer instead of binary-searching the whole ring.
     buckets: Vec<u32>,
+    /// How many servers own points: a walk that has met them all can stop.
+    servers: usize,
 }
 
 const BUCKET_BITS: u32 = 12;
+
+/// Points of a server of `weight` when every count is halved `halvings` times; at least one
+/// for any server of weight above 0.
+fn points_of(weight: u32, halvings: u32) -> u64 {
+    if weight == 0 {
+        return 0;
+    }
+    ((u64::from(weight) * POINTS_PER_WEIGHT) >> halvings).max(1)
+}
 
 impl Ring {
     /// Builds the ring for servers named `ids` (stable identities, e.g. addresses) with
     /// `weights`; weight 0 servers get no points.
     pub fn build(ids: &[String], weights: &[u32]) -> Ring {
-        let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
-        let live = weights.iter().filter(|&&w| w > 0).count() as u64;
-        let mut points: Vec<(u64, u32)> = Vec::new();
+        let servers: Vec<(&String, u32)> = ids.iter().zip(weights.iter().copied()).collect();
+        let total_at = |halvings: u32| -> u64 {
+            servers
+                .iter()
+                .map(|&(_, weight)| points_of(weight, halvings))
+                .sum()
+        };
+        // A weight of 65535 is below 2^16 and 160 below 2^8: 24 halvings leave one point per
+        // server, so the search ends; a pool of more than MAX_POINTS servers keeps one each.
+        let halvings = (0..=24).find(|&h| total_at(h) <= MAX_POINTS).unwrap_or(24);
+        let total = total_at(halvings);
         if total == 0 {
             return Ring::default();
         }
-        for (index, (id, &weight)) in ids.iter().zip(weights).enumerate() {
-            if weight == 0 {
-                continue;
-            }
-            // Proportional to weight, `POINTS_PER_SERVER` for the average one, at least one.
-            let count = (POINTS_PER_SERVER * live * u64::from(weight) / total).max(1);
-            for replica in 0..count {
-                let mut label = id.as_bytes().to_vec();
-                label.push(b'#');
-                label.extend_from_slice(replica.to_string().as_bytes());
+        let mut points: Vec<(u64, u32)> = Vec::with_capacity(total as usize);
+        let mut label = Vec::new();
+        for (index, &(id, weight)) in servers.iter().enumerate() {
+            for replica in 0..points_of(weight, halvings) {
+                // "<id>#<replica>": halving keeps each server's first points, so keys on them
+                // stay put.
+                label.clear();
+                label.extend_from_slice(id.as_bytes());
+                let _ = write!(label, "#{replica}"); // writing to a Vec cannot fail
                 points.push((stable_hash(&label), index as u32));
             }
         }
@@ -58,6 +87,7 @@ impl Ring {
             positions,
             owners,
             buckets,
+            servers: servers.iter().filter(|&&(_, w)| w > 0).count(),
         }
     }
 
@@ -75,7 +105,8 @@ impl Ring {
     /// The first eligible server clockwise from `hash` whose load would stay within its bound:
     /// with `bound` = Some((factor in thousandths, T, W)), server s may take the key if
     /// active_s + 1 <= ceil(factor * (T + 1) * w_s / W), T being the pool's active requests and
-    /// W its usable weight. `None` means plain consistent hashing.
+    /// W its usable weight. `None` means plain consistent hashing. When every eligible server
+    /// is at its bound, the least loaded of them (per unit of weight).
     pub fn pick(
         &self,
         hash: u64,
@@ -83,35 +114,83 @@ impl Ring {
         tried: &[usize],
         bound: Option<(u64, u64, u64)>,
     ) -> Option<usize> {
+        self.walk(hash, pool, tried, bound).0
+    }
+
+    /// `pick`, and how many points the walk visited.
+    fn walk(
+        &self,
+        hash: u64,
+        pool: &PoolView<'_>,
+        tried: &[usize],
+        bound: Option<(u64, u64, u64)>,
+    ) -> (Option<usize>, usize) {
         if self.positions.is_empty() {
-            return None;
+            return (None, 0);
         }
         let start = self.first_at_or_after(hash);
         let n = self.positions.len();
-        let mut fallback = None;
+        // A server's later points give the same answer as its first, so each server is looked
+        // at once, and the walk ends when all have been: with most servers tried, down or at
+        // their bound it would otherwise cover the whole ring.
+        let mut seen = SeenServers::default();
+        let mut examined = 0;
+        let mut least_loaded: Option<(usize, Load)> = None;
         for step in 0..n {
             let server = self.owners[(start + step) % n] as usize;
-            let Some(state) = pool.servers.get(server) else {
-                continue;
-            };
-            let load = state.load();
-            if !load.is_usable() || tried.contains(&server) {
+            if !seen.insert(server) {
                 continue;
             }
-            fallback.get_or_insert(server);
-            let Some((factor, active_total, weight_total)) = bound else {
-                return Some(server);
-            };
-            // active + 1 <= ceil(x)  <=>  active < x  <=>  (integers, no division)
-            // active * W * 1000 < factor * (T + 1) * w.
-            if u128::from(load.active) * u128::from(weight_total) * 1000
-                < u128::from(factor) * u128::from(active_total + 1) * u128::from(load.weight)
-            {
-                return Some(server);
+            examined += 1;
+            let load = pool.servers.get(server).map(|s| s.load());
+            if let Some(load) = load.filter(|l| l.is_usable() && !tried.contains(&server)) {
+                let Some((factor, active_total, weight_total)) = bound else {
+                    return (Some(server), step + 1);
+                };
+                // active + 1 <= ceil(x)  <=>  active < x  <=>  (integers, no division)
+                // active * W * 1000 < factor * (T + 1) * w.
+                if u128::from(load.active) * u128::from(weight_total) * 1000
+                    < u128::from(factor) * u128::from(active_total + 1) * u128::from(load.weight)
+                {
+                    return (Some(server), step + 1);
+                }
+                // Ties keep the first clockwise, so the fallback is still the key's own.
+                if least_loaded.is_none_or(|(_, best)| lighter_load(load, best)) {
+                    least_loaded = Some((server, load));
+                }
+            }
+            if examined == self.servers {
+                return (least_loaded.map(|(s, _)| s), step + 1);
             }
         }
-        // Only reachable with rounding at tiny loads: every candidate is at its bound.
-        fallback
+        (least_loaded.map(|(s, _)| s), n)
+    }
+}
+
+/// Servers met on one walk, a bit each: inline for pools of up to 256 servers, so a pick does
+/// not allocate.
+#[derive(Default)]
+struct SeenServers {
+    inline: [u64; 4],
+    more: Vec<u64>,
+}
+
+impl SeenServers {
+    /// Marks `server`; true if it was not marked yet.
+    fn insert(&mut self, server: usize) -> bool {
+        let (word, bit) = (server / 64, 1u64 << (server % 64));
+        let slot = if word < self.inline.len() {
+            &mut self.inline[word]
+        } else {
+            let index = word - self.inline.len();
+            if self.more.len() <= index {
+                self.more.resize(index + 1, 0);
+            }
+            &mut self.more[index]
+        };
+        let fresh = *slot & bit == 0;
+        *slot |= bit;
+        fresh
     }
 }
 
@@ -138,5 +217,111 @@ mod tests {
             ring.positions.partition_point(|&p| p < u64::MAX)
         );
         assert_eq!(ring.first_at_or_after(0), 0);
+    }
+
+    fn points_per_server(ring: &Ring) -> Vec<usize> {
+        let mut counts = vec![0; ring.servers];
+        for &o in &ring.owners {
+            counts[o as usize] += 1;
+        }
+        counts
+    }
+
+    #[test]
+    fn points_depend_only_on_the_own_weight() {
+        let ids: Vec<String> = (0..4).map(|i| format!("s{i}")).collect();
+        let three = Ring::build(&ids[..3], &[1, 2, 3]);
+        let four = Ring::build(&ids, &[1, 2, 3, 3]);
+        assert_eq!(points_per_server(&three), [160, 320, 480]);
+        assert_eq!(points_per_server(&four), [160, 320, 480, 480]);
+        // The same points, so the old servers' keys stay unless the newcomer takes them.
+        let old: Vec<(u64, u32)> = four
+            .positions
+            .iter()
+            .zip(&four.owners)
+            .filter(|&(_, &o)| o < 3)
+            .map(|(&p, &o)| (p, o))
+            .collect();
+        let kept: Vec<(u64, u32)> = three
+            .positions
+            .iter()
+            .copied()
+            .zip(three.owners.iter().copied())
+            .collect();
+        assert_eq!(old, kept);
+        // Reweighting one server leaves the others' points alone.
+        let reweighted = Ring::build(&ids, &[1, 2, 1, 3]);
+        assert_eq!(points_per_server(&reweighted), [160, 320, 160, 480]);
+    }
+
+    #[test]
+    fn heavy_weights_are_capped_in_proportion() {
+        let ids: Vec<String> = (0..3).map(|i| format!("s{i}")).collect();
+        let ring = Ring::build(&ids, &[65_535, 65_535, 1]);
+        assert!(
+            ring.positions.len() as u64 <= MAX_POINTS,
+            "{}",
+            ring.positions.len()
+        );
+        let counts = points_per_server(&ring);
+        assert_eq!(counts[0], counts[1]);
+        assert!(counts[2] >= 1);
+        assert!(
+            counts[0] as u64 * 2 > MAX_POINTS / 2,
+            "{counts:?}: not halved too far"
+        );
+        // Many weight-1 servers beyond the cap: every one keeps at least a point.
+        let many: Vec<String> = (0..1000).map(|i| format!("m{i}")).collect();
+        let ring = Ring::build(&many, &[1; 1000]);
+        assert!(ring.positions.len() as u64 <= MAX_POINTS);
+        assert!(points_per_server(&ring).iter().all(|&c| c == 80));
+    }
+
+    #[test]
+    fn a_walk_stops_once_every_server_was_examined() {
+        let ids: Vec<String> = (0..3).map(|i| format!("s{i}")).collect();
+        let ring = Ring::build(&ids, &[100, 100, 100]);
+        let servers = crate::testing::pool_of(&[100, 100, 100]);
+        crate::testing::set_active(&servers, &[(1, 5)]);
+        let pool = PoolView { servers: &servers };
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..1000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let (answer, visited) = ring.walk(x, &pool, &[0, 1, 2], None);
+            assert_eq!(answer, None);
+            assert!(
+                visited < ring.positions.len() / 10,
+                "{visited} points visited"
+            );
+            let (answer, visited) = ring.walk(x, &pool, &[0, 2], Some((1000, 0, 300)));
+            assert_eq!(answer, Some(1), "the only candidate, though over its bound");
+            assert!(
+                visited < ring.positions.len() / 10,
+                "{visited} points visited"
+            );
+        }
+    }
+
+    #[test]
+    fn at_the_bound_everywhere_the_least_loaded_candidate_wins() {
+        let ids: Vec<String> = (0..4).map(|i| format!("s{i}")).collect();
+        let ring = Ring::build(&ids, &[1, 1, 2, 1]);
+        let servers = crate::testing::pool_of(&[1, 1, 2, 1]);
+        crate::testing::set_active(&servers, &[(0, 5), (1, 4), (2, 7), (3, 6)]);
+        let pool = PoolView { servers: &servers };
+        // Factor 1, no active request counted, a usable weight of 1000: each server's bound is
+        // ceil(w / 1000) = 1 request, and every one already has more. Per unit of weight server
+        // 2 (3.5) is the least loaded, then 1 (4).
+        let nobody = Some((1000, 0, 1000));
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..1000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            assert_eq!(ring.pick(x, &pool, &[], nobody), Some(2));
+            assert_eq!(ring.pick(x, &pool, &[2], nobody), Some(1));
+        }
     }
 }

@@ -65,7 +65,11 @@ impl Scheduler for WeightedRoundRobin {
                 .max_by_key(|&i| (pool.servers[i].weight(), std::cmp::Reverse(i)));
         }
         let mut state = self.state.lock().ok()?;
-        let (mut last, mut cw) = *state;
+        let (mut last, cw_before) = *state;
+        // After a weight decrease the current weight may exceed the new largest weight; left
+        // there it would hand only the heaviest servers turns for (cw - max) / gcd passes. LVS
+        // clamps it the same way when a destination changes.
+        let mut cw = cw_before.min(max);
         // At most one full cycle of the sequence: n servers times max/gcd weight levels.
         let limit = n * (max / step) as usize + n;
         for _ in 0..=limit {
@@ -78,7 +82,7 @@ impl Scheduler for WeightedRoundRobin {
             }
             last = Some(i);
             let server = &pool.servers[i];
-            if server.is_usable() && server.weight() >= cw.min(max) {
+            if server.is_usable() && server.weight() >= cw {
                 *state = (last, cw);
                 return Some(i);
             }
@@ -114,6 +118,23 @@ mod tests {
         let servers = pool_of(&[0, 0]);
         let pool = PoolView { servers: &servers };
         assert_eq!(WeightedRoundRobin::new().pick(&request(), &pool, &[]), None);
+    }
+
+    #[test]
+    fn a_weight_decrease_restarts_the_sequence_at_the_new_largest_weight() {
+        let servers = pool_of(&[100, 1]);
+        let pool = PoolView { servers: &servers };
+        let sched = WeightedRoundRobin::new();
+        let picks = |count: usize| -> String {
+            (0..count)
+                .map(|_| (b'A' + sched.pick(&request(), &pool, &[]).unwrap() as u8) as char)
+                .collect()
+        };
+        // Two picks leave the current weight at 99.
+        assert_eq!(picks(2), "AA");
+        servers[0].set_weight(2);
+        // Weights 2 and 1 from here: B gets its third at once, not after 97 more A's.
+        assert_eq!(picks(6), "ABAABA");
     }
 
     #[test]

@@ -132,31 +132,82 @@ proptest! {
     /// about 1/N of them.
     #[test]
     fn hash_remaps_about_one_nth(n in 3usize..16, victim in any::<prop::sample::Index>()) {
-        let options = vec![("balance_factor".to_string(), OptionValue::Integer(0))];
-        let headers = Headers(vec![]);
-        let keys: Vec<String> = (0..3000).map(|i| format!("/obj/{i}")).collect();
-        let place = |servers: &[ServerState], ids: &[String]| -> Vec<String> {
-            let m = module("hash", &options, servers, ids);
-            keys.iter()
-                .map(|k| ids[m.pick(&request(k.as_bytes(), &headers, 1), &PoolView { servers }, &[]).unwrap()].clone())
-                .collect()
-        };
-        let all_ids = ids(n + 1);
-        let servers: Vec<ServerState> = (0..=n).map(|_| ServerState::new(1)).collect();
-        let with_n = place(&servers[..n], &all_ids[..n]);
-        let with_more = place(&servers, &all_ids);
-        let newcomer = &all_ids[n];
-        let moved: Vec<usize> = (0..keys.len()).filter(|&i| with_n[i] != with_more[i]).collect();
-        prop_assert!(moved.iter().all(|&i| &with_more[i] == newcomer), "keys moved between old servers");
-        prop_assert!(moved.len() * (n + 1) <= 2 * keys.len(), "adding moved {} of {}", moved.len(), keys.len());
-
-        let v = victim.index(n);
-        let mut fewer_ids = all_ids[..n].to_vec();
-        fewer_ids.remove(v);
-        let without = place(&servers[..n - 1], &fewer_ids);
-        let moved = (0..keys.len()).filter(|&i| with_n[i] != without[i]).count();
-        let owned = with_n.iter().filter(|s| **s == all_ids[v]).count();
-        prop_assert_eq!(moved, owned, "only the removed server's keys move");
-        prop_assert!(moved * n <= 2 * keys.len(), "removing moved {} of {}", moved, keys.len());
+        check_remapping(&vec![1; n + 1], victim)?;
     }
+
+    /// The same with mixed weights: a server's share of the ring depends on its own weight
+    /// only, so adding one moves keys only onto it (about its share of the total weight), and
+    /// removing one moves only its keys.
+    #[test]
+    fn hash_remaps_only_the_changed_server_with_mixed_weights(
+        weights in prop::collection::vec(1u32..=3, 4..17),
+        victim in any::<prop::sample::Index>(),
+    ) {
+        check_remapping(&weights, victim)?;
+    }
+}
+
+/// Places 3000 keys with `hash` (no load bound) on the first N = `weights.len() - 1` servers,
+/// then with the last one added, then without one of the first N chosen by `victim`.
+fn check_remapping(weights: &[u32], victim: prop::sample::Index) -> Result<(), TestCaseError> {
+    let n = weights.len() - 1;
+    let options = vec![("balance_factor".to_string(), OptionValue::Integer(0))];
+    let headers = Headers(vec![]);
+    let keys: Vec<String> = (0..3000).map(|i| format!("/obj/{i}")).collect();
+    let place = |servers: &[ServerState], ids: &[String]| -> Vec<String> {
+        let m = module("hash", &options, servers, ids);
+        keys.iter()
+            .map(|k| {
+                ids[m
+                    .pick(
+                        &request(k.as_bytes(), &headers, 1),
+                        &PoolView { servers },
+                        &[],
+                    )
+                    .unwrap()]
+                .clone()
+            })
+            .collect()
+    };
+    let all_ids = ids(n + 1);
+    let servers: Vec<ServerState> = weights.iter().map(|&w| ServerState::new(w)).collect();
+    let with_n = place(&servers[..n], &all_ids[..n]);
+    let with_more = place(&servers, &all_ids);
+    let newcomer = &all_ids[n];
+    let moved: Vec<usize> = (0..keys.len())
+        .filter(|&i| with_n[i] != with_more[i])
+        .collect();
+    prop_assert!(
+        moved.iter().all(|&i| &with_more[i] == newcomer),
+        "keys moved between old servers"
+    );
+    // At most twice the newcomer's share of the weight (1/(N+1) with equal weights).
+    let total: u32 = weights.iter().sum();
+    prop_assert!(
+        moved.len() * total as usize <= 2 * keys.len() * weights[n] as usize,
+        "adding moved {} of {}",
+        moved.len(),
+        keys.len()
+    );
+
+    let v = victim.index(n);
+    let mut fewer_ids = all_ids[..n].to_vec();
+    fewer_ids.remove(v);
+    let fewer: Vec<ServerState> = (0..n)
+        .filter(|&i| i != v)
+        .map(|i| ServerState::new(weights[i]))
+        .collect();
+    let without = place(&fewer, &fewer_ids);
+    let moved = (0..keys.len()).filter(|&i| with_n[i] != without[i]).count();
+    let owned = with_n.iter().filter(|s| **s == all_ids[v]).count();
+    prop_assert_eq!(moved, owned, "only the removed server's keys move");
+    // At most twice the victim's share of the N servers' weight (1/N with equal weights).
+    let weight_of_n: u32 = weights[..n].iter().sum();
+    prop_assert!(
+        moved * weight_of_n as usize <= 2 * keys.len() * weights[v] as usize,
+        "removing moved {} of {}",
+        moved,
+        keys.len()
+    );
+    Ok(())
 }
