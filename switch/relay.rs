@@ -5,7 +5,7 @@
 use crate::buffer::IoBuf;
 use crate::http::chunked::{ChunkError, ChunkedDecoder, Decoded};
 use crate::splice::{splice_between, PipeLease};
-use crate::stream::{read_some, send_all, write_all, Limit, Then};
+use crate::stream::{read_some, send_all, write_all, write_both, Limit, Then};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -65,19 +65,25 @@ impl RelaySettings {
 
 /// Moves a body of exactly `len` bytes from `src` to `dst`, starting with the bytes already
 /// read into `buf`. Bytes past the body stay in `buf` (or in `src`).
+///
+/// `head` (a response head, or nothing) goes out first, in the same write as the body bytes
+/// already read; it is not counted by `meter`.
 pub async fn relay_length(
     src: &TcpStream,
     buf: &mut IoBuf,
     dst: &TcpStream,
+    head: &[u8],
     len: u64,
     settings: &RelaySettings,
     meter: &Meter,
 ) -> Result<(), RelayError> {
     let mut left = len;
     let buffered = (buf.len() as u64).min(left) as usize;
-    if buffered > 0 {
+    if buffered > 0 || !head.is_empty() {
+        // Held back for more (MSG_MORE) only when the source filled the whole buffer, i.e.
+        // more is surely waiting.
         let then = Then::more_if(buffered as u64 != left && buf.spare_len() == 0);
-        send_all(dst, &buf.filled()[..buffered], then, settings.limit())
+        write_both(dst, head, &buf.filled()[..buffered], then, settings.limit())
             .await
             .map_err(RelayError::Write)?;
         buf.consume(buffered);
@@ -128,8 +134,10 @@ pub enum ChunkedOutput {
 /// Output is written once this much has gathered, to bound memory per connection.
 const CHUNK_FLUSH_BYTES: usize = 32 * 1024;
 
-/// Moves a chunked body from `src` to `dst`, checking its framing on the way. `out` is a
-/// scratch buffer reused between calls.
+/// Moves a chunked body from `src` to `dst`, checking its framing on the way.
+///
+/// `out` is the output buffer, reused between calls. What it holds on entry (a response head,
+/// or nothing) goes out with the first body bytes and is not counted by `meter`.
 pub async fn relay_chunked(
     src: &TcpStream,
     buf: &mut IoBuf,
@@ -140,7 +148,7 @@ pub async fn relay_chunked(
     meter: &Meter,
 ) -> Result<(), RelayError> {
     let mut decoder = ChunkedDecoder::new();
-    out.clear();
+    let mut unmetered = out.len();
     loop {
         loop {
             let (used, decoded) = decoder.decode(buf.filled()).map_err(RelayError::Framing)?;
@@ -157,7 +165,7 @@ pub async fn relay_chunked(
                     }
                     buf.consume(used);
                     if out.len() >= CHUNK_FLUSH_BYTES {
-                        flush(dst, out, settings, meter).await?;
+                        flush(dst, out, &mut unmetered, settings, meter).await?;
                     }
                 }
                 Decoded::End => {
@@ -167,7 +175,7 @@ pub async fn relay_chunked(
                         out.extend_from_slice(decoder.trailers());
                         out.extend_from_slice(b"\r\n");
                     }
-                    return flush(dst, out, settings, meter).await;
+                    return flush(dst, out, &mut unmetered, settings, meter).await;
                 }
                 Decoded::NeedMore => {
                     buf.consume(used);
@@ -175,7 +183,7 @@ pub async fn relay_chunked(
                 }
             }
         }
-        flush(dst, out, settings, meter).await?;
+        flush(dst, out, &mut unmetered, settings, meter).await?;
         if read_some(src, buf, settings.limit())
             .await
             .map_err(RelayError::Read)?
@@ -204,9 +212,11 @@ fn push_hex(out: &mut Vec<u8>, n: usize) {
     out.extend_from_slice(&digits[at..]);
 }
 
+/// Writes `out`, counting all but its first `unmetered` bytes (a head sent with the body).
 async fn flush(
     dst: &TcpStream,
     out: &mut Vec<u8>,
+    unmetered: &mut usize,
     settings: &RelaySettings,
     meter: &Meter,
 ) -> Result<(), RelayError> {
@@ -214,7 +224,8 @@ async fn flush(
         write_all(dst, out, settings.limit())
             .await
             .map_err(RelayError::Write)?;
-        meter.add(out.len() as u64);
+        meter.add((out.len() - *unmetered) as u64);
+        *unmetered = 0;
         out.clear();
     }
     Ok(())

@@ -1015,8 +1015,9 @@ async fn upload_body(
 ) -> Result<(), RelayError> {
     match framing {
         BodyFraming::Empty | BodyFraming::UntilClose => Ok(()),
-        BodyFraming::Length(n) => relay_length(client, inbuf, server, n, relay, meter).await,
+        BodyFraming::Length(n) => relay_length(client, inbuf, server, &[], n, relay, meter).await,
         BodyFraming::Chunked => {
+            scratch.clear();
             relay_chunked(
                 client,
                 inbuf,
@@ -1048,23 +1049,11 @@ async fn relay_response(
         BodyFraming::Empty => write_all(client, out, limit)
             .await
             .map_err(RelayError::Write),
+        // The head goes out with the first body bytes (one write).
         BodyFraming::Length(n) => {
-            // The head and the first body bytes in one write; held back for more (MSG_MORE)
-            // only when the server filled the whole buffer, i.e. more is surely waiting.
-            let first = (server_buf.len() as u64).min(n) as usize;
-            let more_waiting = server_buf.spare_len() == 0;
-            let then = Then::more_if(first as u64 != n && more_waiting);
-            write_both(client, out, &server_buf.filled()[..first], then, limit)
-                .await
-                .map_err(RelayError::Write)?;
-            server_buf.consume(first);
-            meter.add(first as u64);
-            relay_length(server, server_buf, client, n - first as u64, relay, meter).await
+            relay_length(server, server_buf, client, out, n, relay, meter).await
         }
         BodyFraming::Chunked => {
-            write_all(client, out, limit)
-                .await
-                .map_err(RelayError::Write)?;
             let output = if dechunk {
                 ChunkedOutput::Decoded
             } else {
