@@ -973,3 +973,19 @@ async fn a_head_trickled_byte_by_byte_is_parsed_when_its_empty_line_arrives() {
         assert_eq!(r.text(), format!("path {path}\n"));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_stalling_in_its_body_gets_408_not_504() {
+    // The server is waiting for the rest of the body: the silence is the client's, and the
+    // server must not be blamed for it.
+    let server = backend().await;
+    let switch = one_pool(&server, "idle_timeout = \"300ms\"").await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    client
+        .send(b"POST /sha256 HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\nonly ten b")
+        .await;
+    let r = client.response(false).await;
+    assert_eq!(r.status, 408, "{}", r.text());
+    let snap = settle(&switch).await;
+    assert_eq!(snap.server(server.addr).unwrap().response_errors, 0);
+}
