@@ -296,9 +296,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn response_connection_fields() {
-        let raw = b"HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: chunked\r\nX-Served-By: a\r\n\r\n";
+    /// The response head `raw` as rebuilt for a client of `version` getting `connection`.
+    fn client_head(raw: &[u8], connection: ClientConnection, version: Version) -> String {
         let mut head = ResponseHead::default();
         let kind = RequestKind {
             is_head: false,
@@ -306,27 +305,19 @@ mod tests {
         };
         assert!(parse_response(raw, kind, &mut head).unwrap());
         let mut out = Vec::new();
-        write_response_head(
-            &mut out,
-            &head,
-            raw,
-            ClientConnection::Persistent,
-            Version::Http11,
-        );
+        write_response_head(&mut out, &head, raw, connection, version);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn response_connection_fields() {
+        let raw = b"HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: chunked\r\nX-Served-By: a\r\n\r\n";
         assert_eq!(
-            String::from_utf8(out).unwrap(),
+            client_head(raw, ClientConnection::Persistent, Version::Http11),
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Served-By: a\r\n\r\n"
         );
-        let mut out = Vec::new();
-        write_response_head(
-            &mut out,
-            &head,
-            raw,
-            ClientConnection::Close,
-            Version::Http10,
-        );
         assert_eq!(
-            String::from_utf8(out).unwrap(),
+            client_head(raw, ClientConnection::Close, Version::Http10),
             "HTTP/1.1 200 OK\r\nX-Served-By: a\r\nConnection: close\r\n\r\n"
         );
     }
@@ -334,22 +325,8 @@ mod tests {
     #[test]
     fn no_transfer_encoding_to_http10_even_without_body() {
         let raw = b"HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\nETag: \"x\"\r\n\r\n";
-        let mut head = ResponseHead::default();
-        let kind = RequestKind {
-            is_head: false,
-            is_connect: false,
-        };
-        assert!(parse_response(raw, kind, &mut head).unwrap());
-        let mut out = Vec::new();
-        write_response_head(
-            &mut out,
-            &head,
-            raw,
-            ClientConnection::KeepAlive10,
-            Version::Http10,
-        );
         assert_eq!(
-            String::from_utf8(out).unwrap(),
+            client_head(raw, ClientConnection::KeepAlive10, Version::Http10),
             "HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\nConnection: keep-alive\r\n\r\n"
         );
     }
