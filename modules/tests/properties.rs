@@ -1,6 +1,7 @@
 //! Properties every module must keep, over random pools and requests (proptest).
 
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use tcpvs_modules::{
@@ -50,7 +51,15 @@ fn request<'a>(path: &'a [u8], headers: &'a Headers, client: u8) -> RequestView<
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    // Integration tests have no lib.rs or main.rs above them, so proptest's default
+    // (SourceParallel) warns and falls back to this very file; naming it keeps failing seeds
+    // next to this file, silently.
+    #![proptest_config(ProptestConfig {
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions"
+        ))),
+        ..ProptestConfig::with_cases(200)
+    })]
 
     /// No module answers a down or quiescent server while a usable one exists, and none
     /// answers `None` then; nor does any return a server it was told was tried.
@@ -132,7 +141,7 @@ proptest! {
     /// about 1/N of them.
     #[test]
     fn hash_remaps_about_one_nth(n in 3usize..16, victim in any::<prop::sample::Index>()) {
-        check_remapping(&vec![1; n + 1], victim)?;
+        check_remapping(&vec![1; n + 1], victim.index(n))?;
     }
 
     /// The same with mixed weights: a server's share of the ring depends on its own weight
@@ -143,13 +152,22 @@ proptest! {
         weights in prop::collection::vec(1u32..=3, 4..17),
         victim in any::<prop::sample::Index>(),
     ) {
-        check_remapping(&weights, victim)?;
+        check_remapping(&weights, victim.index(weights.len() - 1))?;
     }
 }
 
+/// The case proptest once shrank a "keys moved between old servers" failure to. That run had
+/// linked a stale build of the library whose ring scaled every server's points by the pool's
+/// total weight (a newcomer of weight 2 took the others from 160 points to 128); fixed here so
+/// every build checks it, whatever seeds proptest draws.
+#[test]
+fn adding_a_heavier_server_moves_keys_only_onto_it() {
+    check_remapping(&[1, 1, 1, 2], 0).unwrap();
+}
+
 /// Places 3000 keys with `hash` (no load bound) on the first N = `weights.len() - 1` servers,
-/// then with the last one added, then without one of the first N chosen by `victim`.
-fn check_remapping(weights: &[u32], victim: prop::sample::Index) -> Result<(), TestCaseError> {
+/// then with the last one added, then without the first N's server `v`.
+fn check_remapping(weights: &[u32], v: usize) -> Result<(), TestCaseError> {
     let n = weights.len() - 1;
     let options = vec![("balance_factor".to_string(), OptionValue::Integer(0))];
     let headers = Headers(vec![]);
@@ -190,7 +208,6 @@ fn check_remapping(weights: &[u32], victim: prop::sample::Index) -> Result<(), T
         keys.len()
     );
 
-    let v = victim.index(n);
     let mut fewer_ids = all_ids[..n].to_vec();
     fewer_ids.remove(v);
     let fewer: Vec<ServerState> = (0..n)
