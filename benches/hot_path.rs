@@ -12,7 +12,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tcpvs::config::Config;
-use tcpvs::http::rewrite::{forwarded_for, write_request_head};
+use tcpvs::http::rewrite::{forwarded_for, write_request_head, ForwardedFor};
 use tcpvs::http::{parse_request, RequestHead};
 use tcpvs::upstream::Pool;
 use tcpvs_modules::{MonotonicClock, RequestView};
@@ -91,7 +91,7 @@ struct HotPath {
     buffer: Vec<u8>,
     head: RequestHead,
     out: Vec<u8>,
-    client: String,
+    client: ForwardedFor,
 }
 
 impl HotPath {

@@ -9,6 +9,8 @@
 use crate::buffer::IoBuf;
 use crate::config::Config;
 use crate::http::{parse_request, BodyFraming, RequestHead};
+use crate::listener;
+use crate::socket::{Listener, Socket};
 use crate::stream::{read_some, write_all, Limit};
 use crate::timeouts::{Timeouts, SESSION_TIMER};
 use std::io::{self, Write};
@@ -16,7 +18,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 /// The built-in demo rule file.
@@ -53,7 +54,7 @@ pub async fn start_demo_servers(config: &Config) -> io::Result<Vec<JoinHandle<()
             if !server.addr.ip().is_loopback() {
                 continue;
             }
-            let listener = TcpListener::bind(server.addr).await.map_err(|e| {
+            let listener = listener::bind(server.addr, false, false).map_err(|e| {
                 io::Error::new(
                     e.kind(),
                     format!(
@@ -75,7 +76,7 @@ pub async fn start_demo_servers(config: &Config) -> io::Result<Vec<JoinHandle<()
     Ok(tasks)
 }
 
-async fn serve(listener: TcpListener, demo: Arc<DemoServer>, timeouts: Arc<Timeouts>) {
+async fn serve(listener: Listener, demo: Arc<DemoServer>, timeouts: Arc<Timeouts>) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
@@ -89,8 +90,7 @@ async fn serve(listener: TcpListener, demo: Arc<DemoServer>, timeouts: Arc<Timeo
     }
 }
 
-async fn handle_connection(stream: TcpStream, demo: &DemoServer) -> io::Result<()> {
-    let _ = stream.set_nodelay(true);
+async fn handle_connection(stream: Socket, demo: &DemoServer) -> io::Result<()> {
     let limit = Limit::Idle(Duration::from_secs(60));
     let mut buf = IoBuf::with_capacity(64 * 1024);
     let mut head = RequestHead::default();

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 #[derive(Debug)]
 pub struct Service {
     pub name: String,
+    pub defer_accept: bool,
     pub rules: RuleSet,
     pub stats: ServiceStats,
 }
@@ -85,7 +86,8 @@ impl Plan {
         let mut bound = Vec::new();
         let mut listeners = Vec::new();
         for &(service, addr) in &self.listen {
-            let listener = listener::bind(addr, self.reuse_port).map_err(|e| {
+            let defer_accept = self.shared.services[service].defer_accept;
+            let listener = listener::bind(addr, self.reuse_port, defer_accept).map_err(|e| {
                 let name = &self.shared.services[service].name;
                 io::Error::new(
                     e.kind(),
@@ -259,6 +261,7 @@ impl Switch {
             .into_iter()
             .map(|s| Service {
                 name: s.name,
+                defer_accept: s.defer_accept,
                 rules: s.rules,
                 stats: ServiceStats::default(),
             })

@@ -16,6 +16,7 @@ pub mod recycle;
 pub mod relay;
 pub mod rules;
 mod session;
+pub mod socket;
 pub mod splice;
 pub mod stats;
 pub mod stream;

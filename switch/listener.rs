@@ -4,36 +4,46 @@
 use crate::gateway::Shared;
 use crate::http::status::write_error;
 use crate::session::Session;
+use crate::socket::{new_tcp_socket, set_defer_accept, Listener, Socket};
 use crate::stats;
 use crate::stream::{write_all, Limit};
 use crate::timeouts::{Timeouts, SESSION_TIMER};
+use rustix::net::sockopt;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 /// Pending connections the kernel may queue per listener.
-const BACKLOG: u32 = 4096;
+const BACKLOG: i32 = 4096;
+
+/// How long the kernel holds a connection whose client has sent nothing yet, with
+/// `defer_accept` (HAProxy's `defer-accept` uses the same second). A silent client is handed
+/// over after this anyway (on its next ACK, or when it sends), then header_timeout applies.
+const DEFER_ACCEPT_SECS: u32 = 1;
 
 /// Binds a listener; with `reuse_port`, several workers may each bind one to the same address
-/// and the kernel spreads new connections over them.
-pub fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
+/// and the kernel spreads new connections over them. With `defer_accept`, the kernel hands a
+/// connection over only once the client's first bytes arrived: HTTP clients speak first, so
+/// the first read then finds the request, and a new connection is served without an extra
+/// wake-up or ever joining epoll (socket.rs). Must run inside a tokio runtime (the listener
+/// is registered with its reactor).
+pub fn bind(addr: SocketAddr, reuse_port: bool, defer_accept: bool) -> io::Result<Listener> {
+    let socket = new_tcp_socket(addr)?;
+    sockopt::set_socket_reuseaddr(&socket, true)?;
     if reuse_port {
-        socket.set_reuseport(true)?;
+        sockopt::set_socket_reuseport(&socket, true)?;
     }
     // Accepted sockets inherit TCP_NODELAY from the listener on Linux: one system call here
     // instead of one per connection.
-    socket.set_nodelay(true)?;
-    socket.bind(addr)?;
-    socket.listen(BACKLOG)
+    sockopt::set_tcp_nodelay(&socket, true)?;
+    if defer_accept {
+        set_defer_accept(&socket, DEFER_ACCEPT_SECS)?;
+    }
+    rustix::net::bind(&socket, &addr)?;
+    rustix::net::listen(&socket, BACKLOG)?;
+    Listener::new(std::net::TcpListener::from(socket))
 }
 
 /// Keeps one client connection counted in `Shared::clients` while it lives.
@@ -48,7 +58,7 @@ impl Drop for ClientSlot {
 pub async fn accept_loop(
     shared: Arc<Shared>,
     service: usize,
-    listener: TcpListener,
+    listener: Listener,
     timeouts: Arc<Timeouts>,
 ) {
     let mut shutdown = shared.shutdown.clone();
@@ -94,7 +104,7 @@ pub async fn accept_loop(
 
 /// Answers 503 to a connection over `max_clients`. The request is read first (briefly) so
 /// that closing does not reset the connection before the client sees the answer.
-async fn refuse_busy(slot: ClientSlot, stream: TcpStream) {
+async fn refuse_busy(slot: ClientSlot, stream: Socket) {
     let _slot = slot;
     let mut scratch = crate::buffer::IoBuf::with_capacity(4096);
     // One deadline for the whole read, from the connection's timer slot. The scratch buffer

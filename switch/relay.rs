@@ -4,12 +4,12 @@
 
 use crate::buffer::IoBuf;
 use crate::http::chunked::{ChunkError, ChunkedDecoder, Decoded};
+use crate::socket::Socket;
 use crate::splice::{splice_between, PipeLease};
 use crate::stream::{read_some, send_all, write_all, write_both, Limit, Then};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tokio::net::TcpStream;
 
 /// Why a body could not be moved completely.
 #[derive(Debug)]
@@ -67,13 +67,17 @@ impl RelaySettings {
 /// read into `buf`. Bytes past the body stay in `buf` (or in `src`).
 ///
 /// `head` (a response head, or nothing) goes out first, in the same write as the body bytes
-/// already read; it is not counted by `meter`.
+/// already read; it is not counted by `meter`. `last` says what follows the last bytes (see
+/// [`Then`]): `More` when the connection closes right after, so the end of stream leaves with
+/// them.
+#[allow(clippy::too_many_arguments)]
 pub async fn relay_length(
-    src: &TcpStream,
+    src: &Socket,
     buf: &mut IoBuf,
-    dst: &TcpStream,
+    dst: &Socket,
     head: &[u8],
     len: u64,
+    last: Then,
     settings: &RelaySettings,
     meter: &Meter,
 ) -> Result<(), RelayError> {
@@ -82,7 +86,11 @@ pub async fn relay_length(
     if buffered > 0 || !head.is_empty() {
         // Held back for more (MSG_MORE) only when the source filled the whole buffer, i.e.
         // more is surely waiting.
-        let then = Then::more_if(buffered as u64 != left && buf.spare_len() == 0);
+        let then = if buffered as u64 == left {
+            last
+        } else {
+            Then::more_if(buf.spare_len() == 0)
+        };
         write_both(dst, head, &buf.filled()[..buffered], then, settings.limit())
             .await
             .map_err(RelayError::Write)?;
@@ -111,7 +119,11 @@ pub async fn relay_length(
         let n = (buf.len() as u64).min(left) as usize;
         // MSG_MORE only while the source keeps filling the buffer: a source that pauses must
         // not have its last bytes held back (up to 200 ms) waiting for more.
-        let then = Then::more_if(n as u64 != left && buf.spare_len() == 0);
+        let then = if n as u64 == left {
+            last
+        } else {
+            Then::more_if(buf.spare_len() == 0)
+        };
         send_all(dst, &buf.filled()[..n], then, settings.limit())
             .await
             .map_err(RelayError::Write)?;
@@ -139,9 +151,9 @@ const CHUNK_FLUSH_BYTES: usize = 32 * 1024;
 /// `out` is the output buffer, reused between calls. What it holds on entry (a response head,
 /// or nothing) goes out with the first body bytes and is not counted by `meter`.
 pub async fn relay_chunked(
-    src: &TcpStream,
+    src: &Socket,
     buf: &mut IoBuf,
-    dst: &TcpStream,
+    dst: &Socket,
     output: ChunkedOutput,
     settings: &RelaySettings,
     out: &mut Vec<u8>,
@@ -214,7 +226,7 @@ fn push_hex(out: &mut Vec<u8>, n: usize) {
 
 /// Writes `out`, counting all but its first `unmetered` bytes (a head sent with the body).
 async fn flush(
-    dst: &TcpStream,
+    dst: &Socket,
     out: &mut Vec<u8>,
     unmetered: &mut usize,
     settings: &RelaySettings,
@@ -233,9 +245,9 @@ async fn flush(
 
 /// Moves everything from `src` to `dst` until `src` closes (a response without length).
 pub async fn relay_until_close(
-    src: &TcpStream,
+    src: &Socket,
     buf: &mut IoBuf,
-    dst: &TcpStream,
+    dst: &Socket,
     settings: &RelaySettings,
     meter: &Meter,
 ) -> Result<(), RelayError> {
@@ -252,9 +264,9 @@ pub async fn relay_until_close(
 
 /// Sends what `buf` holds, then everything `src` sends until end of stream, spliced or copied.
 async fn pump(
-    src: &TcpStream,
+    src: &Socket,
     buf: &mut IoBuf,
-    dst: &TcpStream,
+    dst: &Socket,
     use_splice: bool,
     limit: Limit,
     meter: &Meter,
@@ -298,9 +310,9 @@ pub struct TunnelBytes {
 /// The bytes moved are returned however the tunnel ended; going quiet for `idle` is a normal
 /// end (a WebSocket nobody uses), a failed read or write is the error beside them.
 pub async fn tunnel(
-    client: &TcpStream,
+    client: &Socket,
     client_buf: &mut IoBuf,
-    server: &TcpStream,
+    server: &Socket,
     server_buf: &mut IoBuf,
     use_splice: bool,
     idle: Duration,

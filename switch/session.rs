@@ -13,7 +13,7 @@ use crate::http::chunked;
 use crate::http::response::RequestKind;
 use crate::http::rewrite::{
     add_field_to_head, client_connection, forwarded_for, write_request_head, write_response_head,
-    ClientConnection,
+    ClientConnection, ForwardedFor,
 };
 use crate::http::status::write_error;
 use crate::http::{
@@ -25,8 +25,9 @@ use crate::relay::{
     relay_chunked, relay_length, relay_until_close, tunnel, ChunkedOutput, Meter, RelayError,
     RelaySettings,
 };
+use crate::socket::Socket;
 use crate::stats;
-use crate::stream::{input_pending, read_some, try_recv, write_all, write_both, Limit, Then};
+use crate::stream::{read_some, send_all, write_all, write_both, Limit, Then};
 use crate::timeouts::Slot;
 use crate::upstream::{Lease, Pool};
 use std::io;
@@ -36,7 +37,6 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 use tcpvs_modules::{RequestView, ResponseField};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 /// What happened to one request, for the access log and the connection's fate.
@@ -137,10 +137,10 @@ enum ExchangeError {
 pub(crate) struct Session {
     shared: Arc<Shared>,
     service: usize,
-    client: TcpStream,
+    client: Socket,
     peer: SocketAddr,
     /// The client's address as X-Forwarded-For carries it.
-    client_text: String,
+    client_text: ForwardedFor,
     inbuf: IoBuf,
     head: RequestHead,
     /// The request head as rebuilt for the server.
@@ -180,7 +180,7 @@ impl Session {
     pub(crate) fn new(
         shared: Arc<Shared>,
         service: usize,
-        client: TcpStream,
+        client: Socket,
         peer: SocketAddr,
         timer: Arc<Slot>,
     ) -> Session {
@@ -296,7 +296,7 @@ impl Session {
     async fn linger(&mut self) {
         const LINGER_TIME: Duration = Duration::from_secs(2);
         const LINGER_BYTES: usize = 1 << 20;
-        if !self.unread_input && self.inbuf.is_empty() && !input_pending(&self.client) {
+        if !self.unread_input && self.inbuf.is_empty() && !self.client.input_pending() {
             // Nothing unread: a plain close cannot reset the connection.
             return;
         }
@@ -335,6 +335,20 @@ impl Session {
             if !self.inbuf.is_empty() {
                 return Ok(());
             }
+            if !self.client.is_registered() {
+                // A new connection has no readiness to consult yet: its request has usually
+                // arrived with it, so read speculatively (socket.rs); only a read that would
+                // block makes the socket join the reactor below.
+                match self.client.try_recv(self.inbuf.spare()) {
+                    Ok(0) => return Err(Waited::Closed),
+                    Ok(n) => {
+                        self.inbuf.fill(n);
+                        continue;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => return Err(Waited::Closed),
+                }
+            }
             self.give_back_workspace();
             // A hand-written wait: the state an idle connection keeps is only this.
             let (client, timer) = (&self.client, &self.timer);
@@ -366,7 +380,7 @@ impl Session {
             }
             // Readiness can be a false alarm (a new socket starts out "ready"): read what is
             // there without waiting, and wait again if nothing is.
-            match try_recv(&self.client, self.inbuf.spare()) {
+            match self.client.try_recv(self.inbuf.spare()) {
                 Ok(0) => return Err(Waited::Closed),
                 Ok(n) => self.inbuf.fill(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -600,7 +614,7 @@ impl Session {
     async fn pick_and_connect<'p>(
         &mut self,
         pool: &'p Pool,
-    ) -> Result<(Lease<'p>, TcpStream, bool), (u16, &'static str)> {
+    ) -> Result<(Lease<'p>, Socket, bool), (u16, &'static str)> {
         self.tried.clear();
         let attempts = self.shared.settings.connect_attempts;
         let idle_age = self.shared.settings.server_idle_timeout;
@@ -675,7 +689,7 @@ impl Session {
     async fn exchange(
         &mut self,
         lease: &Lease<'_>,
-        server: TcpStream,
+        server: Socket,
         reused: bool,
         started: Instant,
     ) -> Result<Outcome, ExchangeError> {
@@ -742,7 +756,7 @@ impl Session {
                 response_field,
                 ..
             } = &mut *self;
-            let client: &TcpStream = client;
+            let client: &Socket = client;
             let relay: &RelaySettings = relay;
             let mut upload = pin!(upload_body(
                 client,
@@ -843,6 +857,8 @@ impl Session {
                         out,
                         framing,
                         dechunk,
+                        // Closing after: the FIN leaves with the last bytes.
+                        Then::more_if(!keep_client),
                         relay,
                         &download_meter
                     ));
@@ -916,7 +932,7 @@ impl Session {
         &mut self,
         server_addr: SocketAddr,
         backend_stats: &stats::ServerStats,
-        server: &TcpStream,
+        server: &Socket,
     ) -> Result<Outcome, ExchangeError> {
         let status = self.response.status;
         let connection = if status == 101 {
@@ -1005,9 +1021,9 @@ struct Relayed {
 
 /// Sends the rest of the request body (what was not sent with the head) to the server.
 async fn upload_body(
-    client: &TcpStream,
+    client: &Socket,
     inbuf: &mut IoBuf,
-    server: &TcpStream,
+    server: &Socket,
     framing: BodyFraming,
     relay: &RelaySettings,
     scratch: &mut Vec<u8>,
@@ -1015,7 +1031,9 @@ async fn upload_body(
 ) -> Result<(), RelayError> {
     match framing {
         BodyFraming::Empty | BodyFraming::UntilClose => Ok(()),
-        BodyFraming::Length(n) => relay_length(client, inbuf, server, &[], n, relay, meter).await,
+        BodyFraming::Length(n) => {
+            relay_length(client, inbuf, server, &[], n, Then::Push, relay, meter).await
+        }
         BodyFraming::Chunked => {
             scratch.clear();
             relay_chunked(
@@ -1032,26 +1050,28 @@ async fn upload_body(
     }
 }
 
-/// Sends the response head in `out` and then the body, as its framing says.
+/// Sends the response head in `out` and then the body, as its framing says. `last` is what
+/// follows the response on the client connection: `Then::More` when it closes right after.
 #[allow(clippy::too_many_arguments)]
 async fn relay_response(
-    client: &TcpStream,
-    server: &TcpStream,
+    client: &Socket,
+    server: &Socket,
     server_buf: &mut IoBuf,
     out: &mut Vec<u8>,
     framing: BodyFraming,
     dechunk: bool,
+    last: Then,
     relay: &RelaySettings,
     meter: &Meter,
 ) -> Result<(), RelayError> {
     let limit = Limit::Idle(relay.idle);
     match framing {
-        BodyFraming::Empty => write_all(client, out, limit)
+        BodyFraming::Empty => send_all(client, out, last, limit)
             .await
             .map_err(RelayError::Write),
         // The head goes out with the first body bytes (one write).
         BodyFraming::Length(n) => {
-            relay_length(server, server_buf, client, out, n, relay, meter).await
+            relay_length(server, server_buf, client, out, n, last, relay, meter).await
         }
         BodyFraming::Chunked => {
             let output = if dechunk {
@@ -1109,11 +1129,11 @@ fn request_body_error(e: RelayError) -> ExchangeError {
 /// either way: while the request body is still going up (`upload` advancing), silence is fine.
 #[allow(clippy::too_many_arguments)]
 async fn read_response_head(
-    server: &TcpStream,
+    server: &Socket,
     server_buf: &mut IoBuf,
     response: &mut ResponseHead,
     kind: RequestKind,
-    client: &TcpStream,
+    client: &Socket,
     client_version: Version,
     out: &mut Vec<u8>,
     idle: Duration,

@@ -11,13 +11,13 @@
 //! tokio may clear the source's readiness only after an EAGAIN into an empty pipe.
 
 use crate::relay::{Meter, RelayError};
+use crate::socket::Socket;
 use crate::stream::{wait, Limit};
 use rustix::fd::OwnedFd;
 use rustix::pipe::{fcntl_getpipe_size, pipe_with, splice, PipeFlags, SpliceFlags};
 use std::cell::RefCell;
 use std::io;
 use tokio::io::Interest;
-use tokio::net::TcpStream;
 
 /// The kernel's default pipe capacity, kept as it is: 64 KiB pipes beat 256 KiB and 1 MiB ones
 /// (bigger pipes hold more pages in flight; BENCHMARKS.md, "pipe size"). Used if the size
@@ -88,8 +88,8 @@ const FLAGS: SpliceFlags = SpliceFlags::MOVE.union(SpliceFlags::NONBLOCK);
 /// Bytes after the `want`-th stay in `src` unread: the next pipelined message is untouched.
 pub async fn splice_between(
     lease: &mut PipeLease,
-    src: &TcpStream,
-    dst: &TcpStream,
+    src: &Socket,
+    dst: &Socket,
     want: Option<u64>,
     limit: Limit,
     meter: &Meter,
@@ -110,8 +110,8 @@ pub async fn splice_between(
                 // Empty pipe: EAGAIN can only mean "socket empty", so tokio may clear the
                 // socket's readiness. (A short splice proves nothing: the pipe may have run out
                 // of slots while the socket still holds data, so it must not clear it.)
-                src.try_io(Interest::READABLE, || {
-                    splice(src, None, &pipe.write, None, len, FLAGS).map_err(io::Error::from)
+                src.try_io(Interest::READABLE, |fd| {
+                    splice(fd, None, &pipe.write, None, len, FLAGS).map_err(io::Error::from)
                 })
             } else {
                 // Pipe partly full: EAGAIN may mean "pipe full" while the socket still has
@@ -143,8 +143,8 @@ pub async fn splice_between(
             } else {
                 FLAGS
             };
-            let result = dst.try_io(Interest::WRITABLE, || {
-                splice(&pipe.read, None, dst, None, held, flags).map_err(io::Error::from)
+            let result = dst.try_io(Interest::WRITABLE, |fd| {
+                splice(&pipe.read, None, fd, None, held, flags).map_err(io::Error::from)
             });
             match result {
                 Ok(0) => return Err(RelayError::Write(io::ErrorKind::WriteZero.into())),

@@ -2,19 +2,20 @@
 //! task's timer slot (timeouts.rs). Every task of the switch that does socket I/O runs with a
 //! slot: client sessions, the busy refusals, the demo servers.
 //!
-//! The switch works on `&TcpStream` (readiness + `try_read`/`try_write`) instead of tokio's
-//! `AsyncRead`/`AsyncWrite`, so one task can read a client and write its server concurrently
-//! without splitting the streams, and the splice path uses the same readiness as the copy path.
+//! The switch works on `&Socket` (readiness + non-blocking system calls, see socket.rs) instead
+//! of tokio's `AsyncRead`/`AsyncWrite`, so one task can read a client and write its server
+//! concurrently without splitting the streams, and the splice path uses the same readiness as
+//! the copy path.
 
 use crate::buffer::IoBuf;
+use crate::socket::Socket;
 use crate::timeouts::SESSION_TIMER;
-use rustix::net::{RecvFlags, SendAncillaryBuffer, SendFlags};
+use rustix::net::{SendAncillaryBuffer, SendFlags};
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::Interest;
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 /// A time limit for one step of an exchange.
@@ -62,21 +63,14 @@ pub(crate) async fn wait<T>(
     }
 }
 
-/// Whether the reactor has seen the socket become readable (data, end of stream or error)
-/// since its readiness was last cleared. No system call.
-pub fn input_pending(stream: &TcpStream) -> bool {
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    stream.poll_read_ready(&mut cx).is_ready()
-}
-
 /// Reads once into the spare room of `buf`; `Ok(0)` is end of stream (or a full buffer).
-pub async fn read_some(stream: &TcpStream, buf: &mut IoBuf, limit: Limit) -> io::Result<usize> {
+pub async fn read_some(stream: &Socket, buf: &mut IoBuf, limit: Limit) -> io::Result<usize> {
     loop {
         let spare = buf.spare();
         if spare.is_empty() {
             return Ok(0);
         }
-        match try_recv(stream, spare) {
+        match stream.try_recv(spare) {
             Ok(n) => {
                 buf.fill(n);
                 return Ok(n);
@@ -84,36 +78,14 @@ pub async fn read_some(stream: &TcpStream, buf: &mut IoBuf, limit: Limit) -> io:
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(e),
         }
-        wait(async { stream.readable().await }, limit).await?;
-    }
-}
-
-/// Receives what the socket holds into `spare`, without waiting.
-///
-/// A read that leaves room in `spare` proves the socket drained, so its readiness is cleared
-/// at once, as tokio's own AsyncRead does: the next read then waits for the next readiness
-/// event instead of spending a system call to learn EAGAIN. (Returning WouldBlock from the
-/// closure is how `try_io` clears readiness; it clears only if no newer event arrived since
-/// the read began, so no wake-up is lost.)
-pub fn try_recv(stream: &TcpStream, spare: &mut [u8]) -> io::Result<usize> {
-    let room = spare.len();
-    let mut drained = None;
-    let result = stream.try_io(Interest::READABLE, || {
-        let (n, _) = rustix::net::recv(stream, &mut *spare, RecvFlags::empty())?;
-        if n > 0 && n < room {
-            drained = Some(n);
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        Ok(n)
-    });
-    match (result, drained) {
-        (Err(e), Some(n)) if e.kind() == io::ErrorKind::WouldBlock => Ok(n),
-        (result, _) => result,
+        wait(stream.readable(), limit).await?;
     }
 }
 
 /// What follows a write: nothing for now (push the bytes out), or more of the same message
-/// right away (MSG_MORE: let TCP fill full segments first).
+/// right away (MSG_MORE: let TCP fill full segments first), or the end of the connection (also
+/// MSG_MORE: the close that follows at once sends the bytes, with the FIN in the same segment,
+/// so the peer gets one packet and one wake-up instead of two).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Then {
     Push,
@@ -138,20 +110,20 @@ impl Then {
 }
 
 /// Writes all of `bytes` and pushes them out.
-pub async fn write_all(stream: &TcpStream, bytes: &[u8], limit: Limit) -> io::Result<()> {
+pub async fn write_all(stream: &Socket, bytes: &[u8], limit: Limit) -> io::Result<()> {
     send_all(stream, bytes, Then::Push, limit).await
 }
 
 /// Writes all of `bytes`.
 pub async fn send_all(
-    stream: &TcpStream,
+    stream: &Socket,
     mut bytes: &[u8],
     then: Then,
     limit: Limit,
 ) -> io::Result<()> {
     while !bytes.is_empty() {
-        let sent = stream.try_io(Interest::WRITABLE, || {
-            rustix::net::send(stream, bytes, then.flags()).map_err(io::Error::from)
+        let sent = stream.try_io(Interest::WRITABLE, |fd| {
+            rustix::net::send(fd, bytes, then.flags()).map_err(io::Error::from)
         });
         match sent {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -168,7 +140,7 @@ pub async fn send_all(
 /// Writes `first` then `second` with as few system calls as possible (one sendmsg when the
 /// socket takes it all).
 pub async fn write_both(
-    stream: &TcpStream,
+    stream: &Socket,
     first: &[u8],
     second: &[u8],
     then: Then,
@@ -180,9 +152,9 @@ pub async fn write_both(
     let mut written = 0usize;
     while written < first.len() {
         let parts = [IoSlice::new(&first[written..]), IoSlice::new(second)];
-        let sent = stream.try_io(Interest::WRITABLE, || {
+        let sent = stream.try_io(Interest::WRITABLE, |fd| {
             rustix::net::sendmsg(
-                stream,
+                fd,
                 &parts,
                 &mut SendAncillaryBuffer::default(),
                 then.flags(),

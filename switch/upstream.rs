@@ -2,8 +2,9 @@
 //! idle keep-alive connections waiting for reuse.
 
 use crate::config::PoolConfig;
+use crate::socket::Socket;
 use crate::stats::{self, ServerStats};
-use crate::stream::{input_pending, wait, Limit};
+use crate::stream::{wait, Limit};
 use rustix::net::RecvFlags;
 use std::io;
 use std::net::SocketAddr;
@@ -13,7 +14,6 @@ use std::time::Duration;
 use tcpvs_modules::{
     BuildContext, BuildError, Clock, PoolView, RequestView, Scheduler, ServerState,
 };
-use tokio::net::TcpStream;
 
 /// One server of a pool.
 #[derive(Debug)]
@@ -30,7 +30,7 @@ pub struct Backend {
 
 #[derive(Debug)]
 struct IdleConnection {
-    stream: TcpStream,
+    stream: Socket,
     /// When it was parked, on the switch's coarse clock (milliseconds).
     since_ms: u64,
 }
@@ -63,13 +63,13 @@ impl Backend {
         now_ms: u64,
         max_age: Duration,
         certain: bool,
-    ) -> Option<TcpStream> {
+    ) -> Option<Socket> {
         loop {
             let parked = self.idle_of(worker).lock().ok()?.pop()?;
             if too_old(parked.since_ms, now_ms, max_age) {
                 continue;
             }
-            let usable = if certain || input_pending(&parked.stream) {
+            let usable = if certain || parked.stream.input_pending() {
                 still_open(&parked.stream)
             } else {
                 true
@@ -81,7 +81,7 @@ impl Backend {
     }
 
     /// Parks a connection whose last exchange ended cleanly, if `worker` has room for it.
-    pub fn park(&self, worker: usize, stream: TcpStream, max_idle: usize, now_ms: u64) {
+    pub fn park(&self, worker: usize, stream: Socket, max_idle: usize, now_ms: u64) {
         if let Ok(mut idle) = self.idle_of(worker).lock() {
             if idle.len() < max_idle {
                 idle.push(IdleConnection {
@@ -115,12 +115,10 @@ impl Backend {
         }
     }
 
-    pub async fn connect(&self, timeout: Duration) -> io::Result<TcpStream> {
+    pub async fn connect(&self, timeout: Duration) -> io::Result<Socket> {
         stats::bump(&self.stats.connections);
         // Bounded by the session's coarse timeout slot, not a tokio timer per connect.
-        let stream = wait(TcpStream::connect(self.addr), Limit::Idle(timeout)).await?;
-        stream.set_nodelay(true)?;
-        Ok(stream)
+        wait(Socket::connect(self.addr), Limit::Idle(timeout)).await
     }
 }
 
@@ -130,7 +128,7 @@ fn too_old(since_ms: u64, now_ms: u64, max_age: Duration) -> bool {
 
 /// An idle server connection is usable if it has neither data nor end of stream pending: a
 /// server that closed it, or that sent something unasked, makes it unusable. One peek.
-fn still_open(stream: &TcpStream) -> bool {
+fn still_open(stream: &Socket) -> bool {
     let mut byte = [0u8; 1];
     match rustix::net::recv(stream, &mut byte, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
         Err(rustix::io::Errno::AGAIN) => true,

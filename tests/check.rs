@@ -196,6 +196,13 @@ fn each_error_names_file_line_and_column() {
             "invalid duration",
         ),
         (
+            "defer_accept not a boolean",
+            "default_pool = \"static\"",
+            "default_pool = \"static\"\ndefer_accept = \"yes\"",
+            "\"yes\"",
+            "expected a boolean",
+        ),
+        (
             "unknown module option",
             "scheduler = \"rr\"",
             "scheduler = \"rr\"\nt_low = 3",

@@ -35,16 +35,23 @@ access_log = false
 [virtual.web]
 listen = "127.0.0.1:0"
 default_pool = "main"
+{service_extra}
 [pool.main]
 servers = [{ addr = "{server}" }]
 "#;
 
 async fn one_pool(server: &Backend, extra: &str) -> tcpvs::Switch {
+    one_pool_with(server, extra, "").await
+}
+
+/// `one_pool` with more keys for the virtual service.
+async fn one_pool_with(server: &Backend, extra: &str, service_extra: &str) -> tcpvs::Switch {
     start_switch(
         ONE_POOL,
         &[
             ("server", server.addr.to_string()),
             ("extra", extra.to_string()),
+            ("service_extra", service_extra.to_string()),
         ],
     )
     .await
@@ -472,7 +479,11 @@ async fn dead_server_gives_502_and_a_live_one_takes_over() {
     let dead = dead_address().await;
     let switch = start_switch(
         ONE_POOL,
-        &[("server", dead.to_string()), ("extra", String::new())],
+        &[
+            ("server", dead.to_string()),
+            ("extra", String::new()),
+            ("service_extra", String::new()),
+        ],
     )
     .await;
     let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
@@ -877,15 +888,11 @@ async fn a_stray_line_end_after_a_body_is_not_a_started_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_lets_connections_go_that_sent_nothing() {
     let server = backend().await;
-    let switch = one_pool(&server, "header_timeout = \"30s\"").await;
+    // Accepted at once, though silent (the kernel would hold them otherwise).
+    let switch = one_pool_with(&server, "header_timeout = \"30s\"", "defer_accept = false").await;
     let addr = switch.local_addr("web").unwrap();
     let mut silent = Client::connect(addr).await;
-    for _ in 0..200 {
-        if switch.stats().clients == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_clients(&switch, 1).await;
     assert_eq!(switch.shutdown(Duration::from_secs(3)).await, 0);
     assert!(silent.is_closed().await);
 }
@@ -988,4 +995,75 @@ async fn a_client_stalling_in_its_body_gets_408_not_504() {
     assert_eq!(r.status, 408, "{}", r.text());
     let snap = settle(&switch).await;
     assert_eq!(snap.server(server.addr).unwrap().response_errors, 0);
+}
+
+/// A new connection is read speculatively before it joins the reactor (switch/socket.rs): a
+/// client that sends its request only after the switch found nothing must still be served, on
+/// that connection and the next requests, as must one that sends with the connection. With
+/// `defer_accept` (the default) the kernel holds a silent connection instead; it must be served
+/// all the same once it speaks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_is_served_whether_its_request_comes_with_the_connection_or_later() {
+    let server = backend().await;
+    for defer_accept in [false, true] {
+        let service_extra = format!("defer_accept = {defer_accept}");
+        let switch = one_pool_with(&server, "", &service_extra).await;
+        let addr = switch.local_addr("web").unwrap();
+
+        let mut late = Client::connect(addr).await;
+        if defer_accept {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(
+                switch.stats().clients,
+                0,
+                "held by the kernel until it speaks"
+            );
+        } else {
+            wait_for_clients(&switch, 1).await;
+            // Accepted and found empty; give its session time to have tried its read.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for n in [10, 70_000, 3] {
+            let r = late.get(&format!("/bytes/{n}")).await;
+            assert_eq!(r.status, 200);
+            assert_eq!(r.body, pattern(n, n as u64));
+        }
+
+        let mut eager = Vec::new();
+        for n in 1..=20usize {
+            let mut c = Client::connect(addr).await;
+            let request =
+                format!("GET /bytes/{n} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+            c.send(request.as_bytes()).await;
+            eager.push((n, c));
+        }
+        for (n, mut c) in eager {
+            let r = c.response(false).await;
+            assert_eq!(r.body, pattern(n, n as u64));
+            assert!(c.is_closed().await);
+        }
+    }
+}
+
+/// With `defer_accept`, a client that connects and never speaks is still handed over by the
+/// kernel (after about a second) and gets its 408 after header_timeout, like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_client_held_by_defer_accept_still_gets_408() {
+    let server = backend().await;
+    let switch = one_pool(&server, "header_timeout = \"500ms\"").await;
+    let mut silent = Client::connect(switch.local_addr("web").unwrap()).await;
+    let r = silent.response(false).await;
+    assert_eq!(r.status, 408);
+    assert!(silent.is_closed().await);
+}
+
+/// Waits (bounded) until the switch counts `n` client connections; panics if it never does.
+async fn wait_for_clients(switch: &tcpvs::Switch, n: usize) {
+    for _ in 0..500 {
+        if switch.stats().clients == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the switch never counted {n} clients");
 }

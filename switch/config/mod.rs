@@ -67,6 +67,8 @@ impl Default for SwitchSettings {
 pub struct ServiceConfig {
     pub name: String,
     pub listen: SocketAddr,
+    /// Accept a connection only once its first bytes arrived (TCP_DEFER_ACCEPT).
+    pub defer_accept: bool,
     pub rules: RuleSet,
 }
 
@@ -517,6 +519,7 @@ fn build_services(
             services.push(ServiceConfig {
                 name: service_name.clone(),
                 listen,
+                defer_accept: service.defer_accept.unwrap_or(true),
                 rules: RuleSet::new(rules, default_pool),
             });
         }

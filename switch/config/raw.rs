@@ -49,6 +49,7 @@ pub(crate) struct RawAdmin {
 pub(crate) struct RawService {
     pub listen: Spanned<String>,
     pub default_pool: Option<Spanned<String>>,
+    pub defer_accept: Option<bool>,
     #[serde(default)]
     pub rule: Vec<Spanned<RawRule>>,
 }

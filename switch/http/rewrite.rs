@@ -6,6 +6,7 @@ use super::fields::{FieldRole, Version};
 use super::request::{RequestHead, TargetForm};
 use super::response::ResponseHead;
 use super::BodyFraming;
+use std::io::Write;
 use std::net::IpAddr;
 
 /// Writes the head sent to the server for `head` (parsed from `buf`) into `out`.
@@ -99,9 +100,34 @@ pub fn write_request_head(
 }
 
 /// The client address as X-Forwarded-For carries it: IPv4-mapped IPv6 addresses as IPv4.
-/// Formatted once per connection, not per request.
-pub fn forwarded_for(client: IpAddr) -> String {
-    client.to_canonical().to_string()
+/// Formatted once per connection, not per request, into the connection's own bytes: with a new
+/// connection per request, a heap string here was one allocation per request.
+pub fn forwarded_for(client: IpAddr) -> ForwardedFor {
+    let mut text = [0u8; ForwardedFor::MAX];
+    let mut room = &mut text[..];
+    // The longest IPv6 text is 45 bytes, so the write cannot run out of room.
+    let _ = write!(room, "{}", client.to_canonical());
+    let len = ForwardedFor::MAX - room.len();
+    ForwardedFor {
+        text,
+        len: len as u8,
+    }
+}
+
+/// An address as text, held inline (see [`forwarded_for`]).
+#[derive(Clone, Copy, Debug)]
+pub struct ForwardedFor {
+    text: [u8; ForwardedFor::MAX],
+    len: u8,
+}
+
+impl ForwardedFor {
+    /// INET6_ADDRSTRLEN without the terminating NUL.
+    const MAX: usize = 45;
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.text[..usize::from(self.len)]
+    }
 }
 
 fn request_length(framing: BodyFraming) -> u64 {
@@ -236,8 +262,14 @@ mod tests {
     #[test]
     fn mapped_addresses_are_shown_as_ipv4() {
         let mapped = IpAddr::V6(Ipv4Addr::new(192, 0, 2, 9).to_ipv6_mapped());
-        assert_eq!(forwarded_for(mapped), "192.0.2.9");
-        assert_eq!(forwarded_for("2001:db8::1".parse().unwrap()), "2001:db8::1");
+        assert_eq!(forwarded_for(mapped).as_bytes(), b"192.0.2.9");
+        let v6 = "2001:db8::1".parse().unwrap();
+        assert_eq!(forwarded_for(v6).as_bytes(), b"2001:db8::1");
+        let longest = "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255"
+            .parse()
+            .unwrap();
+        let text = forwarded_for(longest);
+        assert_eq!(text.as_bytes(), longest.to_string().as_bytes());
     }
 
     #[test]
