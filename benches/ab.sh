@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# A/B of two tcpvs binaries beside HAProxy and nginx in the same rounds, through
+# ../shared/tools/peerbench.sh: both pinned to CPU 0 with workers = 1 and the access log off,
+# as peerbench-tcpvs.sh runs one. Medians of req/s and CPU µs per request for every target.
+# Usage: benches/ab.sh OLD_BINARY NEW_BINARY      (build the old one in a worktree with its own
+#        CARGO_TARGET_DIR, never into this target directory)
+# Env: CLOSE=1, PATHQ, CONNS, ROUNDS (5), DUR (5), as peerbench.sh takes them.
+# Needs: apt-get install haproxy nginx wrk curl
+set -euo pipefail
+[ $# -eq 2 ] || { echo "usage: $0 OLD_BINARY NEW_BINARY"; exit 2; }
+root=$(cd "$(dirname "$0")/.." && pwd)
+peerbench=${PEERBENCH:-$root/../shared/tools/peerbench.sh}
+[ -x "$peerbench" ] || { echo "peerbench.sh not found at $peerbench (set PEERBENCH)"; exit 2; }
+work=$(mktemp -d /tmp/tcpvs-ab.XXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+targets=()
+start() { # name binary port
+  cat > "$work/$1.toml" <<C
+[switch]
+workers = 1
+access_log = false
+[virtual.bench]
+listen = "127.0.0.1:$3"
+default_pool = "backend"
+[pool.backend]
+servers = [{ addr = "127.0.0.1:${BACKEND_PORT:-18081}" }]
+C
+  taskset -c 0 "$2" run -c "$work/$1.toml" >"$work/$1.log" 2>&1 &
+  pids+=($!)
+  targets+=("$1=127.0.0.1:$3=$!")
+}
+start old "$1" 18094
+start new "$2" 18095
+sleep 0.5
+export ROUNDS=${ROUNDS:-5} DUR=${DUR:-5}
+"$peerbench" "${targets[@]}" | sed -n '/^# medians/,$p'

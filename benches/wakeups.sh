@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# What a proxy costs the other CPU, per request (BENCHMARKS.md, "where the small-request runs
+# are decided"): inter-processor interrupts each CPU received (/proc/interrupts: CAL on CPU 0 =
+# CPU 1 waking the proxy, RES on CPU 1 = the proxy waking wrk or the backend), the backend's
+# context switches and CPU. peerbench's layout: proxies on CPU 0, wrk and the backend on CPU 1.
+# Usage: benches/wakeups.sh [tcpvs-binary]     Env: ROUNDS (2), DUR (5), CONNS (50), CLOSE=1
+# Needs: apt-get install haproxy nginx wrk
+set -u
+root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/benches/lib.sh"
+bin=${1:-$root/target/release/tcpvs}
+for t in haproxy nginx wrk; do command -v $t >/dev/null || { echo "missing: $t"; exit 2; }; done
+D=$(mktemp -d /tmp/wakeups.XXXX); chmod 755 "$D"; mkdir -p "$D/www" "$D/logs"
+DUR=${DUR:-5}; CONNS=${CONNS:-50}; ROUNDS=${ROUNDS:-2}; BE=18581
+head -c 100 /dev/zero | tr '\0' 'a' > "$D/www/small.html"; chmod -R a+rX "$D/www"
+cat > "$D/backend.conf" <<C
+worker_processes 1; daemon off; pid $D/b.pid; error_log $D/logs/b.err;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000;
+  server { listen 127.0.0.1:$BE backlog=4096; root $D/www; } }
+C
+cat > "$D/nginxproxy.conf" <<C
+worker_processes 1; daemon off; pid $D/n.pid; error_log $D/logs/n.err;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000;
+  upstream be { server 127.0.0.1:$BE; keepalive 64; }
+  server { listen 127.0.0.1:18591 backlog=4096;
+    location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; } } }
+C
+haproxy_config "$D/haproxy.cfg" 1 18590 "$BE"
+cat > "$D/tcpvs.toml" <<C
+[switch]
+workers = 1
+access_log = false
+[virtual.bench]
+listen = "127.0.0.1:18592"
+default_pool = "backend"
+[pool.backend]
+servers = [{ addr = "127.0.0.1:$BE" }]
+C
+taskset -c 1 nginx -c "$D/backend.conf" -p "$D" & BP=$!
+taskset -c 0 nginx -c "$D/nginxproxy.conf" -p "$D" & NP=$!
+taskset -c 0 haproxy -f "$D/haproxy.cfg" -db >"$D/logs/h.log" 2>&1 & HP=$!
+taskset -c 0 "$bin" run -c "$D/tcpvs.toml" >"$D/logs/t.log" 2>&1 & TP=$!
+trap 'kill $BP $NP $HP $TP 2>/dev/null; wait 2>/dev/null; rm -rf "$D"' EXIT
+sleep 1
+backend=$(pgrep -P "$BP" | head -1)
+irq() { awk -v k="$1:" '$1 == k {print $2, $3}' /proc/interrupts; }
+switches() { awk '/ctxt_switches/ {s += $2} END {print s}' "/proc/$1/status"; }
+hdr=(); [ -n "${CLOSE:-}" ] && hdr=(-H "Connection: close")
+echo "# per request: CAL received by CPU 0, RES received by CPU 1, backend context switches and CPU µs"
+for r in $(seq "$ROUNDS"); do
+  for t in haproxy=18590=$HP nginx=18591=$NP tcpvs=18592=$TP; do
+    IFS='=' read -r name port pid <<<"$t"
+    read -r _ res0 <<<"$(irq RES)"; read -r cal0 _ <<<"$(irq CAL)"
+    s0=$(switches "$backend"); c0=$(cpu_ticks "$backend")
+    out=$(taskset -c 1 wrk -t1 -c"$CONNS" -d"${DUR}s" "${hdr[@]}" "http://127.0.0.1:$port/small.html" 2>&1)
+    read -r _ res1 <<<"$(irq RES)"; read -r cal1 _ <<<"$(irq CAL)"
+    s1=$(switches "$backend"); c1=$(cpu_ticks "$backend")
+    n=$(awk '/requests in/ {print $1}' <<<"$out")
+    awk -v name="$name" -v n="${n:-0}" -v cal=$((cal1 - cal0)) -v res=$((res1 - res0)) \
+      -v s=$((s1 - s0)) -v c=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" -v d="$DUR" 'BEGIN { if (n > 0)
+      printf "round=%d %-8s rps=%.0f cal_cpu0=%.3f res_cpu1=%.3f backend_cs=%.3f backend_us=%.2f\n",
+        '"$r"', name, n / d, cal / n, res / n, s / n, c * 1e6 / hz / n }'
+  done
+done
