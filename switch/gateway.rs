@@ -19,6 +19,8 @@ use tokio::time::Instant;
 #[derive(Debug)]
 pub struct Service {
     pub name: String,
+    /// Where its listen address is written (`FILE:LINE:COL`).
+    pub listen_at: String,
     pub defer_accept: bool,
     pub rules: RuleSet,
     pub stats: ServiceStats,
@@ -86,14 +88,15 @@ impl Plan {
         let mut bound = Vec::new();
         let mut listeners = Vec::new();
         for &(service, addr) in &self.listen {
-            let defer_accept = self.shared.services[service].defer_accept;
-            let listener = listener::bind(addr, self.reuse_port, defer_accept).map_err(|e| {
-                let name = &self.shared.services[service].name;
-                io::Error::new(
-                    e.kind(),
-                    format!("virtual service `{name}`: listen {addr}: {e}"),
-                )
-            })?;
+            let service_info = &self.shared.services[service];
+            let listener = listener::bind(addr, self.reuse_port, service_info.defer_accept)
+                .map_err(|e| {
+                    let (at, name) = (&service_info.listen_at, &service_info.name);
+                    io::Error::new(
+                        e.kind(),
+                        format!("{at}: virtual service `{name}`: cannot listen on {addr}: {e}"),
+                    )
+                })?;
             bound.push(listener.local_addr()?);
             listeners.push((service, listener));
         }
@@ -261,6 +264,7 @@ impl Switch {
             .into_iter()
             .map(|s| Service {
                 name: s.name,
+                listen_at: s.listen_at,
                 defer_accept: s.defer_accept,
                 rules: s.rules,
                 stats: ServiceStats::default(),

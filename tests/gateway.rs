@@ -1067,3 +1067,22 @@ async fn wait_for_clients(switch: &tcpvs::Switch, n: usize) {
     }
     panic!("the switch never counted {n} clients");
 }
+
+/// A listen address the system refuses (here: taken) is reported at its place in the rule
+/// file, like every other rule-file problem.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_address_in_use_is_reported_with_file_line_and_column() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let text = format!(
+        "[switch]\naccess_log = false\n[virtual.web]\nlisten = \"{addr}\"\ndefault_pool = \"main\"\n\
+         [pool.main]\nservers = [{{ addr = \"127.0.0.1:9\" }}]\n"
+    );
+    let config = tcpvs::Config::parse("site.toml", &text).unwrap();
+    let error = match tcpvs::Switch::start(config).await {
+        Ok(_) => panic!("started on a taken address"),
+        Err(e) => e.to_string(),
+    };
+    let expected = format!("site.toml:4:10: virtual service `web`: cannot listen on {addr}: ");
+    assert!(error.starts_with(&expected), "{error}");
+}

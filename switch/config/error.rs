@@ -70,6 +70,13 @@ impl<'a> ErrorSink<'a> {
         self.source
     }
 
+    /// `FILE:LINE:COL` of `span`, for problems found after the file was read (a listen
+    /// address the system refuses).
+    pub(crate) fn position(&self, span: Range<usize>) -> String {
+        let (line, column) = line_and_column(self.source, span.start);
+        format!("{}:{line}:{column}", self.file)
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.errors.is_empty()
     }

@@ -67,6 +67,8 @@ impl Default for SwitchSettings {
 pub struct ServiceConfig {
     pub name: String,
     pub listen: SocketAddr,
+    /// `FILE:LINE:COL` of the listen address, for errors binding it.
+    pub listen_at: String,
     /// Accept a connection only once its first bytes arrived (TCP_DEFER_ACCEPT).
     pub defer_accept: bool,
     pub rules: RuleSet,
@@ -519,6 +521,7 @@ fn build_services(
             services.push(ServiceConfig {
                 name: service_name.clone(),
                 listen,
+                listen_at: sink.position(service.listen.span()),
                 defer_accept: service.defer_accept.unwrap_or(true),
                 rules: RuleSet::new(rules, default_pool),
             });
