@@ -2,6 +2,7 @@
 //! `max_clients` enforced at the door.
 
 use crate::gateway::Shared;
+use crate::http::rewrite::ClientConnection;
 use crate::http::status::write_error;
 use crate::session::Session;
 use crate::socket::{new_tcp_socket, set_defer_accept, Listener, Socket};
@@ -118,6 +119,12 @@ async fn refuse_busy(slot: ClientSlot, stream: Socket) {
         }
     }
     let mut out = Vec::new();
-    write_error(&mut out, 503, "too many clients", true, true);
+    write_error(
+        &mut out,
+        503,
+        "too many clients",
+        ClientConnection::Close,
+        true,
+    );
     let _ = write_all(&stream, &out, Limit::Idle(Duration::from_secs(2))).await;
 }

@@ -456,7 +456,7 @@ impl Session {
     async fn refuse(&mut self, status: u16, why: &str) {
         self.unread_input = true;
         self.out.clear();
-        write_error(&mut self.out, status, why, true, true);
+        write_error(&mut self.out, status, why, ClientConnection::Close, true);
         stats::bump(&self.service().stats.local_errors);
         let _ = write_all(&self.client, &self.out, Limit::Idle(Duration::from_secs(5))).await;
         if self.shared.settings.access_log {
@@ -478,7 +478,8 @@ impl Session {
         let keep = self.head.keep_alive && !self.head.has_body() && !self.timer.stopping();
         self.unread_input |= self.head.has_body();
         self.out.clear();
-        write_error(&mut self.out, status, why, !keep, !self.head.is_head);
+        let connection = client_connection(self.head.version, keep);
+        write_error(&mut self.out, status, why, connection, !self.head.is_head);
         stats::bump(&self.service().stats.local_errors);
         let sent = write_all(&self.client, &self.out, Limit::Idle(self.relay.idle)).await;
         Outcome::local(status, self.out.len() as u64, keep && sent.is_ok(), pool)

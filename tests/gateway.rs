@@ -1086,3 +1086,34 @@ async fn a_listen_address_in_use_is_reported_with_file_line_and_column() {
     let expected = format!("site.toml:4:10: virtual service `web`: cannot listen on {addr}: ");
     assert!(error.starts_with(&expected), "{error}");
 }
+
+/// The switch's own answers tell an HTTP/1.0 client whether the connection stays: one that asked
+/// for keep-alive is told so and may go on; one that did not is told it closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_errors_to_http10_clients_say_what_happens_to_the_connection() {
+    let dead = dead_address().await;
+    let switch = start_switch(
+        ONE_POOL,
+        &[
+            ("server", dead.to_string()),
+            ("extra", String::new()),
+            ("service_extra", String::new()),
+        ],
+    )
+    .await;
+    let addr = switch.local_addr("web").unwrap();
+    let mut kept = Client::connect(addr).await;
+    for _ in 0..2 {
+        kept.send(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            .await;
+        let r = kept.response(false).await;
+        assert_eq!(r.status, 502);
+        assert_eq!(r.header("connection"), Some("keep-alive"));
+    }
+    let mut closed = Client::connect(addr).await;
+    closed.send(b"GET / HTTP/1.0\r\n\r\n").await;
+    let r = closed.response(false).await;
+    assert_eq!(r.status, 502);
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(closed.is_closed().await);
+}

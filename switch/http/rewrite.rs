@@ -149,6 +149,18 @@ pub enum ClientConnection {
     Upgrade,
 }
 
+impl ClientConnection {
+    /// The Connection field line that says it (empty for HTTP/1.1 persistence).
+    pub fn field(self) -> &'static [u8] {
+        match self {
+            ClientConnection::Persistent => b"",
+            ClientConnection::KeepAlive10 => b"Connection: keep-alive\r\n",
+            ClientConnection::Close => b"Connection: close\r\n",
+            ClientConnection::Upgrade => b"Connection: upgrade\r\n",
+        }
+    }
+}
+
 /// Writes the response head for the client into `out` (appending).
 ///
 /// An HTTP/1.0 client never sees Transfer-Encoding (RFC 9112 section 6.1): a chunked body
@@ -193,12 +205,7 @@ pub fn write_response_head(
             }
         }
     }
-    match connection {
-        ClientConnection::Persistent => {}
-        ClientConnection::KeepAlive10 => out.extend_from_slice(b"Connection: keep-alive\r\n"),
-        ClientConnection::Close => out.extend_from_slice(b"Connection: close\r\n"),
-        ClientConnection::Upgrade => out.extend_from_slice(b"Connection: upgrade\r\n"),
-    }
+    out.extend_from_slice(connection.field());
     out.extend_from_slice(b"\r\n");
 }
 

@@ -1,5 +1,6 @@
 //! The switch's own responses: short plain-text errors.
 
+use super::rewrite::ClientConnection;
 use std::io::Write;
 
 pub fn reason_phrase(status: u16) -> &'static str {
@@ -17,16 +18,24 @@ pub fn reason_phrase(status: u16) -> &'static str {
 }
 
 /// Appends a complete error response to `out`. `detail` is a short explanation meant for the
-/// client; it never carries server addresses. A response to HEAD (`with_body` false) keeps its
-/// Content-Length but sends no body.
-pub fn write_error(out: &mut Vec<u8>, status: u16, detail: &str, close: bool, with_body: bool) {
+/// client; it never carries server addresses. `connection` says what happens to the client
+/// connection next (an HTTP/1.0 client kept alive must be told so). A response to HEAD
+/// (`with_body` false) keeps its Content-Length but sends no body.
+pub fn write_error(
+    out: &mut Vec<u8>,
+    status: u16,
+    detail: &str,
+    connection: ClientConnection,
+    with_body: bool,
+) {
     let reason = reason_phrase(status);
     let body_len = status_body_len(status, reason, detail);
     let _ = write!(
         out,
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {body_len}\r\nCache-Control: no-store\r\n{}\r\n",
-        if close { "Connection: close\r\n" } else { "" },
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {body_len}\r\nCache-Control: no-store\r\n",
     );
+    out.extend_from_slice(connection.field());
+    out.extend_from_slice(b"\r\n");
     if !with_body {
         return;
     }
@@ -55,7 +64,7 @@ mod tests {
     fn error_bodies_match_their_length() {
         for (status, detail) in [(400, "bad chunk"), (503, ""), (504, "server timeout")] {
             let mut out = Vec::new();
-            write_error(&mut out, status, detail, true, true);
+            write_error(&mut out, status, detail, ClientConnection::Close, true);
             let text = String::from_utf8(out).unwrap();
             let (head, body) = text.split_once("\r\n\r\n").unwrap();
             let declared: usize = head
@@ -67,7 +76,13 @@ mod tests {
             assert_eq!(declared, body.len(), "{text}");
             assert!(head.contains("Connection: close"));
             let mut head_only = Vec::new();
-            write_error(&mut head_only, status, detail, true, false);
+            write_error(
+                &mut head_only,
+                status,
+                detail,
+                ClientConnection::Close,
+                false,
+            );
             assert_eq!(head_only, format!("{head}\r\n\r\n").into_bytes());
         }
     }
