@@ -67,9 +67,9 @@ impl RelaySettings {
 /// read into `buf`. Bytes past the body stay in `buf` (or in `src`).
 ///
 /// `head` (a response head, or nothing) goes out first, in the same write as the body bytes
-/// already read; it is not counted by `meter`. `last` says what follows the last bytes (see
-/// [`Then`]): `More` when the connection closes right after, so the end of stream leaves with
-/// them.
+/// already read; it is not counted by `meter`. `last` says what follows the last bytes when
+/// they are copied (see [`Then`]): `More` when the connection is shut down right after, so the
+/// FIN leaves with them; a spliced body is always pushed.
 #[allow(clippy::too_many_arguments)]
 pub async fn relay_length(
     src: &Socket,

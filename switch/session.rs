@@ -161,6 +161,9 @@ pub(crate) struct Session {
     /// The client may still be sending what the switch did not read (a refused request's
     /// body, an upload cut short): closing must drain it (see `linger`).
     unread_input: bool,
+    /// The last response went out held back for the FIN (`Then::More`, the connection closes
+    /// after it): nothing is sent until our side shuts down or closes (see `linger`).
+    response_corked: bool,
     relay: RelaySettings,
 }
 
@@ -207,6 +210,7 @@ impl Session {
             response_field: None,
             timer,
             unread_input: false,
+            response_corked: false,
             relay,
         }
     }
@@ -290,17 +294,28 @@ impl Session {
     }
 
     /// Closes the client connection without losing the last response. Closing with unread
-    /// bytes from the client (a pipelined request, the rest of a refused body) makes the kernel
-    /// reset the connection, which can destroy the response before the client reads it. So our
-    /// side is shut down first, then what the client still sends is read and dropped, briefly.
+    /// bytes from the client (a pipelined request, the rest of a refused body, a stray CRLF)
+    /// makes the kernel reset the connection and discard what it has not sent yet, which can
+    /// destroy the response. So our side is shut down first, then what the client still sends
+    /// is read and dropped, briefly.
     async fn linger(&mut self) {
         const LINGER_TIME: Duration = Duration::from_secs(2);
         const LINGER_BYTES: usize = 1 << 20;
-        if !self.unread_input && self.inbuf.is_empty() && !self.client.input_pending() {
+        let shutdown = || rustix::net::shutdown(&self.client, rustix::net::Shutdown::Write);
+        if self.response_corked {
+            // The held-back answer leaves now, with the FIN in the same segment, before
+            // anything the client sends meanwhile could turn the close into a reset.
+            let _ = shutdown();
+        }
+        // Asked of the kernel, not of the reactor's readiness: bytes may have arrived since the
+        // reactor last looked (or the socket never joined it).
+        if !self.unread_input && self.inbuf.is_empty() && !self.client.has_unread_bytes() {
             // Nothing unread: a plain close cannot reset the connection.
             return;
         }
-        let _ = rustix::net::shutdown(&self.client, rustix::net::Shutdown::Write);
+        if !self.response_corked {
+            let _ = shutdown();
+        }
         let deadline = Instant::now() + LINGER_TIME;
         self.inbuf.consume(self.inbuf.len());
         let mut dropped = 0;
@@ -336,9 +351,9 @@ impl Session {
                 return Ok(());
             }
             if !self.client.is_registered() {
-                // A new connection has no readiness to consult yet: its request has usually
-                // arrived with it, so read speculatively (socket.rs); only a read that would
-                // block makes the socket join the reactor below.
+                // A connection that has not joined the reactor has no readiness to consult: a
+                // new one's request has usually arrived with it, so read speculatively
+                // (socket.rs); only a read that would block makes the socket join below.
                 match self.client.try_recv(self.inbuf.spare()) {
                     Ok(0) => return Err(Waited::Closed),
                     Ok(n) => {
@@ -901,6 +916,7 @@ impl Session {
             }
             Phase::Relayed(relayed) => relayed,
         };
+        self.response_corked = !keep_client;
         let bytes_out = head_bytes + download_meter.get();
         stats::add(&backend.stats.bytes_out, bytes_out);
         if let Err(e) = relayed {

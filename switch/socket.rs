@@ -23,7 +23,6 @@ use rustix::net::{AddressFamily, RecvFlags, SocketFlags, SocketType};
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::task::{Context, Poll};
 use tokio::io::unix::AsyncFd;
@@ -74,9 +73,6 @@ pub struct Socket {
     /// `stream` so that it is dropped (deregistered) before the descriptor is closed.
     reactor: OnceLock<AsyncFd<RawFd>>,
     stream: TcpStream,
-    /// Detached only: the last read filled the room it was given, so more may be waiting (a
-    /// registered socket keeps this as its readiness).
-    more_may_wait: AtomicBool,
 }
 
 impl Socket {
@@ -85,7 +81,6 @@ impl Socket {
         Socket {
             reactor: OnceLock::new(),
             stream,
-            more_may_wait: AtomicBool::new(false),
         }
     }
 
@@ -105,9 +100,8 @@ impl Socket {
         Ok(socket)
     }
 
-    /// The registration, made on first use. Only the task that owns the socket uses it, so
-    /// two registrations cannot race; if one ever did, the loser's ADD fails and the winner's
-    /// registration is used.
+    /// The registration, made on first use. Only the task that owns the socket uses it (the
+    /// switch never shares a socket between tasks), so two registrations never race.
     fn reactor(&self) -> io::Result<&AsyncFd<RawFd>> {
         if let Some(registered) = self.reactor.get() {
             return Ok(registered);
@@ -116,7 +110,8 @@ impl Socket {
         // SAFETY: `fd` is owned by `self.stream`, which nothing closes or replaces while
         // `self` lives, and the registration is a field of `self` dropped before `stream`
         // (field order), so the descriptor stays open and the same for the registration's
-        // whole life, as `register_with_interest` requires.
+        // whole life, as `register_with_interest` requires. (Anything that ever takes the
+        // stream out of a Socket must take the registration out first.)
         let registered =
             unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE | Interest::WRITABLE) };
         match registered {
@@ -137,11 +132,11 @@ impl Socket {
     pub fn try_io<R>(
         &self,
         interest: Interest,
-        op: impl FnOnce(&TcpStream) -> io::Result<R>,
+        op: impl FnOnce(BorrowedFd<'_>) -> io::Result<R>,
     ) -> io::Result<R> {
         match self.reactor.get() {
-            Some(registered) => registered.try_io(interest, |_| op(&self.stream)),
-            None => op(&self.stream),
+            Some(registered) => registered.try_io(interest, |_| op(self.stream.as_fd())),
+            None => op(self.stream.as_fd()),
         }
     }
 
@@ -169,16 +164,24 @@ impl Socket {
     }
 
     /// Whether input (data, end of stream or an error) may be waiting, without a system
-    /// call: a registered socket's readiness, or whether a detached socket's last read filled
-    /// its room.
+    /// call: a registered socket's readiness as the reactor last saw it (it may lag the
+    /// kernel). A detached socket has none, so it may always have input.
     pub fn input_pending(&self) -> bool {
         match self.reactor.get() {
             Some(registered) => {
                 let mut cx = Context::from_waker(std::task::Waker::noop());
                 registered.poll_read_ready(&mut cx).is_ready()
             }
-            None => self.more_may_wait.load(Ordering::Relaxed),
+            None => true,
         }
+    }
+
+    /// Whether unread bytes wait in the socket now, asking the kernel (one peek). Closing a
+    /// socket with unread bytes resets the connection and discards what was not yet sent.
+    pub fn has_unread_bytes(&self) -> bool {
+        let mut byte = [0u8; 1];
+        let flags = RecvFlags::PEEK | RecvFlags::DONTWAIT;
+        matches!(rustix::net::recv(&self.stream, &mut byte, flags), Ok((n, _)) if n > 0)
     }
 
     /// Receives what the socket holds into `spare`, without waiting.
@@ -191,23 +194,18 @@ impl Socket {
     pub fn try_recv(&self, spare: &mut [u8]) -> io::Result<usize> {
         let room = spare.len();
         let mut drained = None;
-        let result = self.try_io(Interest::READABLE, |stream| {
-            let (n, _) = rustix::net::recv(stream, &mut *spare, RecvFlags::empty())?;
+        let result = self.try_io(Interest::READABLE, |fd| {
+            let (n, _) = rustix::net::recv(fd, &mut *spare, RecvFlags::empty())?;
             if n > 0 && n < room {
                 drained = Some(n);
                 return Err(io::ErrorKind::WouldBlock.into());
             }
             Ok(n)
         });
-        let result = match (result, drained) {
+        match (result, drained) {
             (Err(e), Some(n)) if e.kind() == io::ErrorKind::WouldBlock => Ok(n),
             (result, _) => result,
-        };
-        if !self.is_registered() {
-            let filled = matches!(result, Ok(n) if n == room && n > 0);
-            self.more_may_wait.store(filled, Ordering::Relaxed);
         }
-        result
     }
 }
 

@@ -84,8 +84,8 @@ pub async fn read_some(stream: &Socket, buf: &mut IoBuf, limit: Limit) -> io::Re
 
 /// What follows a write: nothing for now (push the bytes out), or more of the same message
 /// right away (MSG_MORE: let TCP fill full segments first), or the end of the connection (also
-/// MSG_MORE: the close that follows at once sends the bytes, with the FIN in the same segment,
-/// so the peer gets one packet and one wake-up instead of two).
+/// MSG_MORE: the shutdown that must follow at once sends the bytes with the FIN in the same
+/// segment, so the peer gets one packet and one wake-up instead of two).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Then {
     Push,

@@ -1117,3 +1117,56 @@ async fn local_errors_to_http10_clients_say_what_happens_to_the_connection() {
     assert_eq!(r.header("connection"), Some("close"));
     assert!(closed.is_closed().await);
 }
+
+/// A request that closes the connection, whose client sends more while the switch waits for
+/// the server (a pipelined request, a stray CRLF): closing with those bytes unread would reset
+/// the connection and could discard the answer. It must arrive whole, HTTP/1.1 and 1.0 alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closing_answer_survives_bytes_the_client_sends_late() {
+    let server = backend().await;
+    let switch = one_pool(&server, "").await;
+    let addr = switch.local_addr("web").unwrap();
+    for late in [&b"\r\n"[..], b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"] {
+        for (version, close) in [("HTTP/1.1", "Connection: close\r\n"), ("HTTP/1.0", "")] {
+            let mut c = Client::connect(addr).await;
+            let request = format!("GET /slow/100 {version}\r\nHost: t\r\n{close}\r\n");
+            c.send(request.as_bytes()).await;
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            c.send(late).await;
+            let r = c.try_response(false).await;
+            let got = r.map(|r| (r.status, r.body));
+            assert_eq!(got, Some((200, b"0123456789".to_vec())), "{version}");
+        }
+    }
+    // The same with a body and a CRLF after it in a later segment (old browsers did that).
+    let mut c = Client::connect(addr).await;
+    c.send(b"POST /slow/100 HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: 5\r\n\r\nhello")
+        .await;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    c.send(b"\r\n").await;
+    let r = c.try_response(false).await;
+    assert_eq!(r.map(|r| r.status), Some(200));
+}
+
+/// The first wait of a connection that has not joined the reactor may be a write wait: a big
+/// answer to a client that reads late, spliced or copied; then more requests, and a closing one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_reader_of_a_big_first_answer_gets_every_byte() {
+    let server = backend().await;
+    let n = 8 * 1024 * 1024;
+    for splice in [true, false] {
+        let switch = one_pool(&server, &format!("splice = {splice}")).await;
+        let addr = switch.local_addr("web").unwrap();
+        let mut c = Client::connect(addr).await;
+        c.send(format!("GET /bytes/{n} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+            .await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(c.response(false).await.body, pattern(n, n as u64));
+        assert_eq!(c.get("/bytes/3").await.body, pattern(3, 3));
+        let closing = format!("GET /bytes/{n} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        c.send(closing.as_bytes()).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(c.response(false).await.body, pattern(n, n as u64));
+        assert!(c.is_closed().await);
+    }
+}
