@@ -6,8 +6,10 @@
 //! reactor. Most clients send their request with the connection, so a new connection can
 //! usually be served by reads and writes that never block, and one that asks to close
 //! afterwards never needs epoll at all: HAProxy reads speculatively after accept for the same
-//! reason. Measured with a new connection per request: two of eight system calls per
-//! connection and a task wake-up saved (BENCHMARKS.md, "New connection per request").
+//! reason. Measured with a new connection per request, together with the listeners'
+//! TCP_DEFER_ACCEPT (without it most connections are accepted before their request arrives):
+//! both epoll_ctl calls and a task wake-up per connection saved, about a fifth of the CPU
+//! (BENCHMARKS.md, "What the profiles found").
 //!
 //! A [`Socket`] starts *detached*: its reads and writes are plain non-blocking system calls.
 //! The first wait registers it, after which tokio's readiness drives it like a `TcpStream`.
