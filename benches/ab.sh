@@ -9,6 +9,7 @@
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 OLD_BINARY NEW_BINARY"; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/benches/lib.sh"
 peerbench=${PEERBENCH:-$root/../shared/tools/peerbench.sh}
 [ -x "$peerbench" ] || { echo "peerbench.sh not found at $peerbench (set PEERBENCH)"; exit 2; }
 work=$(mktemp -d /tmp/tcpvs-ab.XXXX)
@@ -17,16 +18,7 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT
 targets=()
 start() { # name binary port
-  cat > "$work/$1.toml" <<C
-[switch]
-workers = 1
-access_log = false
-[virtual.bench]
-listen = "127.0.0.1:$3"
-default_pool = "backend"
-[pool.backend]
-servers = [{ addr = "127.0.0.1:${BACKEND_PORT:-18081}" }]
-C
+  tcpvs_config "$work/$1.toml" 1 "$3" "${BACKEND_PORT:-18081}"
   taskset -c 0 "$2" run -c "$work/$1.toml" >"$work/$1.log" 2>&1 &
   pids+=($!)
   targets+=("$1=127.0.0.1:$3=$!")

@@ -1,6 +1,45 @@
-# Shared by benches/scaling.sh and benches/splice-vs-copy.sh (sourced): HAProxy's configuration
-# as ../shared/tools/peerbench.sh writes it, CPU ticks of a proxy, rounds of wrk over the
-# targets, and medians in peerbench's output format (which benches/report.rs reads).
+# Shared by the bench scripts (sourced): the configurations of HAProxy, the nginx backend and
+# proxy as ../shared/tools/peerbench.sh writes them, and of tcpvs; CPU ticks of a proxy, rounds of
+# wrk over the targets, and medians in peerbench's output format (which benches/report.rs reads).
+
+# nginx_backend_config DIR PORT [SENDFILE]: DIR/backend.conf, one worker serving DIR/www
+# (sendfile off unless SENDFILE is "on", as peerbench's backend).
+nginx_backend_config() {
+  cat > "$1/backend.conf" <<C
+worker_processes 1; daemon off; pid $1/b.pid; error_log $1/logs/b.err;
+events { worker_connections 4096; }
+http { access_log off; sendfile ${3:-off}; keepalive_requests 1000000;
+  server { listen 127.0.0.1:$2 backlog=4096; root $1/www; } }
+C
+}
+
+# nginx_proxy_config DIR WORKERS LISTEN_PORT BACKEND_PORT: DIR/nginxproxy.conf.
+nginx_proxy_config() {
+  cat > "$1/nginxproxy.conf" <<C
+worker_processes $2; daemon off; pid $1/n.pid; error_log $1/logs/n.err;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000;
+  upstream be { server 127.0.0.1:$4; keepalive 64; }
+  server { listen 127.0.0.1:$3 backlog=4096;
+    location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; } } }
+C
+}
+
+# tcpvs_config FILE WORKERS LISTEN_PORT BACKEND_PORT [EXTRA_SWITCH_LINES]: one pool, access log
+# off.
+tcpvs_config() {
+  cat > "$1" <<C
+[switch]
+workers = $2
+access_log = false
+${5:-}
+[virtual.bench]
+listen = "127.0.0.1:$3"
+default_pool = "backend"
+[pool.backend]
+servers = [{ addr = "127.0.0.1:$4" }]
+C
+}
 
 # haproxy_config FILE NBTHREAD LISTEN_PORT BACKEND_PORT
 haproxy_config() {

@@ -10,6 +10,7 @@
 #      the path of peerbench.sh. Needs: apt-get install haproxy nginx wrk curl
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/benches/lib.sh"
 peerbench=${PEERBENCH:-$root/../shared/tools/peerbench.sh}
 [ -x "$peerbench" ] || { echo "peerbench.sh not found at $peerbench (set PEERBENCH)"; exit 2; }
 cargo build --release --manifest-path "$root/Cargo.toml" >&2
@@ -21,17 +22,7 @@ trap cleanup EXIT
 
 targets=()
 start() { # name port extra-switch-lines
-  cat > "$work/$1.toml" <<C
-[switch]
-workers = 1
-access_log = false
-$3
-[virtual.bench]
-listen = "127.0.0.1:$2"
-default_pool = "backend"
-[pool.backend]
-servers = [{ addr = "127.0.0.1:${BACKEND_PORT:-18081}" }]
-C
+  tcpvs_config "$work/$1.toml" 1 "$2" "${BACKEND_PORT:-18081}" "$3"
   taskset -c 0 "$bin" run -c "$work/$1.toml" >"$work/$1.log" 2>&1 &
   pids+=($!)
   targets+=("$1=127.0.0.1:$2=$!")

@@ -15,31 +15,10 @@ DUR=${DUR:-5}; CONNS=${CONNS:-100}; ROUNDS=${ROUNDS:-5}; PATHQ=${PATHQ:-/small.h
 head -c 100 /dev/zero | tr '\0' 'a' > "$D/www/small.html"
 head -c 1048576 /dev/urandom > "$D/www/1m.bin"
 chmod -R a+rX "$D/www"
-cat > "$D/backend.conf" <<C
-worker_processes 1; daemon off; pid $D/b.pid; error_log $D/logs/b.err;
-events { worker_connections 4096; }
-http { access_log off; keepalive_requests 1000000;
-  server { listen 127.0.0.1:$BE backlog=4096; root $D/www; } }
-C
-cat > "$D/nginxproxy.conf" <<C
-worker_processes 2; daemon off; pid $D/n.pid; error_log $D/logs/n.err;
-events { worker_connections 4096; }
-http { access_log off; keepalive_requests 1000000;
-  upstream be { server 127.0.0.1:$BE; keepalive 64; }
-  server { listen 127.0.0.1:18491 backlog=4096;
-    location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; } } }
-C
+nginx_backend_config "$D" "$BE"
+nginx_proxy_config "$D" 2 18491 "$BE"
 haproxy_config "$D/haproxy.cfg" 2 18490 "$BE"
-cat > "$D/tcpvs.toml" <<C
-[switch]
-workers = 2
-access_log = false
-[virtual.bench]
-listen = "127.0.0.1:18492"
-default_pool = "backend"
-[pool.backend]
-servers = [{ addr = "127.0.0.1:$BE" }]
-C
+tcpvs_config "$D/tcpvs.toml" 2 18492 "$BE"
 nginx -c "$D/backend.conf" -p "$D" & BP=$!
 nginx -c "$D/nginxproxy.conf" -p "$D" & NP=$!
 haproxy -f "$D/haproxy.cfg" -db >"$D/logs/h.log" 2>&1 & HP=$!

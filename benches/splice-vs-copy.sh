@@ -13,17 +13,10 @@ bin=$root/target/release/tcpvs
 D=$(mktemp -d /tmp/splice-vs-copy.XXXX); chmod 755 "$D"; mkdir -p "$D/www" "$D/logs"
 head -c 1048576 /dev/urandom > "$D/www/1m.bin"; chmod -R a+rX "$D/www"
 ROUNDS=${ROUNDS:-5}; DUR=${DUR:-5}; CONNS=${CONNS:-10}
-cat > "$D/backend.conf" <<C
-worker_processes 1; daemon off; pid $D/b.pid; error_log $D/logs/b.err;
-events { worker_connections 4096; }
-http { access_log off; sendfile on; keepalive_requests 1000000;
-  server { listen 127.0.0.1:18181 backlog=4096; root $D/www; } }
-C
+nginx_backend_config "$D" 18181 on
 haproxy_config "$D/haproxy.cfg" 1 18190 18181
-for v in splice:18192:true copy:18193:false; do
-  IFS=: read -r name port splice <<<"$v"
-  printf '[switch]\nworkers = 1\naccess_log = false\nsplice = %s\n[virtual.b]\nlisten = "127.0.0.1:%s"\ndefault_pool = "be"\n[pool.be]\nservers = [{ addr = "127.0.0.1:18181" }]\n' "$splice" "$port" > "$D/$name.toml"
-done
+tcpvs_config "$D/splice.toml" 1 18192 18181
+tcpvs_config "$D/copy.toml" 1 18193 18181 "splice = false"
 taskset -c 1 nginx -c "$D/backend.conf" -p "$D" & BP=$!
 taskset -c 0 haproxy -f "$D/haproxy.cfg" -db >"$D/logs/h.log" 2>&1 & HP=$!
 taskset -c 0 "$bin" run -c "$D/splice.toml" >"$D/logs/s.log" 2>&1 & SP=$!

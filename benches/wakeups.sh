@@ -13,31 +13,10 @@ for t in haproxy nginx wrk; do command -v $t >/dev/null || { echo "missing: $t";
 D=$(mktemp -d /tmp/wakeups.XXXX); chmod 755 "$D"; mkdir -p "$D/www" "$D/logs"
 DUR=${DUR:-5}; CONNS=${CONNS:-50}; ROUNDS=${ROUNDS:-2}; BE=18581
 head -c 100 /dev/zero | tr '\0' 'a' > "$D/www/small.html"; chmod -R a+rX "$D/www"
-cat > "$D/backend.conf" <<C
-worker_processes 1; daemon off; pid $D/b.pid; error_log $D/logs/b.err;
-events { worker_connections 4096; }
-http { access_log off; keepalive_requests 1000000;
-  server { listen 127.0.0.1:$BE backlog=4096; root $D/www; } }
-C
-cat > "$D/nginxproxy.conf" <<C
-worker_processes 1; daemon off; pid $D/n.pid; error_log $D/logs/n.err;
-events { worker_connections 4096; }
-http { access_log off; keepalive_requests 1000000;
-  upstream be { server 127.0.0.1:$BE; keepalive 64; }
-  server { listen 127.0.0.1:18591 backlog=4096;
-    location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; } } }
-C
+nginx_backend_config "$D" "$BE"
+nginx_proxy_config "$D" 1 18591 "$BE"
 haproxy_config "$D/haproxy.cfg" 1 18590 "$BE"
-cat > "$D/tcpvs.toml" <<C
-[switch]
-workers = 1
-access_log = false
-[virtual.bench]
-listen = "127.0.0.1:18592"
-default_pool = "backend"
-[pool.backend]
-servers = [{ addr = "127.0.0.1:$BE" }]
-C
+tcpvs_config "$D/tcpvs.toml" 1 18592 "$BE"
 taskset -c 1 nginx -c "$D/backend.conf" -p "$D" & BP=$!
 taskset -c 0 nginx -c "$D/nginxproxy.conf" -p "$D" & NP=$!
 taskset -c 0 haproxy -f "$D/haproxy.cfg" -db >"$D/logs/h.log" 2>&1 & HP=$!
