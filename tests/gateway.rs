@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 const THREE_POOLS: &str = r#"
@@ -46,10 +47,15 @@ async fn one_pool(server: &Backend, extra: &str) -> tcpvs::Switch {
 
 /// `one_pool` with more keys for the virtual service.
 async fn one_pool_with(server: &Backend, extra: &str, service_extra: &str) -> tcpvs::Switch {
+    one_pool_at(server.addr, extra, service_extra).await
+}
+
+/// `one_pool_with` for a server address that may have nothing behind it.
+async fn one_pool_at(server: SocketAddr, extra: &str, service_extra: &str) -> tcpvs::Switch {
     start_switch(
         ONE_POOL,
         &[
-            ("server", server.addr.to_string()),
+            ("server", server.to_string()),
             ("extra", extra.to_string()),
             ("service_extra", service_extra.to_string()),
         ],
@@ -477,15 +483,7 @@ async fn incomplete_head_gets_408() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_server_gives_502_and_a_live_one_takes_over() {
     let dead = dead_address().await;
-    let switch = start_switch(
-        ONE_POOL,
-        &[
-            ("server", dead.to_string()),
-            ("extra", String::new()),
-            ("service_extra", String::new()),
-        ],
-    )
-    .await;
+    let switch = one_pool_at(dead, "", "").await;
     let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
     let r = client.get("/").await;
     assert_eq!(r.status, 502);
@@ -1092,15 +1090,7 @@ async fn a_listen_address_in_use_is_reported_with_file_line_and_column() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_errors_to_http10_clients_say_what_happens_to_the_connection() {
     let dead = dead_address().await;
-    let switch = start_switch(
-        ONE_POOL,
-        &[
-            ("server", dead.to_string()),
-            ("extra", String::new()),
-            ("service_extra", String::new()),
-        ],
-    )
-    .await;
+    let switch = one_pool_at(dead, "", "").await;
     let addr = switch.local_addr("web").unwrap();
     let mut kept = Client::connect(addr).await;
     for _ in 0..2 {
