@@ -374,7 +374,14 @@ impl Session {
                 if let Poll::Ready(result) = client.poll_read_ready(cx) {
                     return Poll::Ready(Wake::Readable(result));
                 }
-                timer.poll_expired(deadline, cx).map(|()| Wake::Expired)
+                match timer.poll_expired(deadline, cx) {
+                    Poll::Ready(()) => Poll::Ready(Wake::Expired),
+                    // Checked again now that the waker is registered: a stop that came after
+                    // the first check found no waker to wake, and would be missed until the
+                    // deadline.
+                    Poll::Pending if timer.stopping() => Poll::Ready(Wake::Stop),
+                    Poll::Pending => Poll::Pending,
+                }
             })
             .await;
             match woken {
