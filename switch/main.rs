@@ -103,11 +103,11 @@ fn run(config: Config, with_demo_servers: bool) -> ExitCode {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
-    // One worker runs on the main thread, beside the signals, shutdown and the demo's servers:
-    // a process with one thread is cheaper in the kernel (for one, its file descriptors are looked up
-    // without reference counts on every socket call), 0.4-1 µs per request (BENCHMARKS.md).
-    // More workers get threads of their own (Switch::start_workers), and the main thread
-    // only coordinates.
+    // One worker runs on the main thread, beside the signals, shutdown and the demo's
+    // servers: a process with one thread is cheaper in the kernel (for one, its file
+    // descriptors are looked up without reference counts on every socket call), 0.4-1 µs per
+    // request (BENCHMARKS.md). More workers get threads of their own
+    // (Switch::start_workers), and the main thread only coordinates.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -3,38 +3,12 @@
 
 mod common;
 
-use common::Client;
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use common::{Client, Process};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_switches_pages_images_and_cgi() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tcpvs"))
-        .args(["demo", "--listen", "127.0.0.1:0"])
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let mut addr: Option<SocketAddr> = None;
-    let mut seen = Vec::new();
-    while addr.is_none() {
-        let line = rx
-            .recv_timeout(std::time::Duration::from_secs(20))
-            .unwrap_or_else(|_| panic!("no banner from the demo: {seen:?}"));
-        if let Some(rest) = line.split("open http://").nth(1) {
-            addr = rest.split('/').next().and_then(|a| a.parse().ok());
-        }
-        seen.push(line);
-    }
-    let addr = addr.unwrap();
+    let demo = Process::start(&["demo".as_ref(), "--listen".as_ref(), "127.0.0.1:0".as_ref()]);
+    let (addr, _) = demo.address_after("open ");
 
     let mut client = Client::connect(addr).await;
     let page = client.get("/").await;
@@ -73,15 +47,16 @@ async fn demo_switches_pages_images_and_cgi() {
     );
 
     // SIGTERM: the demo stops and exits 0.
-    let pid = rustix::process::Pid::from_child(&child);
-    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-    let status = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let (demo, status) = tokio::task::spawn_blocking(move || {
+        let mut demo = demo;
+        let status = demo.terminate();
+        (demo, status)
+    })
+    .await
+    .unwrap();
     assert!(status.success(), "{status:?}");
     // The access log named the three pools.
-    let log: Vec<String> = rx.try_iter().collect();
+    let log: Vec<String> = demo.log.try_iter().collect();
     for pool in ["static/", "images/", "cgi/"] {
         assert!(
             log.iter().any(|l| l.contains(pool)),

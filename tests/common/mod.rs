@@ -702,3 +702,83 @@ pub async fn settle(switch: &tcpvs::Switch) -> tcpvs::stats::Snapshot {
     }
     switch.stats()
 }
+
+// ---------------------------------------------------------------- the tcpvs binary
+
+/// A `tcpvs` process started by a test, with its log lines (stderr) as they come. Killed when
+/// dropped, so a failed assertion leaves no process behind.
+pub struct Process {
+    child: Option<std::process::Child>,
+    pub log: std::sync::mpsc::Receiver<String>,
+}
+
+impl Process {
+    /// Starts the binary with `args` and `RUST_LOG=info`.
+    pub fn start(args: &[&std::ffi::OsStr]) -> Process {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tcpvs"))
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, log) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = tx.send(line);
+            }
+        });
+        Process {
+            child: Some(child),
+            log,
+        }
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.as_ref().map_or(0, std::process::Child::id)
+    }
+
+    /// The address in the first log line that has `http://` right after `marker`; the lines
+    /// read before it are returned too.
+    pub fn address_after(&self, marker: &str) -> (SocketAddr, Vec<String>) {
+        let mut seen = Vec::new();
+        loop {
+            let line = self
+                .log
+                .recv_timeout(Duration::from_secs(20))
+                .unwrap_or_else(|_| panic!("no `{marker}http://` line from tcpvs: {seen:?}"));
+            let addr = line
+                .split(&format!("{marker}http://"))
+                .nth(1)
+                .and_then(|rest| rest.split('/').next())
+                .and_then(|a| a.parse().ok());
+            seen.push(line);
+            if let Some(addr) = addr {
+                return (addr, seen);
+            }
+        }
+    }
+
+    /// Stops it as an operator does (SIGTERM) and returns how it exited. Blocks: call it from
+    /// `spawn_blocking` in async tests.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("terminated once");
+        let pid = rustix::process::Pid::from_child(&child);
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        child.wait().unwrap()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
