@@ -341,6 +341,10 @@ impl Session {
             Await::FirstHead(at) => self.timer.deadline_at(at),
             Await::KeepAlive(d) | Await::Grace(d) => self.timer.deadline_after(d),
         };
+        // A connection that has not joined the reactor has no readiness to consult: a new
+        // one's request has usually arrived with it, so it is read speculatively (socket.rs);
+        // only a read that would block makes the socket join, in the wait below.
+        let mut read_first = !self.client.is_registered();
         loop {
             // Empty lines before a request line are ignored (RFC 9112 section 2.2); dropping
             // them here keeps a stray CRLF after a body from counting as a started head.
@@ -350,10 +354,7 @@ impl Session {
             if !self.inbuf.is_empty() {
                 return Ok(());
             }
-            if !self.client.is_registered() {
-                // A connection that has not joined the reactor has no readiness to consult: a
-                // new one's request has usually arrived with it, so read speculatively
-                // (socket.rs); only a read that would block makes the socket join below.
+            if read_first {
                 match self.client.try_recv(self.inbuf.spare()) {
                     Ok(0) => return Err(Waited::Closed),
                     Ok(n) => {
@@ -398,15 +399,9 @@ impl Session {
                     });
                 }
                 Wake::Readable(Err(_)) => return Err(Waited::Closed),
-                Wake::Readable(Ok(())) => {}
-            }
-            // Readiness can be a false alarm (a new socket starts out "ready"): read what is
-            // there without waiting, and wait again if nothing is.
-            match self.client.try_recv(self.inbuf.spare()) {
-                Ok(0) => return Err(Waited::Closed),
-                Ok(n) => self.inbuf.fill(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(_) => return Err(Waited::Closed),
+                // Readiness can be a false alarm (a new socket starts out "ready"): the read
+                // says, and a read that finds nothing leads back to the wait.
+                Wake::Readable(Ok(())) => read_first = true,
             }
         }
     }
