@@ -84,13 +84,7 @@ pub async fn relay_length(
     let mut left = len;
     let buffered = (buf.len() as u64).min(left) as usize;
     if buffered > 0 || !head.is_empty() {
-        // Held back for more (MSG_MORE) only when the source filled the whole buffer, i.e.
-        // more is surely waiting.
-        let then = if buffered as u64 == left {
-            last
-        } else {
-            Then::more_if(buf.spare_len() == 0)
-        };
+        let then = then_after(buffered, left, buf, last);
         write_both(dst, head, &buf.filled()[..buffered], then, settings.limit())
             .await
             .map_err(RelayError::Write)?;
@@ -117,21 +111,31 @@ pub async fn relay_length(
             return Err(RelayError::Truncated);
         }
         let n = (buf.len() as u64).min(left) as usize;
-        // MSG_MORE only while the source keeps filling the buffer: a source that pauses must
-        // not have its last bytes held back (up to 200 ms) waiting for more.
-        let then = if n as u64 == left {
-            last
-        } else {
-            Then::more_if(buf.spare_len() == 0)
-        };
-        send_all(dst, &buf.filled()[..n], then, settings.limit())
-            .await
-            .map_err(RelayError::Write)?;
+        send_all(
+            dst,
+            &buf.filled()[..n],
+            then_after(n, left, buf, last),
+            settings.limit(),
+        )
+        .await
+        .map_err(RelayError::Write)?;
         buf.consume(n);
         meter.add(n as u64);
         left -= n as u64;
     }
     Ok(())
+}
+
+/// What follows writing `n` bytes of `buf` when `left` bytes of the body remain: `last` after
+/// the final bytes; before that MSG_MORE only while the source fills the whole buffer (more is
+/// surely waiting), since a source that pauses must not have its bytes held back (up to
+/// 200 ms) waiting for more.
+fn then_after(n: usize, left: u64, buf: &IoBuf, last: Then) -> Then {
+    if n as u64 == left {
+        last
+    } else {
+        Then::more_if(buf.spare_len() == 0)
+    }
 }
 
 /// Re-framing of a chunked body.
