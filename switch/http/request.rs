@@ -44,7 +44,6 @@ pub struct RequestHead {
     pub keep_alive: bool,
     /// Connection: upgrade with an Upgrade field.
     pub upgrade: bool,
-
     pub is_head: bool,
     pub is_connect: bool,
     /// Safe to send twice (RFC 9110 section 9.2.2).
@@ -67,7 +66,6 @@ impl Default for RequestHead {
             framing: BodyFraming::Empty,
             keep_alive: false,
             upgrade: false,
-
             is_head: false,
             is_connect: false,
             idempotent: false,
