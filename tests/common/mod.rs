@@ -39,29 +39,101 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
 
 // ---------------------------------------------------------------- backend
 
-/// What a backend saw: every request head it parsed, per accepted connection.
-#[derive(Default)]
+/// What a backend saw: every request head it parsed, per accepted connection, and what went
+/// wrong inside it.
 pub struct Record {
     pub connections: AtomicUsize,
     pub heads: Mutex<Vec<String>>,
+    /// The number of request heads parsed so far, for tests that wait until the backend holds a
+    /// request (an event, not a sleep).
+    heads_seen: tokio::sync::watch::Sender<usize>,
+    /// Requests to `/hold` wait here for a permit the test gives with [`Backend::release`].
+    gate: tokio::sync::Semaphore,
+    /// Panics of connection tasks (an invalid request, a broken assertion in the backend): the
+    /// test that caused them fails when the backend is dropped.
+    failures: Mutex<Vec<String>>,
+}
+
+impl Default for Record {
+    fn default() -> Record {
+        Record {
+            connections: AtomicUsize::new(0),
+            heads: Mutex::default(),
+            heads_seen: tokio::sync::watch::channel(0).0,
+            gate: tokio::sync::Semaphore::new(0),
+            failures: Mutex::default(),
+        }
+    }
 }
 
 pub struct Backend {
     pub addr: SocketAddr,
     pub record: Arc<Record>,
     task: tokio::task::JoinHandle<()>,
-    connections: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
 }
 
 impl Backend {
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.record.connections.load(Ordering::SeqCst)
+    }
+
+    /// Request heads parsed so far.
+    pub fn requests(&self) -> usize {
+        *self.record.heads_seen.borrow()
+    }
+
+    /// Waits until the backend has parsed `n` request heads in all; panics after [`PATIENCE`].
+    pub async fn wait_for_requests(&self, n: usize) {
+        let mut seen = self.record.heads_seen.subscribe();
+        let reached = tokio::time::timeout(PATIENCE, seen.wait_for(|&count| count >= n)).await;
+        if !matches!(reached, Ok(Ok(_))) {
+            panic!(
+                "backend {} saw {} requests, not {n}, within {PATIENCE:?}",
+                self.addr,
+                self.requests()
+            );
+        }
+    }
+
+    /// Lets `n` requests waiting in `/hold` answer.
+    pub fn release(&self, n: usize) {
+        self.record.gate.add_permits(n);
+    }
+
+    /// Panics if a connection task of the backend panicked.
+    pub fn check(&self) {
+        let failures = self.record.failures.lock().unwrap();
+        if !failures.is_empty() {
+            panic!("backend {} failed: {failures:?}", self.addr);
+        }
+    }
+
     /// Stops the server and returns once the listener and every open connection are closed.
     pub async fn stop(&self) {
         self.task.abort();
         let connections: Vec<_> = self.connections.lock().unwrap().drain(..).collect();
-        for c in connections {
+        for c in &connections {
             c.abort();
-            let _ = c.await;
         }
+        // An aborted task drops its socket when it is next polled: wait (bounded) for each.
+        for c in connections {
+            for _ in 0..1000 {
+                if c.is_finished() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            assert!(c.is_finished(), "a backend connection did not stop");
+        }
+        for _ in 0..1000 {
+            if self.task.is_finished() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        panic!("the backend's listener did not stop");
     }
 }
 
@@ -70,6 +142,9 @@ impl Drop for Backend {
         self.task.abort();
         for c in self.connections.lock().unwrap().iter() {
             c.abort();
+        }
+        if !std::thread::panicking() {
+            self.check();
         }
     }
 }
@@ -90,7 +165,9 @@ pub struct BackendOptions {
 /// - `/status/N`: answers status N without body (304, 204) or with a small body
 /// - `/upgrade`: 101 Switching Protocols, then echoes bytes until the client closes
 /// - `/continue`: sends 100 Continue first, then behaves like `/sha256`
-/// - `/slow/MS`: waits MS milliseconds, then answers like `/bytes/10`
+/// - `/slow/MS`: waits MS milliseconds, then answers `0123456789`
+/// - `/hold`: waits until the test calls [`Backend::release`], then answers `0123456789`
+/// - `/bye/N`: N pattern bytes with Content-Length and `Connection: close`, then closes
 /// - `/silent`: never answers
 /// - anything else: a small body naming the path
 ///
@@ -104,7 +181,7 @@ pub async fn backend_with(options: BackendOptions) -> Backend {
     let addr = listener.local_addr().unwrap();
     let record = Arc::new(Record::default());
     let rec = Arc::clone(&record);
-    let connections: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
+    let connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
     let conns = Arc::clone(&connections);
     let task = tokio::spawn(async move {
         loop {
@@ -112,11 +189,22 @@ pub async fn backend_with(options: BackendOptions) -> Backend {
                 return;
             };
             rec.connections.fetch_add(1, Ordering::SeqCst);
+            let failures = Arc::clone(&rec);
             let rec = Arc::clone(&rec);
+            // I/O errors are the peer's doing (a reset, a close mid-body) and end the
+            // connection; a panic is the test's failure and is kept for `Backend::check`.
             let handle = tokio::spawn(async move {
                 let _ = serve_connection(stream, addr, rec, options).await;
             });
-            conns.lock().unwrap().push(handle);
+            let abort = handle.abort_handle();
+            tokio::spawn(async move {
+                if let Err(e) = handle.await {
+                    if e.is_panic() {
+                        failures.failures.lock().unwrap().push(panic_text(e));
+                    }
+                }
+            });
+            conns.lock().unwrap().push(abort);
         }
     });
     Backend {
@@ -124,6 +212,26 @@ pub async fn backend_with(options: BackendOptions) -> Backend {
         record,
         task,
         connections,
+    }
+}
+
+/// The message of a task's panic.
+pub fn panic_text(e: tokio::task::JoinError) -> String {
+    let payload = e.into_panic();
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+/// Awaits every task and fails with the first panic's message: a failed assertion inside a
+/// spawned client must fail the test, not vanish with its task.
+pub async fn join_all(tasks: Vec<tokio::task::JoinHandle<()>>) {
+    for t in tasks {
+        if let Err(e) = t.await {
+            panic!("a task of the test failed: {}", panic_text(e));
+        }
     }
 }
 
@@ -176,6 +284,7 @@ async fn serve_connection(
             .lock()
             .unwrap()
             .push(String::from_utf8_lossy(&req.raw_head).into_owned());
+        record.heads_seen.send_modify(|count| *count += 1);
         buf.drain(..head_len);
         let header = |name: &str| {
             req.headers
@@ -393,6 +502,30 @@ async fn serve_connection(
                         .as_bytes(),
                 );
             }
+            ["hold"] => {
+                record
+                    .gate
+                    .acquire()
+                    .await
+                    .expect("the gate stays open")
+                    .forget();
+                out.extend_from_slice(
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n{served_by}\r\n0123456789")
+                        .as_bytes(),
+                );
+            }
+            ["bye", n] => {
+                let n: usize = n.parse().unwrap();
+                out.extend_from_slice(
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nConnection: close\r\n{served_by}\r\n"
+                    )
+                    .as_bytes(),
+                );
+                out.extend_from_slice(&pattern(n, n as u64));
+                stream.write_all(&out).await?;
+                return Ok(());
+            }
             ["silent"] => {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
             }
@@ -559,7 +692,8 @@ impl Client {
         self.try_response(head_request).await.expect("a response")
     }
 
-    /// Reads one response, or `None` if the connection closed (or timed out) first.
+    /// Reads one response, or `None` if the connection closed cleanly before any byte of it.
+    /// Silence for [`PATIENCE`] panics: a close is never inferred from a timeout.
     pub async fn try_response(&mut self, head_request: bool) -> Option<Response> {
         let (status, headers, head_len) = loop {
             let mut hs = [httparse::EMPTY_HEADER; 128];
@@ -578,6 +712,11 @@ impl Client {
                 break (resp.code.unwrap(), headers, len);
             }
             if !self.fill().await {
+                assert!(
+                    self.buf.is_empty(),
+                    "connection closed inside a response head: {:?}",
+                    String::from_utf8_lossy(&self.buf)
+                );
                 return None;
             }
         };
@@ -649,14 +788,22 @@ impl Client {
         })
     }
 
+    /// Reads more: true when bytes came, false when the peer closed (EOF or reset). Panics
+    /// when nothing comes within [`PATIENCE`].
     async fn fill(&mut self) -> bool {
         let mut chunk = vec![0u8; 65536];
         match tokio::time::timeout(PATIENCE, self.stream.read(&mut chunk)).await {
-            Ok(Ok(n)) if n > 0 => {
+            Ok(Ok(0)) => false,
+            Ok(Ok(n)) => {
                 self.buf.extend_from_slice(&chunk[..n]);
                 true
             }
-            _ => false,
+            Ok(Err(e)) if is_close(&e) => false,
+            Ok(Err(e)) => panic!("read from the switch failed: {e}"),
+            Err(_) => panic!(
+                "nothing from the switch within {PATIENCE:?} (have {:?})",
+                String::from_utf8_lossy(&self.buf)
+            ),
         }
     }
 
@@ -665,17 +812,37 @@ impl Client {
         std::mem::take(&mut self.buf)
     }
 
-    /// True when the server closed the connection (EOF) with nothing more to read.
+    /// True when the switch closed the connection (EOF or reset) with nothing more to read;
+    /// false when bytes came instead. Panics when neither happens within [`PATIENCE`]: a
+    /// close is observed, never inferred from silence.
     pub async fn is_closed(&mut self) -> bool {
         if !self.buf.is_empty() {
             return false;
         }
         let mut byte = [0u8; 1];
-        matches!(
-            tokio::time::timeout(PATIENCE, self.stream.read(&mut byte)).await,
-            Ok(Ok(0)) | Ok(Err(_))
-        )
+        match tokio::time::timeout(PATIENCE, self.stream.read(&mut byte)).await {
+            Ok(Ok(0)) => true,
+            Ok(Ok(_)) => {
+                self.buf.push(byte[0]);
+                false
+            }
+            Ok(Err(e)) if is_close(&e) => true,
+            Ok(Err(e)) => panic!("read from the switch failed: {e}"),
+            Err(_) => {
+                panic!("the switch neither closed the connection nor sent within {PATIENCE:?}")
+            }
+        }
     }
+}
+
+/// Errors that mean the peer closed the connection.
+fn is_close(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::BrokenPipe
+    )
 }
 
 // ---------------------------------------------------------------- switch
@@ -691,16 +858,33 @@ pub async fn start_switch(rules: &str, vars: &[(&str, String)]) -> tcpvs::Switch
     tcpvs::Switch::start(config).await.unwrap()
 }
 
-/// Waits (bounded) until the switch has no client connection and no active request.
+/// Waits until the switch has no client connection and no active request; panics if that
+/// does not happen within [`PATIENCE`].
 pub async fn settle(switch: &tcpvs::Switch) -> tcpvs::stats::Snapshot {
-    for _ in 0..200 {
+    wait_until(switch, "no client and no request active", |snap| {
+        snap.clients == 0 && snap.servers.iter().all(|s| s.active == 0)
+    })
+    .await
+}
+
+/// Waits until the switch's statistics satisfy `reached` and returns them; panics with `what`
+/// if they do not within [`PATIENCE`]. Tests synchronise on the switch's state this way.
+pub async fn wait_until(
+    switch: &tcpvs::Switch,
+    what: &str,
+    reached: impl Fn(&tcpvs::stats::Snapshot) -> bool,
+) -> tcpvs::stats::Snapshot {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
         let snap = switch.stats();
-        if snap.clients == 0 && snap.servers.iter().all(|s| s.active == 0) {
+        if reached(&snap) {
             return snap;
         }
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        if tokio::time::Instant::now() >= deadline {
+            panic!("the switch never reached `{what}` within {PATIENCE:?}: {snap:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    switch.stats()
 }
 
 // ---------------------------------------------------------------- the tcpvs binary
