@@ -94,7 +94,11 @@ impl Timeouts {
 
     /// Advances the clock, wakes the sessions whose deadline passed and forgets ended ones.
     pub fn sweep(&self) {
-        let now = self.start.elapsed().as_millis() as u64;
+        self.sweep_at(self.start.elapsed().as_millis() as u64);
+    }
+
+    /// [`Timeouts::sweep`] with the clock set to `now` milliseconds (tests drive it by hand).
+    fn sweep_at(&self, now: u64) {
         self.now_ms.store(now, Ordering::Relaxed);
         if let Ok(mut slots) = self.slots.lock() {
             slots.retain(|weak| match weak.upgrade() {
@@ -201,25 +205,69 @@ impl Future for Expiry<'_> {
 mod tests {
     use super::*;
 
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_wait_ends_at_its_deadline_and_not_before() {
+    /// A waker that counts its wake-ups.
+    struct Counter(AtomicU64);
+
+    impl std::task::Wake for Counter {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn poll_once(expiry: &mut Expiry<'_>, waker: &std::task::Waker) -> Poll<()> {
+        Pin::new(expiry).poll(&mut Context::from_waker(waker))
+    }
+
+    /// The clock is driven by hand (`sweep_at`), so the verdict depends on no real time.
+    #[test]
+    fn a_wait_ends_at_its_deadline_and_not_before() {
         let timeouts = Timeouts::new();
-        let sweeper = tokio::spawn(Arc::clone(&timeouts).run_sweeper());
         let slot = timeouts.register();
-        let started = Instant::now();
+        let counter = Arc::new(Counter(AtomicU64::new(0)));
+        let waker = std::task::Waker::from(Arc::clone(&counter));
+        let woken = || counter.0.load(Ordering::SeqCst);
+
         let deadline = slot.deadline_after(Duration::from_millis(100));
-        slot.expiry(deadline).await;
-        let waited = started.elapsed();
-        assert!(waited >= Duration::from_millis(100) - TICK, "{waited:?}");
-        // Two waits at once in one task: each ends at its own deadline.
+        assert_eq!(deadline, 100);
+        let mut wait = slot.expiry(deadline);
+        assert!(poll_once(&mut wait, &waker).is_pending());
+        timeouts.sweep_at(99);
+        assert_eq!(woken(), 0, "not woken before its deadline");
+        assert!(poll_once(&mut wait, &waker).is_pending());
+        timeouts.sweep_at(100);
+        assert_eq!(woken(), 1, "woken at its deadline");
+        assert!(poll_once(&mut wait, &waker).is_ready());
+
+        // Two waits at once in one task: the slot holds the earlier deadline, and each wait
+        // ends at its own.
         let near = slot.deadline_after(Duration::from_millis(40));
         let far = slot.deadline_after(Duration::from_millis(200));
-        let first = tokio::select! {
-            _ = slot.expiry(far) => "far",
-            _ = slot.expiry(near) => "near",
-        };
-        assert_eq!(first, "near");
-        sweeper.abort();
+        let (mut near_wait, mut far_wait) = (slot.expiry(near), slot.expiry(far));
+        assert!(poll_once(&mut far_wait, &waker).is_pending());
+        assert!(poll_once(&mut near_wait, &waker).is_pending());
+        timeouts.sweep_at(near);
+        assert_eq!(woken(), 2);
+        assert!(poll_once(&mut near_wait, &waker).is_ready());
+        assert!(poll_once(&mut far_wait, &waker).is_pending(), "far re-arms");
+        timeouts.sweep_at(far - 1);
+        assert_eq!(woken(), 2);
+        timeouts.sweep_at(far);
+        assert_eq!(woken(), 3);
+        assert!(poll_once(&mut far_wait, &waker).is_ready());
+    }
+
+    #[test]
+    fn a_stop_wakes_every_waiting_session() {
+        let timeouts = Timeouts::new();
+        let slot = timeouts.register();
+        let counter = Arc::new(Counter(AtomicU64::new(0)));
+        let waker = std::task::Waker::from(Arc::clone(&counter));
+        let mut wait = slot.expiry(slot.deadline_after(Duration::from_secs(3600)));
+        assert!(poll_once(&mut wait, &waker).is_pending());
+        assert!(!slot.stopping());
+        timeouts.stop();
+        assert_eq!(counter.0.load(Ordering::SeqCst), 1);
+        assert!(slot.stopping());
     }
 
     #[test]

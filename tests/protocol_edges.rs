@@ -681,17 +681,38 @@ fn check_error_body(r: &Resp) -> Result<(), String> {
     Ok(())
 }
 
+/// Waits until the switch has no client connection left (every session ended, so every write
+/// it made to a server is done); panics after [`WAIT`]. Then what the switch forwarded can be
+/// read off its counters without sleeping.
+async fn sessions_ended(switch: &tcpvs::Switch) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while switch.stats().clients != 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the switch still has client connections after {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Requests the switch has sent to servers, all servers together.
+fn forwarded(switch: &tcpvs::Switch) -> u64 {
+    switch.stats().servers.iter().map(|s| s.requests).sum()
+}
+
 /// Send `req` on a fresh connection; expect `status`, a short text/plain body, the
 /// connection closed, and nothing at all reaching the backend. Failures are collected.
 async fn expect_refused(
-    addr: SocketAddr,
+    switch: &tcpvs::Switch,
     backend: &Backend,
     name: &str,
     req: &[u8],
     status: u16,
     failures: &mut Vec<String>,
 ) {
+    let addr = switch.local_addr("web").expect("virtual.web");
     let before = backend.total_bytes();
+    let sent_before = forwarded(switch);
     let mut c = Client::connect(addr).await;
     let _ = c.send(req).await;
     match c.try_response(false).await {
@@ -717,7 +738,16 @@ async fn expect_refused(
             }
         }
     }
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The switch's own count is exact once the session has ended; the backend's bytes are a
+    // second witness.
+    drop(c);
+    sessions_ended(switch).await;
+    let sent = forwarded(switch) - sent_before;
+    if sent != 0 {
+        failures.push(format!(
+            "{name}: the switch sent {sent} request(s) to the server"
+        ));
+    }
     let all = backend.all_bytes();
     if all.len() != before {
         failures.push(format!(
@@ -733,7 +763,7 @@ async fn run_refused(cases: &[(&str, Vec<u8>)], status: u16) {
     let (switch, addr) = simple_switch(&backend, &OPTS).await;
     let mut failures = Vec::new();
     for (name, req) in cases {
-        expect_refused(addr, &backend, name, req, status, &mut failures).await;
+        expect_refused(&switch, &backend, name, req, status, &mut failures).await;
     }
     // The switch must still serve a normal request afterwards.
     let mut c = Client::connect(addr).await;
@@ -1167,7 +1197,7 @@ async fn oversized_heads_are_431() {
         ("70 KiB head", big(70 * 1024, true)),
         ("70 KiB head, never terminated", big(70 * 1024, false)),
     ] {
-        expect_refused(addr, &backend, name, &req, 431, &mut failures).await;
+        expect_refused(&switch, &backend, name, &req, 431, &mut failures).await;
     }
     // Boundary controls: within the limits the request goes through.
     for (name, req) in [
@@ -1212,10 +1242,14 @@ async fn bare_cr_and_nul_in_field_values_never_forwarded() {
         ),
     ] {
         let before = backend.total_bytes();
+        let sent_before = forwarded(&switch);
         let mut c = Client::connect(addr).await;
         let _ = c.send(req).await;
         let r = c.try_response(false).await;
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // A 200 comes after the backend read the whole head; after a 400 the switch's own
+        // count says whether anything went up. Either way no wait is needed.
+        drop(c);
+        sessions_ended(&switch).await;
         let got = backend.all_bytes()[before..].to_vec();
         let bare_cr = got
             .iter()
@@ -1225,6 +1259,9 @@ async fn bare_cr_and_nul_in_field_values_never_forwarded() {
             failures.push(format!("{name}: forwarded to backend as {:?}", lossy(&got)));
         }
         match r {
+            Ok(r) if r.status == 400 && forwarded(&switch) != sent_before => {
+                failures.push(format!("{name}: refused with 400 yet sent to the server"))
+            }
             Ok(r) if r.status == 400 || r.status == 200 => {}
             other => failures.push(format!(
                 "{name}: expected 400 (or 200 after SP replacement), got {other:?}"
@@ -2331,7 +2368,8 @@ async fn requests_pipelined_after_close_are_not_processed() {
         assert_eq!(r.body, b"GET /first 0");
         c.expect_closed().await;
     }
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    sessions_ended(&switch).await;
+    assert_eq!(forwarded(&switch), 2, "only the two first requests went up");
     let all = backend.all_bytes();
     assert!(
         !contains(&all, b"/second"),
@@ -2358,7 +2396,8 @@ async fn pipelined_ambiguous_request_never_reaches_backend() {
     let r = c.response(false).await;
     assert_eq!(r.status, 400);
     c.expect_closed().await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    sessions_ended(&switch).await;
+    assert_eq!(forwarded(&switch), 1, "only /ok1 went up");
     let all = backend.all_bytes();
     assert!(
         !contains(&all, b"/amb") && !contains(&all, b"/smuggled"),
@@ -2557,8 +2596,10 @@ async fn garbage_inputs_no_panic_no_leak() {
     }
     let mut failures = Vec::new();
     while let Some(res) = tasks.join_next().await {
-        if let Ok(Err(e)) = res {
-            failures.push(e);
+        match res {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failures.push(e),
+            Err(e) => failures.push(format!("a fuzz client task failed: {e}")),
         }
     }
     // Still serving.

@@ -47,6 +47,8 @@ pub struct Record {
     /// The number of request heads parsed so far, for tests that wait until the backend holds a
     /// request (an event, not a sleep).
     heads_seen: tokio::sync::watch::Sender<usize>,
+    /// Connections the backend has closed (its task ended), for tests that wait for a close.
+    closed: tokio::sync::watch::Sender<usize>,
     /// Requests to `/hold` wait here for a permit the test gives with [`Backend::release`].
     gate: tokio::sync::Semaphore,
     /// Panics of connection tasks (an invalid request, a broken assertion in the backend): the
@@ -60,6 +62,7 @@ impl Default for Record {
             connections: AtomicUsize::new(0),
             heads: Mutex::default(),
             heads_seen: tokio::sync::watch::channel(0).0,
+            closed: tokio::sync::watch::channel(0).0,
             gate: tokio::sync::Semaphore::new(0),
             failures: Mutex::default(),
         }
@@ -93,6 +96,19 @@ impl Backend {
                 "backend {} saw {} requests, not {n}, within {PATIENCE:?}",
                 self.addr,
                 self.requests()
+            );
+        }
+    }
+
+    /// Waits until the backend has closed `n` connections in all; panics after [`PATIENCE`].
+    pub async fn wait_for_closed(&self, n: usize) {
+        let mut closed = self.record.closed.subscribe();
+        let reached = tokio::time::timeout(PATIENCE, closed.wait_for(|&count| count >= n)).await;
+        if !matches!(reached, Ok(Ok(_))) {
+            panic!(
+                "backend {} closed {} connections, not {n}, within {PATIENCE:?}",
+                self.addr,
+                *self.record.closed.borrow()
             );
         }
     }
@@ -154,6 +170,10 @@ impl Drop for Backend {
 pub struct BackendOptions {
     /// Close each connection after this long idle between requests, without telling.
     pub close_idle_after: Option<Duration>,
+    /// Close a connection, without answering, when its Nth request head (counted from 1)
+    /// arrives: a server connection that breaks after the request went up and before any
+    /// response byte, which no check before use can see coming.
+    pub drop_request: Option<usize>,
 }
 
 /// A test web server. Paths:
@@ -168,6 +188,7 @@ pub struct BackendOptions {
 /// - `/slow/MS`: waits MS milliseconds, then answers `0123456789`
 /// - `/hold`: waits until the test calls [`Backend::release`], then answers `0123456789`
 /// - `/bye/N`: N pattern bytes with Content-Length and `Connection: close`, then closes
+/// - `/hangup`: a small keep-alive answer (no `Connection: close`), then the server closes
 /// - `/silent`: never answers
 /// - anything else: a small body naming the path
 ///
@@ -194,7 +215,8 @@ pub async fn backend_with(options: BackendOptions) -> Backend {
             // I/O errors are the peer's doing (a reset, a close mid-body) and end the
             // connection; a panic is the test's failure and is kept for `Backend::check`.
             let handle = tokio::spawn(async move {
-                let _ = serve_connection(stream, addr, rec, options).await;
+                let _ = serve_connection(stream, addr, Arc::clone(&rec), options).await;
+                rec.closed.send_modify(|count| *count += 1);
             });
             let abort = handle.abort_handle();
             tokio::spawn(async move {
@@ -258,6 +280,7 @@ async fn serve_connection(
     options: BackendOptions,
 ) -> std::io::Result<()> {
     let mut buf: Vec<u8> = Vec::new();
+    let mut served = 0;
     loop {
         // Read a head.
         let (req, head_len) = loop {
@@ -286,6 +309,10 @@ async fn serve_connection(
             .push(String::from_utf8_lossy(&req.raw_head).into_owned());
         record.heads_seen.send_modify(|count| *count += 1);
         buf.drain(..head_len);
+        served += 1;
+        if options.drop_request == Some(served) {
+            return Ok(());
+        }
         let header = |name: &str| {
             req.headers
                 .iter()
@@ -480,10 +507,10 @@ async fn serve_connection(
                     stream.write_all(&chunk[..n]).await?;
                 }
             }
-            ["processing", n] => {
-                // Interim 102s every 300 ms before the answer: the server is working.
+            ["processing", n, ms] => {
+                // N interim 102s, MS milliseconds apart, before the answer: the server works.
                 for _ in 0..n.parse::<usize>().unwrap() {
-                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await;
                     stream.write_all(b"HTTP/1.1 102 Processing\r\n\r\n").await?;
                 }
                 let text = format!("{} {}\n", sha256_hex(&body), body.len());
@@ -523,6 +550,14 @@ async fn serve_connection(
                     .as_bytes(),
                 );
                 out.extend_from_slice(&pattern(n, n as u64));
+                stream.write_all(&out).await?;
+                return Ok(());
+            }
+            ["hangup"] => {
+                out.extend_from_slice(
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n{served_by}\r\nhangup")
+                        .as_bytes(),
+                );
                 stream.write_all(&out).await?;
                 return Ok(());
             }
@@ -804,6 +839,18 @@ impl Client {
                 "nothing from the switch within {PATIENCE:?} (have {:?})",
                 String::from_utf8_lossy(&self.buf)
             ),
+        }
+    }
+
+    /// Reads until `bytes` have arrived (they stay buffered for the next `response`); panics
+    /// if the switch closes first or sends nothing for [`PATIENCE`].
+    pub async fn wait_for_bytes(&mut self, bytes: &[u8]) {
+        while !self.buf.windows(bytes.len()).any(|w| w == bytes) {
+            assert!(
+                self.fill().await,
+                "closed before {:?} arrived",
+                String::from_utf8_lossy(bytes)
+            );
         }
     }
 
