@@ -1,11 +1,20 @@
 //! The hot path of one request without its I/O: parse the head, route it through 50 rules,
 //! pick a server, rebuild the head for the server. Reports time per request (criterion) and
-//! heap allocations per request (a counting global allocator; the goal is none on the steady
-//! keep-alive path).
+//! heap allocations per steady request (a counting global allocator), for several requests:
+//! one that no rule matches (all 50 rules tried, default pool), and ones matching an early path
+//! rule, a middle one (rule 8 of 50), a host rule, a method + path rule and the header rule.
 //!
-//! Run: `cargo bench --bench hot_path`
+//! The steady keep-alive path must not allocate: after a warm-up (the session's vectors grown,
+//! the regex caches built), every case runs many requests under the counting allocator, prints
+//! `hot_path: <case>: N allocations per request`, and the program exits with status 1, naming
+//! the cases that allocated, if any of them did (before any timing).
+//!
+//! Run:
+//!   `cargo bench --bench hot_path`                          allocation check, then criterion
+//!   `cargo bench --bench hot_path -- --allocations-only`    the allocation check alone (seconds;
+//!                                                           also `HOT_PATH_ALLOCATIONS_ONLY=1`)
 
-use criterion::{criterion_group, Criterion};
+use criterion::Criterion;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
@@ -28,6 +37,12 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.alloc(layout) }
     }
 
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: forwarded unchanged to the system allocator.
         unsafe { System.dealloc(ptr, layout) }
@@ -43,7 +58,8 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-/// 50 rules of the kinds a site uses: path prefixes, extensions, hosts, methods, a header.
+/// 50 rules of the kinds a site uses: 40 path prefixes (rules 1-40), 5 hosts (41-45), 4
+/// methods with an extension (46-49), a header (50).
 fn rules() -> String {
     let mut text =
         String::from("[virtual.web]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"static\"\n");
@@ -71,7 +87,7 @@ fn rules() -> String {
     text
 }
 
-const BROWSER_REQUEST: &[u8] = b"GET /static/img/12345/photo.jpg?size=large HTTP/1.1\r\n\
+const BROWSER_REQUEST: &str = "GET /static/img/12345/photo.jpg?size=large HTTP/1.1\r\n\
 Host: www.example.com\r\n\
 User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0\r\n\
 Accept: image/avif,image/webp,image/png,image/svg+xml,image/*;q=0.8,*/*;q=0.5\r\n\
@@ -83,6 +99,70 @@ Connection: keep-alive\r\n\
 Sec-Fetch-Dest: image\r\n\
 Sec-Fetch-Mode: no-cors\r\n\
 Priority: u=5, i\r\n\r\n";
+
+/// One request of the bench: the browser request above with one thing changed.
+struct Case {
+    /// Printed in the allocation lines.
+    name: &'static str,
+    /// Criterion's id, `hot_path/<id>`.
+    id: &'static str,
+    request: Vec<u8>,
+    /// The rule (1-based, in file order) that must decide it; `None`: the default pool.
+    rule: Option<usize>,
+}
+
+fn cases() -> Vec<Case> {
+    let case = |name, id, from: &str, to: &str, rule| Case {
+        name,
+        id,
+        request: BROWSER_REQUEST.replacen(from, to, 1).into_bytes(),
+        rule,
+    };
+    vec![
+        case(
+            "no rule matches (50 tried, default pool)",
+            "no_rule_matches",
+            "",
+            "",
+            None,
+        ),
+        case(
+            "rule 1 of 50 (path)",
+            "rule_1_matches",
+            "/static/img/",
+            "/section0/img/",
+            Some(1),
+        ),
+        case(
+            "rule 8 of 50 (path)",
+            "rule_8_matches",
+            "/static/img/",
+            "/section7/img/",
+            Some(8),
+        ),
+        case(
+            "rule 43 of 50 (host)",
+            "host_rule_43_matches",
+            "Host: www.example.com",
+            "Host: shop2.example.com",
+            Some(43),
+        ),
+        case(
+            "rule 46 of 50 (method and path)",
+            "method_rule_46_matches",
+            "GET /static/img/12345/photo.jpg",
+            "POST /cgi-bin/form.php",
+            Some(46),
+        ),
+        case(
+            "rule 50 of 50 (header)",
+            "header_rule_50_matches",
+            "Priority: u=5, i\r\n",
+            "Priority: u=5, i\r\nX-Pool: images\r\n",
+            Some(50),
+        ),
+    ]
+}
 
 /// Everything a session keeps from request to request.
 struct HotPath {
@@ -101,7 +181,7 @@ impl HotPath {
         let pools = config
             .pools
             .iter()
-            .map(|p| Pool::new(p, Arc::clone(&clock), 1).unwrap())
+            .map(|p| Pool::new(p, Arc::clone(&clock), 1).expect("bench pool"))
             .collect();
         HotPath {
             pools,
@@ -113,8 +193,9 @@ impl HotPath {
         }
     }
 
-    /// One request: returns the chosen server index (so nothing is optimised away).
-    fn request(&mut self, raw: &[u8]) -> usize {
+    /// One request: parse, route, pick, rebuild the head. Returns the chosen pool and server
+    /// (so nothing is optimised away).
+    fn request(&mut self, raw: &[u8]) -> (usize, usize) {
         self.buffer.clear();
         self.buffer.extend_from_slice(raw);
         let complete = parse_request(&mut self.buffer, &mut self.head).expect("valid request");
@@ -129,8 +210,8 @@ impl HotPath {
             headers: &headers,
             client: IpAddr::V4(Ipv4Addr::new(198, 51, 100, 7)),
         };
-        let pool = &self.pools[self.config.services[0].rules.route(&view).expect("a pool")];
-        let server = pool.pick(&view, &[]).expect("a server");
+        let pool_index = self.config.services[0].rules.route(&view).expect("a pool");
+        let server = self.pools[pool_index].pick(&view, &[]).expect("a server");
         write_request_head(
             &mut self.out,
             &self.head,
@@ -138,45 +219,97 @@ impl HotPath {
             self.client.as_bytes(),
             b"10.0.0.1:80",
         );
-        server
+        (pool_index, server)
+    }
+
+    /// Outside the measured loop: the 1-based number of the first rule `raw` matches, and
+    /// whether `route` gave that rule's pool (or the default pool when none matches).
+    fn deciding_rule(&mut self, raw: &[u8]) -> (Option<usize>, bool) {
+        let (pool, _) = self.request(raw);
+        let buf = &self.buffer[..];
+        let headers = self.head.lookup(buf);
+        let view = RequestView {
+            method: self.head.method(buf),
+            path: self.head.path.get(buf),
+            query: self.head.query.map(|q| q.get(buf)),
+            host: self.head.host.map(|h| h.get(buf)),
+            headers: &headers,
+            client: IpAddr::V4(Ipv4Addr::new(198, 51, 100, 7)),
+        };
+        let rules = &self.config.services[0].rules;
+        let rule = rules.rules().iter().position(|r| r.matches(&view));
+        let expected_pool = match rule {
+            Some(i) => Some(rules.rules()[i].pool),
+            None => rules.default_pool(),
+        };
+        (rule.map(|i| i + 1), expected_pool == Some(pool))
     }
 }
 
-fn hot_path(c: &mut Criterion) {
-    let mut path = HotPath::new();
-    // Matches no rule: all 50 are tried before the default pool.
-    c.bench_function("hot_path/no_rule_matches", |b| {
-        b.iter(|| black_box(path.request(BROWSER_REQUEST)))
-    });
-    let section =
-        String::from_utf8_lossy(BROWSER_REQUEST).replacen("/static/img/", "/section7/img/", 1);
-    c.bench_function("hot_path/rule_8_matches", |b| {
-        b.iter(|| black_box(path.request(section.as_bytes())))
-    });
+const WARM_UP: u64 = 1_000;
+const STEADY: u64 = 100_000;
+
+/// Heap allocations per steady request of every case; exits with status 1 when a case's
+/// request is not decided by the rule it names, or when any steady request allocates.
+fn allocation_check(path: &mut HotPath, cases: &[Case]) {
+    let mut allocating = Vec::new();
+    for case in cases {
+        let (rule, same_pool) = path.deciding_rule(&case.request);
+        if rule != case.rule || !same_pool {
+            eprintln!(
+                "hot_path: {}: decided by rule {rule:?} (route agrees: {same_pool}), expected {:?}",
+                case.name, case.rule
+            );
+            std::process::exit(1);
+        }
+        for _ in 0..WARM_UP {
+            black_box(path.request(black_box(&case.request)));
+        }
+        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        for _ in 0..STEADY {
+            black_box(path.request(black_box(&case.request)));
+        }
+        let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+        let per_request = allocations as f64 / STEADY as f64;
+        if allocations == 0 {
+            println!(
+                "hot_path: {}: 0 allocations per request (0 in {STEADY} requests)",
+                case.name
+            );
+        } else {
+            println!(
+                "hot_path: {}: {per_request:.3} allocations per request ({allocations} in {STEADY} requests)",
+                case.name
+            );
+            allocating.push(case.name);
+        }
+    }
+    if !allocating.is_empty() {
+        eprintln!(
+            "hot_path: FAILED: steady requests allocate: {}",
+            allocating.join("; ")
+        );
+        std::process::exit(1);
+    }
 }
 
-fn allocations_per_request() {
-    let mut path = HotPath::new();
-    for _ in 0..1000 {
-        path.request(BROWSER_REQUEST);
+fn timing(path: &mut HotPath, cases: &[Case]) {
+    let mut c = Criterion::default().configure_from_args();
+    for case in cases {
+        c.bench_function(&format!("hot_path/{}", case.id), |b| {
+            b.iter(|| black_box(path.request(black_box(&case.request))))
+        });
     }
-    const N: u64 = 100_000;
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
-    for _ in 0..N {
-        black_box(path.request(BROWSER_REQUEST));
-    }
-    let after = ALLOCATIONS.load(Ordering::Relaxed);
-    println!(
-        "hot_path allocations: {} in {N} requests ({:.3} per request)",
-        after - before,
-        (after - before) as f64 / N as f64
-    );
+    c.final_summary();
 }
-
-criterion_group!(benches, hot_path);
 
 fn main() {
-    allocations_per_request();
-    benches();
-    Criterion::default().configure_from_args().final_summary();
+    let allocations_only = std::env::args().any(|a| a == "--allocations-only")
+        || std::env::var_os("HOT_PATH_ALLOCATIONS_ONLY").is_some_and(|v| !v.is_empty() && v != "0");
+    let cases = cases();
+    let mut path = HotPath::new();
+    allocation_check(&mut path, &cases);
+    if !allocations_only {
+        timing(&mut path, &cases);
+    }
 }

@@ -8,7 +8,8 @@
 //! needs one server connection per client, so 5000 is as far as a 20000-descriptor limit goes).
 //!
 //! Run: `cargo build --release && cargo bench --bench idle_memory` (N = 10 000; the process
-//! needs about 2 N + 100 file descriptors).
+//! needs about 2 N + 100 file descriptors). `TCPVS_BIN=PATH` measures another build instead of
+//! `target/release/tcpvs` (e.g. one from `benches/build-at.sh COMMIT`).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -67,14 +68,15 @@ fn start_switch(backend: SocketAddr, port: u16) -> Child {
         ),
     )
     .expect("rules");
-    let binary = concat!(env!("CARGO_MANIFEST_DIR"), "/target/release/tcpvs");
+    let binary = std::env::var_os("TCPVS_BIN")
+        .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/target/release/tcpvs").into());
     let mut child = Command::new(binary)
         .args(["run", "-c"])
         .arg(&rules)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("start target/release/tcpvs (cargo build --release first)");
+        .expect("start target/release/tcpvs or TCPVS_BIN (cargo build --release first)");
     for _ in 0..100 {
         if TcpStream::connect(("127.0.0.1", port)).is_ok() {
             return child;

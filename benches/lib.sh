@@ -25,8 +25,8 @@ http { access_log off; keepalive_requests 1000000;
 C
 }
 
-# tcpvs_config FILE WORKERS LISTEN_PORT BACKEND_PORT [EXTRA_SWITCH_LINES]: one pool, access log
-# off.
+# tcpvs_config FILE WORKERS LISTEN_PORT BACKEND_PORT [EXTRA_SWITCH_LINES] [EXTRA_VIRTUAL_LINES]:
+# one pool, access log off.
 tcpvs_config() {
   cat > "$1" <<C
 [switch]
@@ -36,6 +36,7 @@ ${5:-}
 [virtual.bench]
 listen = "127.0.0.1:$3"
 default_pool = "backend"
+${6:-}
 [pool.backend]
 servers = [{ addr = "127.0.0.1:$4" }]
 C
@@ -70,6 +71,96 @@ cpu_ticks() {
     [ -r "/proc/$p/stat" ] && t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat")))
   done
   echo $t
+}
+
+# minflt PID: minor page faults of PID and its children (field 10 of /proc/PID/stat, what
+# `perf stat -e minor-faults` counts).
+minflt() {
+  local f=0 p
+  for p in $1 $(pgrep -P "$1" 2>/dev/null); do
+    [ -r "/proc/$p/stat" ] && f=$((f + $(awk '{print $10}' "/proc/$p/stat")))
+  done
+  echo $f
+}
+
+# workers_of PID: the processes doing a proxy's work: nginx's workers (the children of its
+# master), else PID itself (HAProxy -db, tcpvs, whose threads strace -f and perf -p follow).
+workers_of() {
+  local c
+  c=$(pgrep -P "$1" 2>/dev/null | paste -sd, -) || true
+  echo "${c:-$1}"
+}
+
+# cpu_times: one line per CPU from /proc/stat, "cpuN BUSY ALL" in clock ticks, BUSY being all
+# but idle and iowait (user, nice, system, irq, softirq, steal).
+cpu_times() {
+  awk '/^cpu[0-9]/ {all = $2+$3+$4+$5+$6+$7+$8+$9; print $1, all-$5-$6, all}' /proc/stat
+}
+
+# busy_percent CPU BEFORE AFTER: CPU's busy share between two cpu_times snapshots.
+busy_percent() {
+  awk -v c="cpu$1" '$1 == c { if (NR == FNR) { b = $2; a = $3 } else { printf "%.1f", ($3 > a) ? ($2-b)*100/($3-a) : 0 } }' \
+    <(echo "$2") <(echo "$3")
+}
+
+# tcp_segments: "IN OUT", TCP segments received and sent since boot (/proc/net/snmp, what
+# `nstat -az TcpInSegs TcpOutSegs` shows).
+tcp_segments() {
+  awk '$1 == "Tcp:" && $10 ~ /^[0-9]+$/ {print $11, $12}' /proc/net/snmp
+}
+
+# wait_http URL: up to 5 s for URL to answer (a server just started).
+wait_http() {
+  local i
+  for i in $(seq 50); do
+    curl -s -o /dev/null --max-time 1 "$1" && return 0
+    sleep 0.1
+  done
+  echo "no answer from $1" >&2
+  return 1
+}
+
+# start_peers DIR BACKEND_PORT PORT_BASE [TCPVS_BINARY...]: peerbench's layout. The nginx backend
+# on CPU 1 serving DIR/www (small.html, 100 bytes; 1m.bin, 1 MiB); on CPU 0, each with one
+# thread or worker: HAProxy on PORT_BASE, the nginx proxy on PORT_BASE+1, one tcpvs per binary on
+# PORT_BASE+2, +3, ... (TCPVS_SWITCH / TCPVS_VIRTUAL: extra lines for its [switch] and virtual
+# service, e.g. TCPVS_VIRTUAL="defer_accept = false"). Sets PIDS (the processes to kill) and
+# TARGETS (NAME=HOST:PORT=PID: direct, haproxy, nginx, then tcpvs, or tcpvs1, tcpvs2, ... for
+# several binaries) and waits until every target answers. DIR must exist.
+start_peers() {
+  local d=$1 be=$2 base=$3 i=0 name port bin
+  shift 3
+  for bin in "$@"; do [ -x "$bin" ] || { echo "not an executable: $bin" >&2; return 2; }; done
+  mkdir -p "$d/www" "$d/logs"; chmod 755 "$d"
+  head -c 100 /dev/zero | tr '\0' 'a' > "$d/www/small.html"
+  head -c 1048576 /dev/urandom > "$d/www/1m.bin"
+  chmod -R a+rX "$d/www"
+  nginx_backend_config "$d" "$be"
+  nginx_proxy_config "$d" 1 $((base + 1)) "$be"
+  haproxy_config "$d/haproxy.cfg" 1 "$base" "$be"
+  PIDS=(); TARGETS=()
+  taskset -c 1 nginx -c "$d/backend.conf" -p "$d" & PIDS+=($!); TARGETS+=("direct=127.0.0.1:$be=$!")
+  taskset -c 0 haproxy -f "$d/haproxy.cfg" -db >"$d/logs/h.log" 2>&1 & PIDS+=($!)
+  TARGETS+=("haproxy=127.0.0.1:$base=$!")
+  taskset -c 0 nginx -c "$d/nginxproxy.conf" -p "$d" & PIDS+=($!)
+  TARGETS+=("nginx=127.0.0.1:$((base + 1))=$!")
+  for bin in "$@"; do
+    i=$((i + 1)); port=$((base + 1 + i)); name=tcpvs; [ $# -gt 1 ] && name=tcpvs$i
+    tcpvs_config "$d/$name.toml" 1 "$port" "$be" "${TCPVS_SWITCH:-}" "${TCPVS_VIRTUAL:-}"
+    taskset -c 0 "$bin" run -c "$d/$name.toml" >"$d/logs/$name.log" 2>&1 & PIDS+=($!)
+    TARGETS+=("$name=127.0.0.1:$port=$!")
+  done
+  for t in "${TARGETS[@]}"; do
+    IFS='=' read -r name addr _ <<<"$t"
+    wait_http "http://$addr/small.html" || return 1
+  done
+}
+
+# stop_peers: kills what start_peers started (the EXIT trap of the scripts that use it).
+stop_peers() {
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
 }
 
 # run_rounds ROUNDS PATH TARGET...: each round runs "${WRK[@]}" once per target in turn

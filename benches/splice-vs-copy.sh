@@ -3,13 +3,18 @@
 # against an nginx backend that serves with sendfile ON (peerbench.sh's backend has it off).
 # Shows how much of the splice result depends on the backend's memory behaviour.
 # Pinning as peerbench.sh: proxies on CPU 0, wrk and the backend on CPU 1.
-# Usage: benches/splice-vs-copy.sh            Env: ROUNDS (5), DUR (5), CONNS (10)
+# Usage: benches/splice-vs-copy.sh [tcpvs-binary]   (default: builds target/release/tcpvs)
+#        Env: ROUNDS (5), DUR (5), CONNS (10)
 # Needs: apt-get install haproxy nginx wrk
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/benches/lib.sh"
-cargo build --release --manifest-path "$root/Cargo.toml" >&2
-bin=$root/target/release/tcpvs
+if [ $# -ge 1 ]; then
+  bin=$1
+else
+  cargo build --release --manifest-path "$root/Cargo.toml" >&2
+  bin=$root/target/release/tcpvs
+fi
 D=$(mktemp -d /tmp/splice-vs-copy.XXXX); chmod 755 "$D"; mkdir -p "$D/www" "$D/logs"
 head -c 1048576 /dev/urandom > "$D/www/1m.bin"; chmod -R a+rX "$D/www"
 ROUNDS=${ROUNDS:-5}; DUR=${DUR:-5}; CONNS=${CONNS:-10}
