@@ -257,11 +257,15 @@ pub async fn join_all(tasks: Vec<tokio::task::JoinHandle<()>>) {
     }
 }
 
-/// A port with nothing listening: connections are refused.
+/// A loopback address that refuses connections. Its port stays reserved for the life of the
+/// test process (the socket is bound, never listening, and never closed): a port merely freed
+/// could be taken again by a listener bound to port 0 meanwhile, even the test's own switch,
+/// which would then serve as the "dead" server.
 pub async fn dead_address() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = socket.local_addr().unwrap();
+    std::mem::forget(socket);
     addr
 }
 
