@@ -284,3 +284,36 @@ fn a_missing_file_is_a_clear_error() {
         "{err}"
     );
 }
+
+/// `[admin] listen` is checked like a service's: a valid address, not one a service listens on.
+/// (Served once the admin endpoint lands; until then the switch logs that it is not.)
+#[test]
+fn the_admin_listen_address_is_checked() {
+    let ok = check(
+        "admin.toml",
+        &format!("{VALID}\n[admin]\nlisten = \"127.0.0.1:19090\"\n"),
+    );
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    for (listen, message) in [
+        (
+            "127.0.0.1:18555",
+            "listen address 127.0.0.1:18555 is already used by virtual service `web` (line 6)",
+        ),
+        ("localhost", "invalid listen address"),
+    ] {
+        let text = format!("{VALID}\n[admin]\nlisten = \"{listen}\"\n");
+        let c = check("admin.toml", &text);
+        assert_eq!(c.code, 1);
+        let (line, col) = position_of(
+            &text[text.find("[admin]").unwrap()..],
+            &format!("\"{listen}\""),
+        );
+        let base = text[..text.find("[admin]").unwrap()].matches('\n').count();
+        let expected = format!("{}:{}:{col}: {message}", c.file, base + line);
+        assert!(
+            c.stderr.trim().starts_with(&expected),
+            "{}\nexpected: {expected}",
+            c.stderr
+        );
+    }
+}
