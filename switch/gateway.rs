@@ -114,6 +114,10 @@ impl Plan {
             Arc::clone(&timeouts),
         )));
         tasks.push(tokio::spawn(Arc::clone(&timeouts).run_sweeper()));
+        if self.worker == 0 {
+            // Checks and trials run beside the first worker's sessions, off their path.
+            tasks.extend(crate::health::spawn(&self.shared));
+        }
         Ok(Launched {
             bound,
             timeouts,
@@ -324,9 +328,18 @@ impl Switch {
         let mut servers = Vec::new();
         for pool in shared.pools.iter() {
             for (state, backend) in pool.servers.iter().zip(pool.backends.iter()) {
+                let (health, reason) = backend
+                    .status
+                    .lock()
+                    .map(|s| (s.shown, s.reason.clone()))
+                    .unwrap_or((crate::control::State::Down, String::new()));
                 servers.push(ServerSnapshot {
                     pool: pool.name.clone(),
                     addr: backend.addr,
+                    state: health,
+                    reason,
+                    backup: backend.backup,
+                    offered: state.load().is_usable(),
                     weight: state.weight(),
                     active: state.active(),
                     idle: backend.idle_count(),

@@ -8,8 +8,10 @@
 
 pub mod buffer;
 pub mod config;
+pub mod control;
 pub mod demo;
 pub mod gateway;
+pub mod health;
 pub mod http;
 pub mod listener;
 pub mod recycle;

@@ -9,6 +9,7 @@
 
 use crate::buffer::IoBuf;
 use crate::gateway::{Service, Shared};
+use crate::health;
 use crate::http::chunked;
 use crate::http::response::RequestKind;
 use crate::http::rewrite::{
@@ -27,7 +28,7 @@ use crate::relay::{
 };
 use crate::socket::Socket;
 use crate::stats;
-use crate::stream::{read_some, send_all, write_all, write_both, Limit, Then};
+use crate::stream::{read_some, send_all, wait, write_all, write_both, Limit, Then};
 use crate::timeouts::Slot;
 use crate::upstream::{Lease, Pool};
 use std::io;
@@ -101,6 +102,9 @@ enum Burst {
     Refuse(u16, &'static str),
 }
 
+/// Why a request found no server when every candidate was at its `max_conns`.
+const ALL_FULL: &str = "every server is at its connection limit";
+
 /// How long a connection keeps its burst state (one boxed future of a few kilobytes) after a
 /// response before it waits in the low-memory state. A busy client sends its next request long
 /// before; an idle one frees the memory soon.
@@ -126,6 +130,9 @@ enum ExchangeError {
     /// A reused connection failed before any response byte: the server may have closed it
     /// while idle. Safe to retry an idempotent request without body on a new connection.
     Stale,
+    /// A new connection broke (closed, reset, refused the request) before any response byte:
+    /// the server failed, and an idempotent request without body may go to another one.
+    Unanswered(String),
     /// Nothing usable came back (502), or nothing in time (504).
     Server { status: u16, why: String },
     /// The client's request body was invalid (400), late (408), or the client went away (0).
@@ -522,77 +529,153 @@ impl Session {
         };
         let shared = Arc::clone(&self.shared);
         let pool = &shared.pools[pool_index];
-        let (lease, stream, reused) = match self.pick_and_connect(pool).await {
-            Ok(connection) => connection,
-            Err((status, why)) => {
-                self.release_head();
-                return self.respond_locally(status, why, Some(pool_index)).await;
-            }
-        };
-        let backend = lease.backend();
-        write_request_head(
-            &mut self.upstream_head,
-            &self.head,
-            self.inbuf.filled(),
-            self.client_text.as_bytes(),
-            &backend.host_field,
-        );
-        self.release_head();
-
-        let mut result = self.exchange(&lease, stream, reused, started).await;
-        if matches!(result, Err(ExchangeError::Stale)) && self.head.retryable() {
-            stats::bump(&backend.stats.response_errors);
-            tracing::debug!(server = %backend.addr, "reused connection failed; retrying on a new one");
-            result = match backend.connect(self.shared.settings.connect_timeout).await {
-                Ok(stream) => self.exchange(&lease, stream, false, started).await,
-                Err(e) => {
-                    stats::bump(&backend.stats.connect_errors);
-                    Err(ExchangeError::Server {
-                        status: 502,
-                        why: format!("connect: {e}"),
-                    })
+        self.tried.clear();
+        let mut attempts = 0;
+        // A request that reached no server may go to the next candidate: only idempotent ones
+        // without body, and only with a Host of their own (the head is rebuilt once, and a
+        // Host made up from the first server's address would name the wrong one).
+        let may_retry = self.head.retryable() && self.head.host.is_some();
+        let mut head_written = false;
+        loop {
+            let (lease, stream, reused) = match self.pick_or_queue(pool, &mut attempts).await {
+                Ok(connection) => connection,
+                Err((status, why)) => {
+                    if !head_written {
+                        self.release_head();
+                    }
+                    return self.respond_locally(status, why, Some(pool_index)).await;
                 }
             };
-        }
-        match result {
-            Ok(mut outcome) => {
-                outcome.pool = Some(pool_index);
-                outcome
+            let backend = lease.backend();
+            if !head_written {
+                write_request_head(
+                    &mut self.upstream_head,
+                    &self.head,
+                    self.inbuf.filled(),
+                    self.client_text.as_bytes(),
+                    &backend.host_field,
+                );
+                self.release_head();
+                head_written = true;
             }
-            Err(error) => {
-                let (status, why) = match error {
-                    ExchangeError::Stale => (502, "server closed the connection".to_string()),
-                    ExchangeError::Server { status, why } => (status, why),
-                    ExchangeError::Client { status, why } => (status, why),
-                    ExchangeError::AfterResponse(why) => {
-                        // The relay broke off; the client may be mid-request.
-                        self.unread_input = true;
-                        stats::bump(&backend.stats.response_errors);
-                        tracing::debug!(server = %backend.addr, "relay failed after the response head: {why}");
-                        return Outcome {
-                            status: self.response.status,
-                            bytes_out: 0,
-                            keep_client: false,
-                            pool: Some(pool_index),
-                            server: Some(backend.addr),
-                        };
+
+            let mut result = self.exchange(&lease, stream, reused, started).await;
+            if matches!(result, Err(ExchangeError::Stale)) && self.head.retryable() {
+                stats::bump(&backend.stats.response_errors);
+                tracing::debug!(server = %backend.addr, "reused connection failed; retrying on a new one");
+                result = match backend.connect(self.shared.settings.connect_timeout).await {
+                    Ok(stream) => self.exchange(&lease, stream, false, started).await,
+                    Err(e) => {
+                        stats::bump(&backend.stats.connect_errors);
+                        Err(ExchangeError::Unanswered(format!("connect failed: {e}")))
                     }
                 };
-                if status >= 500 {
+            }
+            let error = match result {
+                Ok(mut outcome) => {
+                    health::exchange_succeeded(pool, lease.server);
+                    outcome.pool = Some(pool_index);
+                    return outcome;
+                }
+                Err(error) => error,
+            };
+            let (status, why) = match error {
+                ExchangeError::Unanswered(why) => {
                     stats::bump(&backend.stats.response_errors);
+                    self.server_failed(pool, lease.server, &why);
+                    if may_retry && attempts < self.shared.settings.connect_attempts {
+                        tracing::debug!(server = %backend.addr, "no answer ({why}); trying the next server");
+                        continue;
+                    }
+                    (502, why)
                 }
-                tracing::debug!(server = %backend.addr, status, "exchange failed: {why}");
-                if status == 0 {
-                    // The client went away: nobody to answer.
-                    return Outcome::local(0, 0, false, Some(pool_index));
+                ExchangeError::Stale => (502, "server closed the connection".to_string()),
+                ExchangeError::Server { status, why } => {
+                    stats::bump(&backend.stats.response_errors);
+                    self.server_failed(pool, lease.server, &why);
+                    (status, why)
                 }
-                let mut outcome = self
-                    .respond_locally(status, short_reason(status), Some(pool_index))
-                    .await;
-                // The request body may be half read: the connection cannot go on.
-                outcome.keep_client &= !self.head.has_body();
-                outcome.server = Some(backend.addr);
-                outcome
+                ExchangeError::Client { status, why } => (status, why),
+                ExchangeError::AfterResponse(why) => {
+                    // The relay broke off; the client may be mid-request.
+                    self.unread_input = true;
+                    stats::bump(&backend.stats.response_errors);
+                    tracing::debug!(server = %backend.addr, "relay failed after the response head: {why}");
+                    return Outcome {
+                        status: self.response.status,
+                        bytes_out: 0,
+                        keep_client: false,
+                        pool: Some(pool_index),
+                        server: Some(backend.addr),
+                    };
+                }
+            };
+            tracing::debug!(server = %backend.addr, status, "exchange failed: {why}");
+            if status == 0 {
+                // The client went away: nobody to answer.
+                return Outcome::local(0, 0, false, Some(pool_index));
+            }
+            let mut outcome = self
+                .respond_locally(status, short_reason(status), Some(pool_index))
+                .await;
+            // The request body may be half read: the connection cannot go on.
+            outcome.keep_client &= !self.head.has_body();
+            outcome.server = Some(backend.addr);
+            return outcome;
+        }
+    }
+
+    /// A server failed this request: passive health detection hears of it, and the log
+    /// does, at most once a second per server.
+    fn server_failed(&self, pool: &Pool, server: usize, why: &str) {
+        let backend = &pool.backends[server];
+        if let Some(unlogged) = backend.may_warn(self.timer.now_ms()) {
+            if unlogged > 0 {
+                tracing::warn!(pool = %pool.name, server = %backend.addr, "{why} ({unlogged} more failures since the last warning)");
+            } else {
+                tracing::warn!(pool = %pool.name, server = %backend.addr, "{why}");
+            }
+        }
+        health::exchange_failed(pool, server, why.to_string());
+    }
+
+    /// [`Session::pick_and_connect`], and when every usable server is at its `max_conns`, a
+    /// wait in the pool's queue for up to `queue_timeout`: each request of the pool that ends
+    /// wakes the longest waiting one, which looks again.
+    async fn pick_or_queue<'p>(
+        &mut self,
+        pool: &'p Pool,
+        attempts: &mut usize,
+    ) -> Result<(Lease<'p>, Socket, bool), (u16, &'static str)> {
+        let first = self.pick_and_connect(pool, attempts).await;
+        let queue_timeout = pool.health.queue_timeout;
+        if queue_timeout.is_zero() || !matches!(first, Err((_, ALL_FULL))) {
+            return first;
+        }
+        let deadline = Instant::now() + queue_timeout;
+        let ticket = pool.queued();
+        loop {
+            let mut woken = pin!(ticket.notified());
+            woken.as_mut().enable();
+            // Looked at again after the waiter is registered: no wake-up falls in between.
+            self.tried.clear();
+            match self.pick_and_connect(pool, attempts).await {
+                Err((_, ALL_FULL)) => {}
+                other => return other,
+            }
+            let waited = wait(
+                async {
+                    woken.await;
+                    Ok(())
+                },
+                Limit::Until(deadline),
+            )
+            .await;
+            if waited.is_err() {
+                return Err((
+                    503,
+                    "every server is at its connection limit (queue timeout)",
+                ));
             }
         }
     }
@@ -632,15 +715,25 @@ impl Session {
     async fn pick_and_connect<'p>(
         &mut self,
         pool: &'p Pool,
+        attempts: &mut usize,
     ) -> Result<(Lease<'p>, Socket, bool), (u16, &'static str)> {
-        self.tried.clear();
-        let attempts = self.shared.settings.connect_attempts;
+        let max_attempts = self.shared.settings.connect_attempts;
         let idle_age = self.shared.settings.server_idle_timeout;
         let connect_timeout = self.shared.settings.connect_timeout;
         let mut connects = 0;
+        let mut full = 0;
         // Every server can be tried at most once, full ones included.
-        while connects < attempts && self.tried.len() < pool.servers.len() {
-            let Some(server) = self.pick(pool) else { break };
+        while *attempts < max_attempts && self.tried.len() < pool.servers.len() {
+            // A backup the module does not offer yet (a primary still counts as up) takes the
+            // request when the module has no candidate left and a primary failed it; primaries
+            // that are merely full make it queue instead.
+            let Some(server) = self.pick(pool).or_else(|| {
+                (*attempts > 0)
+                    .then(|| pool.backup_candidate(&self.tried))
+                    .flatten()
+            }) else {
+                break;
+            };
             if self.tried.contains(&server) {
                 tracing::error!(pool = %pool.name, "scheduler `{}` answered a server it was told was tried", pool.scheduler.name());
                 break;
@@ -648,36 +741,35 @@ impl Session {
             self.tried.push(server);
             let Some(lease) = pool.try_lease(server) else {
                 // At its max_conns: the next candidate, without spending an attempt.
+                full += 1;
                 continue;
             };
             connects += 1;
+            *attempts += 1;
             let backend = lease.backend();
             let retryable = self.head.retryable();
             let now_ms = self.timer.now_ms();
-            let connection = match backend.take_idle(
-                self.timer.worker(),
-                now_ms,
-                idle_age,
-                !retryable,
-            ) {
-                Some(stream) => Some((stream, true)),
-                None => match backend.connect(connect_timeout).await {
-                    Ok(stream) => Some((stream, false)),
-                    Err(e) => {
-                        stats::bump(&backend.stats.connect_errors);
-                        tracing::warn!(pool = %pool.name, server = %backend.addr, "connect failed: {e}");
-                        None
-                    }
-                },
-            };
+            let connection =
+                match backend.take_idle(self.timer.worker(), now_ms, idle_age, !retryable) {
+                    Some(stream) => Some((stream, true)),
+                    None => match backend.connect(connect_timeout).await {
+                        Ok(stream) => Some((stream, false)),
+                        Err(e) => {
+                            stats::bump(&backend.stats.connect_errors);
+                            self.server_failed(pool, server, &format!("connect failed: {e}"));
+                            None
+                        }
+                    },
+                };
             if let Some((stream, reused)) = connection {
                 self.response_field = self.module_response_field(pool, server);
                 return Ok((lease, stream, reused));
             }
         }
-        Err(match (self.tried.is_empty(), connects) {
-            (true, _) => (503, "no server available"),
-            (false, 0) => (503, "every server is at its connection limit"),
+        Err(match (self.tried.is_empty(), connects, full) {
+            (true, _, _) => (503, "no server available"),
+            (false, 0, 1..) => (503, ALL_FULL),
+            (false, 0, 0) => (502, "no server answered"),
             _ => (502, "no server accepted the connection"),
         })
     }
@@ -745,10 +837,7 @@ impl Session {
             return Err(if reused {
                 ExchangeError::Stale
             } else {
-                ExchangeError::Server {
-                    status: 502,
-                    why: format!("sending request: {e}"),
-                }
+                ExchangeError::Unanswered(format!("sending the request: {e}"))
             });
         }
         let early_body = with_head.len();
@@ -1202,6 +1291,11 @@ async fn read_response_head(
         server_buf.make_room_for_head(MAX_HEAD_BYTES);
         match read_some(server, server_buf, Limit::Idle(idle)).await {
             Ok(0) if reused && !received_any => return Err(ExchangeError::Stale),
+            Ok(0) if !received_any => {
+                return Err(ExchangeError::Unanswered(
+                    "server closed before any response byte".into(),
+                ))
+            }
             Ok(0) => {
                 return Err(ExchangeError::Server {
                     status: 502,
@@ -1220,6 +1314,11 @@ async fn read_response_head(
                 uploaded = now;
             }
             Err(_) if reused && !received_any => return Err(ExchangeError::Stale),
+            Err(e) if !received_any => {
+                return Err(ExchangeError::Unanswered(format!(
+                    "reading the response: {e}"
+                )))
+            }
             Err(e) => {
                 return Err(ExchangeError::Server {
                     status: 502,

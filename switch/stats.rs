@@ -51,6 +51,13 @@ pub fn read(counter: &AtomicU64) -> u64 {
 pub struct ServerSnapshot {
     pub pool: String,
     pub addr: std::net::SocketAddr,
+    /// `up`, `down`, `drain` or `maint`, and why (the last transition's reason).
+    pub state: crate::control::State,
+    pub reason: String,
+    pub backup: bool,
+    /// New requests may go to it now (a backup only while no primary is usable).
+    pub offered: bool,
+    /// The effective weight (admin, agent and slow start applied).
     pub weight: u32,
     pub active: u32,
     pub idle: usize,

@@ -1,15 +1,18 @@
 //! Server pools at run time: the module that picks, the live state it reads, and per server the
 //! idle keep-alive connections waiting for reuse.
 
+use crate::config::health::PoolHealth;
 use crate::config::PoolConfig;
+use crate::control::ServerStatus;
 use crate::socket::Socket;
 use crate::stats::{self, ServerStats};
 use crate::stream::{wait, Limit};
 use rustix::net::RecvFlags;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 use tcpvs_modules::{
     BuildContext, BuildError, Clock, PoolView, RequestView, Scheduler, ServerState,
@@ -26,6 +29,19 @@ pub struct Backend {
     /// readiness comes from that worker's reactor, and its age from that worker's clock).
     idle: Box<[Mutex<Vec<IdleConnection>>]>,
     pub stats: ServerStats,
+    /// As configured: weight, `max_conns`, backup.
+    pub weight: u32,
+    pub max_conns: u32,
+    pub backup: bool,
+    /// Health, admin and agent state; written only by `control::apply`.
+    pub status: Mutex<ServerStatus>,
+    /// Set while a good exchange would change the status (failures counted, or on trial):
+    /// otherwise the data path reports nothing, at the cost of one relaxed load.
+    pub report_success: AtomicBool,
+    /// When a failure was last logged as a warning (coarse ms), so a dead server does not
+    /// flood the log; and how many were not logged since.
+    warned_ms: AtomicU64,
+    unlogged: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -36,13 +52,32 @@ struct IdleConnection {
 }
 
 impl Backend {
-    fn new(addr: SocketAddr, workers: usize) -> Self {
+    fn new(config: &crate::config::ServerConfig, workers: usize) -> Self {
         Backend {
-            addr,
-            host_field: addr.to_string().into_bytes().into_boxed_slice(),
+            addr: config.addr,
+            host_field: config.addr.to_string().into_bytes().into_boxed_slice(),
             idle: (0..workers.max(1)).map(|_| Mutex::default()).collect(),
             stats: ServerStats::default(),
+            weight: config.weight,
+            max_conns: config.max_conns,
+            backup: config.backup,
+            status: Mutex::new(ServerStatus::new(config.weight)),
+            report_success: AtomicBool::new(false),
+            warned_ms: AtomicU64::new(0),
+            unlogged: AtomicU64::new(0),
         }
+    }
+
+    /// A failure worth a warning, at most one per second per server (`now_ms` on the coarse
+    /// clock): returns how many were left unlogged before this one, or `None` to stay quiet.
+    pub fn may_warn(&self, now_ms: u64) -> Option<u64> {
+        let last = self.warned_ms.load(Ordering::Relaxed);
+        if last != 0 && now_ms.saturating_sub(last) < 1000 {
+            self.unlogged.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        self.warned_ms.store(now_ms.max(1), Ordering::Relaxed);
+        Some(self.unlogged.swap(0, Ordering::Relaxed))
     }
 
     /// The idle list of `worker` (worker indexes beyond the count share the last list, which
@@ -143,6 +178,14 @@ pub struct Pool {
     pub servers: Box<[ServerState]>,
     pub backends: Box<[Backend]>,
     pub scheduler: Box<dyn Scheduler>,
+    /// Checks, passive detection, queue and slow start, as configured.
+    pub health: PoolHealth,
+    /// Serialises `control::apply` for this pool.
+    control: Mutex<()>,
+    /// Requests waiting for a slot (every usable server at `max_conns`), woken in arrival
+    /// order when a request of the pool ends.
+    queue: tokio::sync::Notify,
+    waiting: AtomicUsize,
 }
 
 /// The live server states of a pool as configured.
@@ -179,16 +222,60 @@ impl Pool {
     ) -> Result<Pool, BuildError> {
         let servers = server_states(config);
         let scheduler = build_scheduler(config, &servers, clock)?;
-        Ok(Pool {
+        let pool = Pool {
             name: config.name.clone(),
             backends: config
                 .servers
                 .iter()
-                .map(|s| Backend::new(s.addr, workers))
+                .map(|s| Backend::new(s, workers))
                 .collect(),
             servers,
             scheduler,
-        })
+            health: config.health.clone(),
+            control: Mutex::new(()),
+            queue: tokio::sync::Notify::new(),
+            waiting: AtomicUsize::new(0),
+        };
+        // Backups start hidden from the module while a primary is usable.
+        crate::control::apply(&pool, 0, crate::control::Change::Tick);
+        Ok(pool)
+    }
+
+    /// Held while `control::apply` writes this pool's state.
+    pub(crate) fn control_lock(&self) -> MutexGuard<'_, ()> {
+        self.control
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A request of the pool ended or a server changed: the first queued request looks again.
+    pub(crate) fn wake_queue(&self) {
+        if self.waiting.load(Ordering::Relaxed) > 0 {
+            self.queue.notify_one();
+        }
+    }
+
+    /// Waits until a slot may be free (a request of the pool ended, or a server changed).
+    /// `arm` is the waiter registered before the caller's last look, so no wake-up is lost.
+    pub(crate) fn queued(&self) -> QueueTicket<'_> {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        QueueTicket { pool: self }
+    }
+
+    /// The best backup server not yet tried that is usable by its own state, for the retry of
+    /// a request whose primaries failed before passive detection took them down.
+    pub fn backup_candidate(&self, tried: &[usize]) -> Option<usize> {
+        self.backends
+            .iter()
+            .enumerate()
+            .filter(|(i, b)| b.backup && !tried.contains(i))
+            .filter(|(_, b)| {
+                b.status
+                    .lock()
+                    .is_ok_and(|s| s.state() == crate::control::State::Up)
+            })
+            .min_by_key(|(i, _)| self.servers[*i].active())
+            .map(|(i, _)| i)
     }
 
     pub fn view(&self) -> PoolView<'_> {
@@ -240,5 +327,24 @@ impl Drop for Lease<'_> {
             state.remove_active();
         }
         self.pool.scheduler.connection_ended(self.server);
+        self.pool.wake_queue();
+    }
+}
+
+/// A request's place in its pool's queue; leaving it (drop) ends the wait.
+pub(crate) struct QueueTicket<'a> {
+    pool: &'a Pool,
+}
+
+impl<'a> QueueTicket<'a> {
+    /// A wake-up to wait for, registered before the caller looks for a slot again.
+    pub fn notified(&self) -> tokio::sync::futures::Notified<'a> {
+        self.pool.queue.notified()
+    }
+}
+
+impl Drop for QueueTicket<'_> {
+    fn drop(&mut self) {
+        self.pool.waiting.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -634,10 +634,13 @@ fn switch_section(o: &Opts) -> String {
     )
 }
 
+/// One pool with passive failure detection off: these tests script a server that misbehaves
+/// on purpose, request after request, to see each answer the switch makes of it; taking that
+/// server out after three failures is what tests/health.rs checks.
 fn config_one_pool(servers: &[SocketAddr], o: &Opts) -> String {
     format!(
         "{}[virtual.web]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"a\"\n\n\
-         [pool.a]\nscheduler = \"wlc\"\nservers = [{}]\n",
+         [pool.a]\nscheduler = \"wlc\"\nservers = [{}]\n[pool.a.health]\nmax_fails = 0\n",
         switch_section(o),
         server_list(servers)
     )

@@ -2,8 +2,9 @@
 //!
 //! A client without the cookie is placed by an inner module (`inner`, default `wlc`) and its
 //! first response gets `Set-Cookie: <name>=<server id>; Path=/; HttpOnly`. Later requests
-//! carrying the cookie go to that server while it is up and its weight is above 0; otherwise
-//! the inner module places them again and the cookie is re-issued.
+//! carrying the cookie go to that server while it is up and its weight is above 0, draining or
+//! not (a drained server keeps its persistent clients); otherwise the inner module places them
+//! again and the cookie is re-issued.
 //!
 //! The server id is a keyed hash (SipHash-2-4) of the server's address, so the cookie does not
 //! reveal the address. The key comes from the `secret` option; without one a random key is
@@ -11,7 +12,6 @@
 //! they survive restarts and agree between several tcpvs instances.
 
 use crate::key::{cookie_value, is_token};
-use crate::load::eligible;
 use crate::options::Options;
 use crate::{BuildContext, BuildError, PoolView, RequestView, ResponseField, Scheduler};
 use siphasher::sip::SipHasher24;
@@ -105,7 +105,11 @@ impl Scheduler for CookiePersistence {
         tried: &[usize],
     ) -> Option<usize> {
         if let Some(s) = self.cookie_server(request) {
-            if s < pool.servers.len() && eligible(&pool.servers[s], s, tried) {
+            // A draining server keeps the clients that persist on it.
+            if s < pool.servers.len()
+                && pool.servers[s].load().keeps_persistent()
+                && !tried.contains(&s)
+            {
                 return Some(s);
             }
         }

@@ -1,5 +1,5 @@
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Case-insensitive access to the request's header fields, implemented by the switch over its
 /// parsed request head so that a module sees headers without any copy.
@@ -39,15 +39,17 @@ impl std::fmt::Debug for RequestView<'_> {
 /// [`Load`] of a server with a single load: picking among 64 servers stays a short loop.
 #[derive(Debug)]
 pub struct ServerState {
-    /// Bits 0..32: active requests; bits 32..48: weight; bit 48: down.
+    /// Bits 0..32: active requests; bits 32..48: weight; bit 48: down; bit 49: draining.
     state: AtomicU64,
-    /// Most requests in flight at once; 0 means no limit.
-    max_active: u32,
+    /// Most requests in flight at once; 0 means no limit. Atomic because the switch lowers it
+    /// for a while (a server on trial after a failure takes one request at a time).
+    max_active: AtomicU32,
 }
 
 const WEIGHT_SHIFT: u32 = 32;
 const WEIGHT_MASK: u64 = 0xffff << WEIGHT_SHIFT;
 const DOWN: u64 = 1 << 48;
+const DRAINING: u64 = 1 << 49;
 const ACTIVE_MASK: u64 = 0xffff_ffff;
 
 /// One server's figures, read together.
@@ -56,11 +58,19 @@ pub struct Load {
     pub active: u32,
     pub weight: u32,
     pub up: bool,
+    /// Draining: keeps its requests and its persistent clients, gets no new ones.
+    pub draining: bool,
 }
 
 impl Load {
-    /// Up and not quiescent: may receive new work.
+    /// Up, not quiescent and not draining: may receive new work.
     pub fn is_usable(self) -> bool {
+        self.up && self.weight > 0 && !self.draining
+    }
+
+    /// May take a request of a client that persists on it (a cookie): up and not quiescent,
+    /// draining or not.
+    pub fn keeps_persistent(self) -> bool {
         self.up && self.weight > 0
     }
 }
@@ -74,7 +84,7 @@ impl ServerState {
     pub fn with_limit(weight: u32, max_active: u32) -> Self {
         ServerState {
             state: AtomicU64::new(u64::from(weight.min(0xffff)) << WEIGHT_SHIFT),
-            max_active,
+            max_active: AtomicU32::new(max_active),
         }
     }
 
@@ -85,17 +95,24 @@ impl ServerState {
             active: (v & ACTIVE_MASK) as u32,
             weight: ((v & WEIGHT_MASK) >> WEIGHT_SHIFT) as u32,
             up: v & DOWN == 0,
+            draining: v & DRAINING != 0,
         }
     }
 
-    /// The `max_conns` limit; 0 means none.
+    /// The limit of requests in flight (`max_conns`); 0 means none.
     pub fn max_active(&self) -> u32 {
-        self.max_active
+        self.max_active.load(Ordering::Relaxed)
     }
 
-    /// At its `max_conns` limit: the switch skips it for new requests.
+    /// Sets the limit of requests in flight; 0 means none.
+    pub fn set_max_active(&self, limit: u32) {
+        self.max_active.store(limit, Ordering::Relaxed);
+    }
+
+    /// At its limit: the switch skips it for new requests.
     pub fn is_full(&self) -> bool {
-        self.max_active > 0 && self.active() >= self.max_active
+        let limit = self.max_active();
+        limit > 0 && self.active() >= limit
     }
 
     pub fn weight(&self) -> u32 {
@@ -123,6 +140,14 @@ impl ServerState {
         }
     }
 
+    pub fn set_draining(&self, draining: bool) {
+        if draining {
+            self.state.fetch_or(DRAINING, Ordering::Relaxed);
+        } else {
+            self.state.fetch_and(!DRAINING, Ordering::Relaxed);
+        }
+    }
+
     /// Requests in flight at this server (LVS "ActiveConn").
     pub fn active(&self) -> u32 {
         self.load().active
@@ -143,7 +168,7 @@ impl ServerState {
 
     /// Counts one more active request unless the server is at its limit; true if counted.
     pub fn try_add_active(&self) -> bool {
-        let limit = u64::from(self.max_active);
+        let limit = u64::from(self.max_active());
         self.state
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
                 let active = v & ACTIVE_MASK;
@@ -181,6 +206,11 @@ mod tests {
         s.remove_active();
         assert_eq!(s.active(), 0, "never below zero");
         s.set_up(true);
+        assert!(s.is_usable());
+        s.set_draining(true);
+        assert!(!s.is_usable() && s.load().keeps_persistent());
+        assert_eq!(s.active(), 0);
+        s.set_draining(false);
         assert!(s.is_usable());
         s.set_weight(100_000);
         assert_eq!(s.weight(), 65_535);

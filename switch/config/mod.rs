@@ -4,6 +4,7 @@
 //! `FILE:LINE:COL: message`.
 
 mod error;
+pub mod health;
 mod raw;
 pub mod units;
 
@@ -80,6 +81,8 @@ pub struct ServerConfig {
     pub weight: u32,
     /// Most requests in flight at this server; 0 means no limit.
     pub max_conns: u32,
+    /// Used only while no other server of the pool is usable.
+    pub backup: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -88,6 +91,8 @@ pub struct PoolConfig {
     pub scheduler: String,
     pub options: Vec<(String, OptionValue)>,
     pub servers: Vec<ServerConfig>,
+    /// Health checks, passive detection, queue and slow start.
+    pub health: health::PoolHealth,
 }
 
 /// A checked rule file.
@@ -298,6 +303,7 @@ fn build_pools(
             .map_or_else(|| "wlc".to_string(), |s| s.get_ref().clone());
         let servers = build_servers(name, pool, pool_span.clone(), sink);
         let options = build_options(pool, sink);
+        let pool_health = health::build_pool_health(pool, sink);
         let plain: Vec<(String, OptionValue)> = options
             .iter()
             .map(|(k, v, _)| (k.clone(), v.clone()))
@@ -307,6 +313,7 @@ fn build_pools(
             scheduler,
             options: plain,
             servers,
+            health: pool_health,
         };
         // Build the module once now, so an unknown name or a bad option is refused at load.
         let states = crate::upstream::server_states(&config);
@@ -400,6 +407,7 @@ fn build_servers(
             addr,
             weight,
             max_conns,
+            backup: raw.backup.unwrap_or(false),
         });
     }
     servers

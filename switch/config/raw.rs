@@ -77,13 +77,36 @@ pub(crate) struct RawServer {
     pub addr: Spanned<String>,
     pub weight: Option<Spanned<i64>>,
     pub max_conns: Option<Spanned<i64>>,
+    pub backup: Option<bool>,
 }
 
-/// A pool table: `scheduler`, `servers`, and any other key as an option of the module.
+/// `[pool.NAME.health]`.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHealth {
+    pub check: Option<Spanned<String>>,
+    pub path: Option<Spanned<String>>,
+    pub host: Option<Spanned<String>>,
+    pub expect: Option<Spanned<String>>,
+    pub interval: Option<Spanned<String>>,
+    pub timeout: Option<Spanned<String>>,
+    pub rise: Option<Spanned<i64>>,
+    pub fall: Option<Spanned<i64>>,
+    pub max_fails: Option<Spanned<i64>>,
+    pub fail_timeout: Option<Spanned<String>>,
+    pub agent_port: Option<Spanned<i64>>,
+    pub agent_interval: Option<Spanned<String>>,
+}
+
+/// A pool table: `scheduler`, `servers`, the switch's own pool keys, and any other key as an
+/// option of the module.
 #[derive(Default)]
 pub(crate) struct RawPool {
     pub scheduler: Option<Spanned<String>>,
     pub servers: Option<Spanned<Vec<Spanned<RawServer>>>>,
+    pub queue_timeout: Option<Spanned<String>>,
+    pub slow_start: Option<Spanned<String>>,
+    pub health: Option<Spanned<RawHealth>>,
     pub options: Vec<(Spanned<String>, Spanned<toml::Value>)>,
 }
 
@@ -103,6 +126,9 @@ impl<'de> Deserialize<'de> for RawPool {
                     match key.get_ref().as_str() {
                         "scheduler" => pool.scheduler = Some(map.next_value()?),
                         "servers" => pool.servers = Some(map.next_value()?),
+                        "queue_timeout" => pool.queue_timeout = Some(map.next_value()?),
+                        "slow_start" => pool.slow_start = Some(map.next_value()?),
+                        "health" => pool.health = Some(map.next_value()?),
                         _ => {
                             let value = map.next_value()?;
                             pool.options.push((key, value));

@@ -1,0 +1,99 @@
+//! Active checks: `tcp` (a connection opens) and `http` (`GET path` answered with a status in
+//! `expect`), each bounded by `timeout`, one at a time per server.
+
+use super::Place;
+use crate::config::health::{CheckKind, HealthConfig};
+use crate::control::{self, AdminState, Change};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Checks one server every `interval`, after `offset`, until the switch goes.
+pub async fn run(place: Place, offset: Duration) {
+    tokio::time::sleep(offset).await;
+    loop {
+        let Some(shared) = place.get() else { return };
+        let pool = &shared.pools[place.pool];
+        let server = &pool.backends[place.server];
+        let config = pool.health.health.clone();
+        let in_maint = server
+            .status
+            .lock()
+            .is_ok_and(|s| s.admin == AdminState::Maint);
+        let addr = server.addr;
+        drop(shared);
+        if !in_maint {
+            let change = match probe(addr, &config).await {
+                Ok(()) => Change::CheckPassed,
+                Err(why) => Change::CheckFailed(why),
+            };
+            let Some(shared) = place.get() else { return };
+            control::apply(&shared.pools[place.pool], place.server, change);
+        }
+        tokio::time::sleep(config.interval).await;
+    }
+}
+
+/// One check of `addr`; `Err` says why it failed.
+pub async fn probe(addr: SocketAddr, config: &HealthConfig) -> Result<(), String> {
+    match tokio::time::timeout(config.timeout, probe_unbounded(addr, config)).await {
+        Ok(result) => result,
+        Err(_) => Err(format!("no answer within {:?}", config.timeout)),
+    }
+}
+
+async fn probe_unbounded(addr: SocketAddr, config: &HealthConfig) -> Result<(), String> {
+    let mut stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    if config.check != CheckKind::Http {
+        return Ok(());
+    }
+    let host = config.host.clone().unwrap_or_else(|| addr.to_string());
+    let request = format!(
+        "GET {} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: tcpvs-check\r\nConnection: close\r\n\r\n",
+        config.path
+    );
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| format!("sending the check: {e}"))?;
+    let status = read_status(&mut stream).await?;
+    if config.expect.contains(status) {
+        Ok(())
+    } else {
+        Err(format!("status {status}"))
+    }
+}
+
+/// The status of the response's status line (interim 1xx responses skipped).
+async fn read_status(stream: &mut TcpStream) -> Result<u16, String> {
+    let mut buf = Vec::with_capacity(512);
+    let mut chunk = [0u8; 512];
+    loop {
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut response = httparse::Response::new(&mut headers);
+        match response.parse(&buf) {
+            Ok(httparse::Status::Complete(len)) => {
+                let code = response.code.unwrap_or(0);
+                if (100..200).contains(&code) && code != 101 {
+                    buf.drain(..len);
+                    continue;
+                }
+                return Ok(code);
+            }
+            Ok(httparse::Status::Partial) if buf.len() < 16 * 1024 => {}
+            Ok(httparse::Status::Partial) => return Err("response head too long".into()),
+            Err(e) => return Err(format!("invalid response: {e}")),
+        }
+        let n = stream
+            .read(&mut chunk)
+            .await
+            .map_err(|e| format!("reading the answer: {e}"))?;
+        if n == 0 {
+            return Err("closed before a response head".into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
