@@ -255,8 +255,8 @@ impl Pool {
         }
     }
 
-    /// Waits until a slot may be free (a request of the pool ended, or a server changed).
-    /// `arm` is the waiter registered before the caller's last look, so no wake-up is lost.
+    /// A place in the pool's queue: while it lives, each request of the pool that ends (and
+    /// each change of a server) wakes the longest waiting holder, which then looks again.
     pub(crate) fn queued(&self) -> QueueTicket<'_> {
         self.waiting.fetch_add(1, Ordering::Relaxed);
         QueueTicket { pool: self }
