@@ -1,0 +1,178 @@
+//! Route, pick and connect: the pool a request goes to (the service's rules), the server the
+//! pool's module picks (backups when primaries failed, the pool's queue when every server is
+//! full), and a connection to it, reused or new. Failures here feed passive health detection.
+
+use super::{Session, ALL_FULL};
+use crate::health;
+use crate::socket::Socket;
+use crate::stats;
+use crate::stream::{wait, Limit};
+use crate::upstream::{Lease, Pool};
+use std::pin::pin;
+use tcpvs_modules::{RequestView, ResponseField};
+use tokio::time::Instant;
+
+impl Session {
+    /// A server failed this request: passive health detection hears of it, and the log
+    /// does, at most once a second per server.
+    pub(super) fn server_failed(&self, pool: &Pool, server: usize, why: &str) {
+        let backend = &pool.backends[server];
+        if let Some(unlogged) = backend.may_warn(self.timer.now_ms()) {
+            if unlogged > 0 {
+                tracing::warn!(pool = %pool.name, server = %backend.addr, "{why} ({unlogged} more failures since the last warning)");
+            } else {
+                tracing::warn!(pool = %pool.name, server = %backend.addr, "{why}");
+            }
+        }
+        health::exchange_failed(pool, server, why.to_string());
+    }
+
+    /// [`Session::pick_and_connect`], and when every usable server is at its `max_conns`, a
+    /// wait in the pool's queue for up to `queue_timeout`: each request of the pool that ends
+    /// wakes the longest waiting one, which looks again.
+    pub(super) async fn pick_or_queue<'p>(
+        &mut self,
+        pool: &'p Pool,
+        attempts: &mut usize,
+    ) -> Result<(Lease<'p>, Socket, bool), (u16, &'static str)> {
+        let first = self.pick_and_connect(pool, attempts).await;
+        let queue_timeout = pool.health.queue_timeout;
+        if queue_timeout.is_zero() || !matches!(first, Err((_, ALL_FULL))) {
+            return first;
+        }
+        let deadline = Instant::now() + queue_timeout;
+        let ticket = pool.queued();
+        loop {
+            let mut woken = pin!(ticket.notified());
+            woken.as_mut().enable();
+            // Looked at again after the waiter is registered: no wake-up falls in between.
+            self.tried.clear();
+            match self.pick_and_connect(pool, attempts).await {
+                Err((_, ALL_FULL)) => {}
+                other => return other,
+            }
+            let waited = wait(
+                async {
+                    woken.await;
+                    Ok(())
+                },
+                Limit::Until(deadline),
+            )
+            .await;
+            if waited.is_err() {
+                return Err((
+                    503,
+                    "every server is at its connection limit (queue timeout)",
+                ));
+            }
+        }
+    }
+
+    /// The pool for the current request, by the service's rules.
+    pub(super) fn route(&self) -> Option<usize> {
+        let buf = self.inbuf.filled();
+        let headers = self.head.lookup(buf);
+        let view = self.request_view(buf, &headers);
+        self.service().rules.route(&view)
+    }
+
+    fn request_view<'a>(
+        &'a self,
+        buf: &'a [u8],
+        headers: &'a dyn tcpvs_modules::HeaderLookup,
+    ) -> RequestView<'a> {
+        RequestView {
+            method: self.head.method(buf),
+            path: self.head.path.get(buf),
+            query: self.head.query.map(|q| q.get(buf)),
+            host: self.head.host.map(|h| h.get(buf)),
+            headers,
+            client: self.peer.ip(),
+        }
+    }
+
+    /// Asks the pool's module for servers in preference order until one gives a connection:
+    /// a parked idle one, else a new one. Returns `None` when candidates or attempts run out.
+    async fn pick_and_connect<'p>(
+        &mut self,
+        pool: &'p Pool,
+        attempts: &mut usize,
+    ) -> Result<(Lease<'p>, Socket, bool), (u16, &'static str)> {
+        let max_attempts = self.shared.settings.connect_attempts;
+        let idle_age = self.shared.settings.server_idle_timeout;
+        let connect_timeout = self.shared.settings.connect_timeout;
+        let mut connects = 0;
+        let mut full = 0;
+        // Every server can be tried at most once, full ones included.
+        while *attempts < max_attempts && self.tried.len() < pool.servers.len() {
+            // A backup the module does not offer yet (a primary still counts as up) takes the
+            // request when the module has no candidate left and a primary failed it; primaries
+            // that are merely full make it queue instead.
+            let Some(server) = self.pick(pool).or_else(|| {
+                (*attempts > 0)
+                    .then(|| pool.backup_candidate(&self.tried))
+                    .flatten()
+            }) else {
+                break;
+            };
+            if self.tried.contains(&server) {
+                tracing::error!(pool = %pool.name, "scheduler `{}` answered a server it was told was tried", pool.scheduler.name());
+                break;
+            }
+            self.tried.push(server);
+            let Some(lease) = pool.try_lease(server) else {
+                // At its max_conns: the next candidate, without spending an attempt.
+                full += 1;
+                continue;
+            };
+            connects += 1;
+            *attempts += 1;
+            let backend = lease.backend();
+            let retryable = self.head.retryable();
+            let now_ms = self.timer.now_ms();
+            let connection =
+                match backend.take_idle(self.timer.worker(), now_ms, idle_age, !retryable) {
+                    Some(stream) => Some((stream, true)),
+                    None => match backend.connect(connect_timeout).await {
+                        Ok(stream) => Some((stream, false)),
+                        Err(e) => {
+                            stats::bump(&backend.stats.connect_errors);
+                            self.server_failed(pool, server, &format!("connect failed: {e}"));
+                            None
+                        }
+                    },
+                };
+            if let Some((stream, reused)) = connection {
+                self.response_field = self.module_response_field(pool, server);
+                return Ok((lease, stream, reused));
+            }
+        }
+        Err(match (self.tried.is_empty(), connects, full) {
+            (true, _, _) => (503, "no server available"),
+            (false, 0, 1..) => (503, ALL_FULL),
+            (false, 0, 0) => (502, "no server answered"),
+            _ => (502, "no server accepted the connection"),
+        })
+    }
+
+    /// The pool module's next candidate for the current request.
+    fn pick(&self, pool: &Pool) -> Option<usize> {
+        let buf = self.inbuf.filled();
+        let headers = self.head.lookup(buf);
+        let view = self.request_view(buf, &headers);
+        pool.pick(&view, &self.tried)
+    }
+
+    /// A field the module wants on the response (a persistence cookie), if it is safe to send.
+    fn module_response_field(&self, pool: &Pool, server: usize) -> Option<ResponseField> {
+        let buf = self.inbuf.filled();
+        let headers = self.head.lookup(buf);
+        let view = self.request_view(buf, &headers);
+        let field = pool.scheduler.response_field(&view, server)?;
+        let safe = field
+            .value
+            .bytes()
+            .all(|b| b == b'\t' || (b' '..=b'~').contains(&b));
+        safe.then_some(field)
+    }
+}
