@@ -1,6 +1,9 @@
 //! `tcpvs check`: a valid file gets a one-line summary and exit 0; a wrong one exit 1 and each
 //! error as FILE:LINE:COL: message, pointing at the offending token.
 
+mod common;
+
+use common::position_of;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -27,16 +30,6 @@ fn check(name: &str, text: &str) -> Checked {
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         file: path.display().to_string(),
     }
-}
-
-/// Line and column (1-based) of the first occurrence of `needle` in `text`.
-fn position_of(text: &str, needle: &str) -> (usize, usize) {
-    let at = text
-        .find(needle)
-        .unwrap_or_else(|| panic!("{needle:?} not in the file"));
-    let line = text[..at].matches('\n').count() + 1;
-    let col = at - text[..at].rfind('\n').map_or(0, |i| i + 1) + 1;
-    (line, col)
 }
 
 const VALID: &str = r#"[switch]

@@ -1189,29 +1189,6 @@ async fn a_state_the_agent_set_gives_the_agent_as_its_reason() {
 
 // ---------------------------------------------------------------- the log of the binary
 
-/// A folder of the test's own, removed when dropped.
-struct Scratch(std::path::PathBuf);
-
-impl Scratch {
-    fn new(test: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("tcpvs-health-{}-{test}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn file(&self, name: &str, text: &str) -> std::path::PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_server_behind_200_requests_is_logged_down_once_and_warned_about_a_few_times() {
     let live = backend().await;
@@ -1284,16 +1261,6 @@ async fn a_dead_server_behind_200_requests_is_logged_down_once_and_warned_about_
 }
 
 // ---------------------------------------------------------------- rule-file errors
-
-/// Line and column (1-based) of the first occurrence of `needle` in `text`.
-fn position_of(text: &str, needle: &str) -> (usize, usize) {
-    let at = text
-        .find(needle)
-        .unwrap_or_else(|| panic!("{needle:?} not in the file"));
-    let line = text[..at].matches('\n').count() + 1;
-    let col = at - text[..at].rfind('\n').map_or(0, |i| i + 1) + 1;
-    (line, col)
-}
 
 /// `tcpvs check FILE` on `text`: exit code, stderr and the file's path.
 fn check(scratch: &Scratch, name: &str, text: &str) -> (Option<i32>, String, String) {

@@ -83,31 +83,6 @@ async fn one_worker_is_the_main_thread_and_more_get_threads_of_their_own() {
 
 // ---------------------------------------------------------------- helpers for the tests below
 
-/// A folder of the test's own under the temporary directory (process id and test name), removed
-/// when dropped, so a failed assertion leaves nothing behind either.
-struct Scratch(std::path::PathBuf);
-
-impl Scratch {
-    fn new(test: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("tcpvs-process-{}-{test}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    /// Writes `text` to the file `name` in the folder and returns its path.
-    fn file(&self, name: &str, text: &str) -> std::path::PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A rule file: the `[switch]` keys given, one virtual service `web` on a free port of
 /// 127.0.0.1 whose default pool `web` is the one server.
 fn rules(switch_keys: &str, server: SocketAddr) -> String {
@@ -115,16 +90,6 @@ fn rules(switch_keys: &str, server: SocketAddr) -> String {
         "[switch]\n{switch_keys}\n\n[virtual.web]\nlisten = \"127.0.0.1:0\"\n\
          default_pool = \"web\"\n\n[pool.web]\nservers = [{{ addr = \"{server}\" }}]\n"
     )
-}
-
-/// Line and column (1-based) of the first occurrence of `needle` in `text`.
-fn position_of(text: &str, needle: &str) -> (usize, usize) {
-    let at = text
-        .find(needle)
-        .unwrap_or_else(|| panic!("{needle:?} not in the file"));
-    let line = text[..at].matches('\n').count() + 1;
-    let col = at - text[..at].rfind('\n').map_or(0, |i| i + 1) + 1;
-    (line, col)
 }
 
 /// How long a test waits for a log line (or for the log to end) before it fails: a guard

@@ -940,6 +940,41 @@ pub async fn wait_until(
 
 // ---------------------------------------------------------------- the tcpvs binary
 
+/// A folder of the test's own under the temporary directory (process id and test name), removed
+/// when dropped, so a failed assertion leaves nothing behind either.
+pub struct Scratch(pub std::path::PathBuf);
+
+impl Scratch {
+    pub fn new(test: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("tcpvs-test-{}-{test}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    /// Writes `text` to the file `name` in the folder and returns its path.
+    pub fn file(&self, name: &str, text: &str) -> std::path::PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Line and column (1-based) of the first occurrence of `needle` in `text`.
+pub fn position_of(text: &str, needle: &str) -> (usize, usize) {
+    let at = text
+        .find(needle)
+        .unwrap_or_else(|| panic!("{needle:?} not in the file"));
+    let line = text[..at].matches('\n').count() + 1;
+    let col = at - text[..at].rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, col)
+}
+
 /// A `tcpvs` process started by a test, with its log lines (stderr) as they come. Killed when
 /// dropped, so a failed assertion leaves no process behind.
 pub struct Process {
