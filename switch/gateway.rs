@@ -1,9 +1,9 @@
 //! The running switch: listeners, shared state, the idle-connection reaper and shutdown.
 
-use crate::config::{Config, SwitchSettings};
+use crate::config::Config;
 use crate::listener;
-use crate::rules::RuleSet;
-use crate::stats::{self, ServerSnapshot, ServiceSnapshot, ServiceStats, Snapshot};
+pub use crate::shared::{Service, Shared};
+use crate::stats::{ServiceStats, Snapshot};
 use crate::timeouts::Timeouts;
 use crate::upstream::Pool;
 use std::io;
@@ -14,29 +14,6 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-
-/// A virtual service at run time.
-#[derive(Debug)]
-pub struct Service {
-    pub name: String,
-    /// Where its listen address is written (`FILE:LINE:COL`).
-    pub listen_at: String,
-    pub defer_accept: bool,
-    pub rules: RuleSet,
-    pub stats: ServiceStats,
-}
-
-/// State every worker shares.
-#[derive(Debug)]
-pub struct Shared {
-    pub settings: SwitchSettings,
-    pub pools: Box<[Pool]>,
-    pub services: Box<[Service]>,
-    /// Client connections open now (bounded by `max_clients`).
-    pub clients: AtomicUsize,
-    /// Turns true when the switch stops: listeners close.
-    pub shutdown: watch::Receiver<bool>,
-}
 
 /// A started switch. Dropping it does not stop it; call [`Switch::shutdown`].
 pub struct Switch {
@@ -97,7 +74,9 @@ impl Plan {
                         format!("{at}: virtual service `{name}`: cannot listen on {addr}: {e}"),
                     )
                 })?;
-            bound.push(listener.local_addr()?);
+            let local = listener.local_addr()?;
+            let _ = service_info.bound.set(local);
+            bound.push(local);
             listeners.push((service, listener));
         }
         let mut tasks = Vec::new();
@@ -268,6 +247,8 @@ impl Switch {
             .into_iter()
             .map(|s| Service {
                 name: s.name,
+                listen: s.listen,
+                bound: std::sync::OnceLock::new(),
                 listen_at: s.listen_at,
                 defer_accept: s.defer_accept,
                 rules: s.rules,
@@ -280,6 +261,7 @@ impl Switch {
             services,
             clients: AtomicUsize::new(0),
             shutdown,
+            started: std::time::Instant::now(),
         });
         Ok(Prepared {
             shared,
@@ -312,53 +294,9 @@ impl Switch {
         &self.addresses
     }
 
+    /// The counters and states of every service, pool and server, read now.
     pub fn stats(&self) -> Snapshot {
-        let shared = &self.shared;
-        let services = shared
-            .services
-            .iter()
-            .map(|s| ServiceSnapshot {
-                name: s.name.clone(),
-                accepted: stats::read(&s.stats.accepted),
-                refused: stats::read(&s.stats.refused),
-                requests: stats::read(&s.stats.requests),
-                local_errors: stats::read(&s.stats.local_errors),
-            })
-            .collect();
-        let mut servers = Vec::new();
-        for pool in shared.pools.iter() {
-            for (state, backend) in pool.servers.iter().zip(pool.backends.iter()) {
-                let (health, reason) = backend
-                    .status
-                    .lock()
-                    .map(|s| (s.shown, s.reason.clone()))
-                    .unwrap_or((crate::control::State::Down, String::new()));
-                servers.push(ServerSnapshot {
-                    pool: pool.name.clone(),
-                    addr: backend.addr,
-                    state: health,
-                    reason,
-                    backup: backend.backup,
-                    offered: state.load().is_usable(),
-                    weight: state.weight(),
-                    active: state.active(),
-                    idle: backend.idle_count(),
-                    connections: stats::read(&backend.stats.connections),
-                    requests: stats::read(&backend.stats.requests),
-                    bytes_in: stats::read(&backend.stats.bytes_in),
-                    bytes_out: stats::read(&backend.stats.bytes_out),
-                    connect_errors: stats::read(&backend.stats.connect_errors),
-                    response_errors: stats::read(&backend.stats.response_errors),
-                    responses: stats::read(&backend.stats.responses),
-                    response_time_us: stats::read(&backend.stats.response_time_us),
-                });
-            }
-        }
-        Snapshot {
-            clients: shared.clients.load(Ordering::Relaxed),
-            services,
-            servers,
-        }
+        self.shared.snapshot()
     }
 
     /// Stops accepting, lets idle keep-alive clients go, and waits up to `grace` for requests

@@ -6,6 +6,7 @@
 //! scheduling modules of `tcpvs-modules`, [`relay`] and [`splice`] for bodies, [`stats`] for
 //! counters. [`gateway::Switch`] starts and stops it all; [`config`] reads rule files.
 
+pub mod admin;
 pub mod buffer;
 pub mod config;
 pub mod control;
@@ -18,6 +19,7 @@ pub mod recycle;
 pub mod relay;
 pub mod rules;
 mod session;
+pub mod shared;
 pub mod socket;
 pub mod splice;
 pub mod stats;

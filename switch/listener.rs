@@ -1,10 +1,10 @@
 //! Accepting client connections: one listener per virtual service, one task per connection,
 //! `max_clients` enforced at the door.
 
-use crate::gateway::Shared;
 use crate::http::rewrite::ClientConnection;
 use crate::http::status::write_error;
 use crate::session::Session;
+use crate::shared::Shared;
 use crate::socket::{new_tcp_socket, set_defer_accept, Listener, Socket};
 use crate::stats;
 use crate::stream::{write_all, Limit};
@@ -47,12 +47,19 @@ pub fn bind(addr: SocketAddr, reuse_port: bool, defer_accept: bool) -> io::Resul
     Listener::new(std::net::TcpListener::from(socket))
 }
 
-/// Keeps one client connection counted in `Shared::clients` while it lives.
-struct ClientSlot(Arc<Shared>);
+/// Keeps one client connection counted in `Shared::clients` and in its service's open
+/// connections while it lives.
+struct ClientSlot {
+    shared: Arc<Shared>,
+    service: usize,
+}
 
 impl Drop for ClientSlot {
     fn drop(&mut self) {
-        self.0.clients.fetch_sub(1, Ordering::Relaxed);
+        self.shared.clients.fetch_sub(1, Ordering::Relaxed);
+        if let Some(service) = self.shared.services.get(self.service) {
+            service.stats.open.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -81,7 +88,11 @@ pub async fn accept_loop(
         let service_stats = &shared.services[service].stats;
         stats::bump(&service_stats.accepted);
         let open = shared.clients.fetch_add(1, Ordering::Relaxed);
-        let slot = ClientSlot(Arc::clone(&shared));
+        stats::bump(&service_stats.open);
+        let slot = ClientSlot {
+            shared: Arc::clone(&shared),
+            service,
+        };
         if open >= shared.settings.max_clients {
             stats::bump(&service_stats.refused);
             let timer = timeouts.register();

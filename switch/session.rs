@@ -15,7 +15,6 @@ mod route;
 use exchange::short_reason;
 
 use crate::buffer::IoBuf;
-use crate::gateway::{Service, Shared};
 use crate::health;
 use crate::http::chunked;
 use crate::http::rewrite::{
@@ -27,6 +26,7 @@ use crate::http::{
 };
 use crate::recycle;
 use crate::relay::RelaySettings;
+use crate::shared::{Service, Shared};
 use crate::socket::Socket;
 use crate::stats;
 use crate::stream::{read_some, write_all, Limit};
@@ -561,11 +561,12 @@ impl Session {
             let mut result = self.exchange(&lease, stream, reused, started).await;
             if matches!(result, Err(ExchangeError::Stale)) && self.head.retryable() {
                 stats::bump(&backend.stats.response_errors);
+                stats::bump(&backend.stats.retries);
                 tracing::debug!(server = %backend.addr, "reused connection failed; retrying on a new one");
                 result = match backend.connect(self.shared.settings.connect_timeout).await {
                     Ok(stream) => self.exchange(&lease, stream, false, started).await,
                     Err(e) => {
-                        stats::bump(&backend.stats.connect_errors);
+                        route::count_connect_error(&backend.stats, &e);
                         Err(ExchangeError::Unanswered(format!("connect failed: {e}")))
                     }
                 };
@@ -583,6 +584,7 @@ impl Session {
                     stats::bump(&backend.stats.response_errors);
                     self.server_failed(pool, lease.server, &why);
                     if may_retry && attempts < self.shared.settings.connect_attempts {
+                        stats::bump(&backend.stats.retries);
                         tracing::debug!(server = %backend.addr, "no answer ({why}); trying the next server");
                         continue;
                     }
@@ -591,6 +593,9 @@ impl Session {
                 ExchangeError::Stale => (502, "server closed the connection".to_string()),
                 ExchangeError::Server { status, why } => {
                     stats::bump(&backend.stats.response_errors);
+                    if status == 504 {
+                        stats::bump(&backend.stats.timeouts);
+                    }
                     self.server_failed(pool, lease.server, &why);
                     (status, why)
                 }
@@ -633,6 +638,11 @@ impl Session {
 
     /// Counts the request and writes its access-log line.
     fn account(&self, outcome: &Outcome, started: Instant) {
+        let elapsed = started.elapsed();
+        let service = &self.service().stats;
+        service.classes.count(outcome.status);
+        service.duration.record(elapsed);
+        stats::add(&service.duration_us, elapsed.as_micros() as u64);
         if !self.shared.settings.access_log {
             return;
         }
@@ -652,7 +662,7 @@ impl Session {
             outcome.bytes_out,
             pool,
             server,
-            started.elapsed().as_micros()
+            elapsed.as_micros()
         );
     }
 }

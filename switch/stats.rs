@@ -1,6 +1,9 @@
 //! Counters kept per server and per virtual service, LVS style: updated with relaxed atomics on
-//! the data path, read as snapshots.
+//! the data path, read as snapshots (by tests, and by the admin endpoint off the workers).
 
+pub mod latency;
+
+pub use latency::{Latency, LatencySnapshot};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 #[derive(Debug, Default)]
@@ -22,16 +25,52 @@ pub struct ServerStats {
     pub response_time_us: AtomicU64,
     /// Responses whose head arrived (the count behind `response_time_us`).
     pub responses: AtomicU64,
+    /// Final responses relayed, by class: 1xx (101 and tunnels), 2xx, 3xx, 4xx, 5xx.
+    pub classes: StatusClasses,
+    /// Connection attempts and exchanges that ran out of time (connect_timeout, idle_timeout).
+    pub timeouts: AtomicU64,
+    /// Requests sent again after a failed attempt at this server (on a new connection to
+    /// it, or to the next server).
+    pub retries: AtomicU64,
+    /// Request head read -> response head received, connection set-up included.
+    pub latency: Latency,
 }
 
 #[derive(Debug, Default)]
 pub struct ServiceStats {
     pub accepted: AtomicU64,
+    /// Client connections open now.
+    pub open: AtomicU64,
     /// Connections refused with 503 because `max_clients` were connected.
     pub refused: AtomicU64,
     pub requests: AtomicU64,
     /// Responses the switch produced itself (4xx refusals, 502, 503, 504).
     pub local_errors: AtomicU64,
+    /// Requests answered, by the status the client got (the server's or the switch's).
+    pub classes: StatusClasses,
+    /// Request head read -> response relayed (or refused), and the sum in microseconds.
+    pub duration: Latency,
+    pub duration_us: AtomicU64,
+}
+
+/// Responses counted by status class: 1xx, 2xx, 3xx, 4xx, 5xx.
+#[derive(Debug, Default)]
+pub struct StatusClasses([AtomicU64; 5]);
+
+impl StatusClasses {
+    /// Counts `status`; anything outside 100..=599 (0: the client went away first) is not
+    /// an answer and is not counted.
+    pub fn count(&self, status: u16) {
+        if let Some(class) = (status / 100).checked_sub(1) {
+            if let Some(counter) = self.0.get(usize::from(class)) {
+                bump(counter);
+            }
+        }
+    }
+
+    pub fn read(&self) -> [u64; 5] {
+        std::array::from_fn(|i| read(&self.0[i]))
+    }
 }
 
 pub fn bump(counter: &AtomicU64) {
@@ -70,15 +109,44 @@ pub struct ServerSnapshot {
     /// Response heads received, and the sum of their times since the request head was read.
     pub responses: u64,
     pub response_time_us: u64,
+    /// Final responses by class 1xx..5xx.
+    pub classes: [u64; 5],
+    pub timeouts: u64,
+    pub retries: u64,
+    pub latency: LatencySnapshot,
+    /// As configured, and the operator's override (`None`: the configured one holds).
+    pub configured_weight: u32,
+    pub admin_weight: Option<u32>,
+    pub max_conns: u32,
+    /// How long the shown state has held.
+    pub since: std::time::Duration,
+    pub check: CheckSnapshot,
+}
+
+/// What active checks last said of a server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckSnapshot {
+    /// `http`, `tcp` or `none`.
+    pub kind: &'static str,
+    /// The last result: passed or not, why it failed, how long ago.
+    pub last: Option<(bool, String, std::time::Duration)>,
+    /// Consecutive successes and failures.
+    pub successes: u32,
+    pub failures: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServiceSnapshot {
     pub name: String,
+    pub listen: std::net::SocketAddr,
     pub accepted: u64,
+    pub open: u64,
     pub refused: u64,
     pub requests: u64,
     pub local_errors: u64,
+    pub classes: [u64; 5],
+    pub duration: LatencySnapshot,
+    pub duration_us: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,7 +154,17 @@ pub struct Snapshot {
     /// Client connections open right now.
     pub clients: usize,
     pub services: Vec<ServiceSnapshot>,
+    pub pools: Vec<PoolSnapshot>,
+    /// Every pool's servers, in pool order.
     pub servers: Vec<ServerSnapshot>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolSnapshot {
+    pub name: String,
+    pub scheduler: String,
+    /// Requests waiting for a slot now.
+    pub queued: usize,
 }
 
 impl Snapshot {

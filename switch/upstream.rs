@@ -248,6 +248,11 @@ impl Pool {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Requests waiting in the queue now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
     /// A request of the pool ended or a server changed: the first queued request looks again.
     pub(crate) fn wake_queue(&self) {
         if self.waiting.load(Ordering::Relaxed) > 0 {

@@ -3,6 +3,7 @@
 //! A file is either accepted completely or refused with every problem found, each as
 //! `FILE:LINE:COL: message`.
 
+pub mod admin;
 mod error;
 pub mod health;
 mod raw;
@@ -100,7 +101,7 @@ pub struct PoolConfig {
 pub struct Config {
     pub file: String,
     pub switch: SwitchSettings,
-    pub admin: Option<SocketAddr>,
+    pub admin: Option<admin::AdminConfig>,
     pub services: Vec<ServiceConfig>,
     pub pools: Vec<PoolConfig>,
 }
@@ -148,12 +149,10 @@ impl Config {
             .collect();
         let mut listens = ListenRegistry::default();
         let services = build_services(&raw.services, &pool_index, &mut listens, &mut sink);
-        let admin = raw.admin.as_ref().and_then(|admin| {
-            let listen = &admin.get_ref().listen;
-            let addr = parse_listen(listen, &mut sink)?;
-            listens.claim(addr, "the admin endpoint", listen.span(), text, &mut sink);
-            Some(addr)
-        });
+        let admin = raw
+            .admin
+            .as_ref()
+            .and_then(|raw| admin::build_admin(raw, file, text, &mut listens, &mut sink));
         if raw.services.is_empty() {
             sink.at(
                 0..0,

@@ -42,6 +42,8 @@ pub(crate) struct RawSwitch {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawAdmin {
     pub listen: Spanned<String>,
+    pub token: Option<Spanned<String>>,
+    pub token_file: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]

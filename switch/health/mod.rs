@@ -13,7 +13,7 @@ pub mod check;
 
 use crate::config::health::CheckKind;
 use crate::control::{self, Change, Health};
-use crate::gateway::Shared;
+use crate::shared::Shared;
 use crate::upstream::Pool;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};

@@ -139,11 +139,11 @@ impl Session {
                     }
                 }
             }
+            let waited = started.elapsed();
             stats::bump(&backend.stats.responses);
-            stats::add(
-                &backend.stats.response_time_us,
-                started.elapsed().as_micros() as u64,
-            );
+            stats::add(&backend.stats.response_time_us, waited.as_micros() as u64);
+            backend.stats.latency.record(waited);
+            backend.stats.classes.count(response.status);
 
             let status = response.status;
             if status == 101 || (head.is_connect && (200..300).contains(&status)) {

@@ -136,7 +136,11 @@ impl Session {
                     None => match backend.connect(connect_timeout).await {
                         Ok(stream) => Some((stream, false)),
                         Err(e) => {
-                            stats::bump(&backend.stats.connect_errors);
+                            count_connect_error(&backend.stats, &e);
+                            if *attempts < self.shared.settings.connect_attempts {
+                                // The next candidate gets the request.
+                                stats::bump(&backend.stats.retries);
+                            }
                             self.server_failed(pool, server, &format!("connect failed: {e}"));
                             None
                         }
@@ -174,5 +178,13 @@ impl Session {
             .bytes()
             .all(|b| b == b'\t' || (b' '..=b'~').contains(&b));
         safe.then_some(field)
+    }
+}
+
+/// A connection attempt that failed: counted, and as a timeout when it ran out of time.
+pub(super) fn count_connect_error(server: &stats::ServerStats, error: &std::io::Error) {
+    stats::bump(&server.connect_errors);
+    if error.kind() == std::io::ErrorKind::TimedOut {
+        stats::bump(&server.timeouts);
     }
 }

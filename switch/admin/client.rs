@@ -1,0 +1,1 @@
+//! placeholder: the admin client (being written)

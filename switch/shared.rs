@@ -1,0 +1,146 @@
+//! What every worker shares while the switch runs: settings, services, pools, the count of
+//! client connections, the stop signal; and the snapshot of their counters and states that
+//! tests, `tcpvs list` and the admin endpoint read.
+
+use crate::config::health::CheckKind;
+use crate::config::SwitchSettings;
+use crate::rules::RuleSet;
+use crate::stats::{
+    self, CheckSnapshot, PoolSnapshot, ServerSnapshot, ServiceSnapshot, ServiceStats, Snapshot,
+};
+use crate::upstream::{Backend, Pool};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::Instant;
+use tcpvs_modules::ServerState;
+use tokio::sync::watch;
+
+/// A virtual service at run time.
+#[derive(Debug)]
+pub struct Service {
+    pub name: String,
+    /// As configured, and as bound (they differ with port 0).
+    pub listen: SocketAddr,
+    pub bound: OnceLock<SocketAddr>,
+    /// Where its listen address is written (`FILE:LINE:COL`).
+    pub listen_at: String,
+    pub defer_accept: bool,
+    pub rules: RuleSet,
+    pub stats: ServiceStats,
+}
+
+/// State every worker shares.
+#[derive(Debug)]
+pub struct Shared {
+    pub settings: SwitchSettings,
+    pub pools: Box<[Pool]>,
+    pub services: Box<[Service]>,
+    /// Client connections open now (bounded by `max_clients`).
+    pub clients: AtomicUsize,
+    /// Turns true when the switch stops: listeners close.
+    pub shutdown: watch::Receiver<bool>,
+    /// When the switch started.
+    pub started: Instant,
+}
+
+impl Shared {
+    /// The counters and states of every service, pool and server, read now. Each value is
+    /// read once with a relaxed load: a snapshot taken under load is not one instant, but
+    /// each counter in it is exact as of its read.
+    pub fn snapshot(&self) -> Snapshot {
+        let services = self.services.iter().map(service_snapshot).collect();
+        let mut pools = Vec::with_capacity(self.pools.len());
+        let mut servers = Vec::new();
+        for pool in self.pools.iter() {
+            pools.push(PoolSnapshot {
+                name: pool.name.clone(),
+                scheduler: pool.scheduler.name().to_string(),
+                queued: pool.waiting(),
+            });
+            for (state, backend) in pool.servers.iter().zip(pool.backends.iter()) {
+                servers.push(server_snapshot(pool, state, backend));
+            }
+        }
+        Snapshot {
+            clients: self.clients.load(Ordering::Relaxed),
+            services,
+            pools,
+            servers,
+        }
+    }
+}
+
+fn service_snapshot(service: &Service) -> ServiceSnapshot {
+    let s = &service.stats;
+    ServiceSnapshot {
+        name: service.name.clone(),
+        listen: service.bound.get().copied().unwrap_or(service.listen),
+        accepted: stats::read(&s.accepted),
+        open: stats::read(&s.open),
+        refused: stats::read(&s.refused),
+        requests: stats::read(&s.requests),
+        local_errors: stats::read(&s.local_errors),
+        classes: s.classes.read(),
+        duration: s.duration.read(),
+        duration_us: stats::read(&s.duration_us),
+    }
+}
+
+fn server_snapshot(pool: &Pool, state: &ServerState, backend: &Backend) -> ServerSnapshot {
+    let now = Instant::now();
+    let kind = match pool.health.health.check {
+        CheckKind::None => "none",
+        CheckKind::Tcp => "tcp",
+        CheckKind::Http => "http",
+    };
+    let status = backend
+        .status
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let check = CheckSnapshot {
+        kind,
+        last: status
+            .last_check
+            .as_ref()
+            .map(|(passed, why, at)| (*passed, why.clone(), now.saturating_duration_since(*at))),
+        successes: status.check_successes,
+        failures: status.check_failures,
+    };
+    let (shown, reason, since, admin_weight) = (
+        status.shown,
+        status.reason.clone(),
+        now.saturating_duration_since(status.since),
+        status.admin_weight,
+    );
+    drop(status);
+    let s = &backend.stats;
+    ServerSnapshot {
+        pool: pool.name.clone(),
+        addr: backend.addr,
+        state: shown,
+        reason,
+        backup: backend.backup,
+        offered: state.load().is_usable(),
+        weight: state.weight(),
+        active: state.active(),
+        idle: backend.idle_count(),
+        connections: stats::read(&s.connections),
+        requests: stats::read(&s.requests),
+        bytes_in: stats::read(&s.bytes_in),
+        bytes_out: stats::read(&s.bytes_out),
+        connect_errors: stats::read(&s.connect_errors),
+        response_errors: stats::read(&s.response_errors),
+        responses: stats::read(&s.responses),
+        response_time_us: stats::read(&s.response_time_us),
+        classes: s.classes.read(),
+        timeouts: stats::read(&s.timeouts),
+        retries: stats::read(&s.retries),
+        latency: s.latency.read(),
+        configured_weight: backend.weight,
+        admin_weight,
+        max_conns: backend.max_conns,
+        since,
+        check,
+    }
+}
