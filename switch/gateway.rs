@@ -1,5 +1,6 @@
 //! The running switch: listeners, shared state, the idle-connection reaper and shutdown.
 
+use crate::config::admin::AdminConfig;
 use crate::config::Config;
 use crate::listener;
 pub use crate::shared::{Service, Shared};
@@ -19,6 +20,9 @@ use tokio::time::Instant;
 pub struct Switch {
     shared: Arc<Shared>,
     addresses: Vec<(String, SocketAddr)>,
+    /// The admin endpoint's bound address, and its thread when it has one.
+    admin: Option<SocketAddr>,
+    admin_thread: Option<std::thread::JoinHandle<()>>,
     stop: watch::Sender<bool>,
     workers: Vec<Worker>,
 }
@@ -56,6 +60,8 @@ struct Prepared {
     shared: Arc<Shared>,
     stop: watch::Sender<bool>,
     listen: Vec<(usize, SocketAddr)>,
+    /// The admin endpoint, its listener bound already.
+    admin: Option<(AdminConfig, std::net::TcpListener)>,
 }
 
 impl Plan {
@@ -96,6 +102,7 @@ impl Plan {
         if self.worker == 0 {
             // Checks and trials run beside the first worker's sessions, off their path.
             tasks.extend(crate::health::spawn(&self.shared));
+            tasks.extend(crate::access_log::spawn_reopen(&self.shared)?);
         }
         Ok(Launched {
             bound,
@@ -113,6 +120,7 @@ impl Switch {
             shared,
             stop,
             listen,
+            admin,
         } = Switch::prepare(config, 1)?;
         let plan = Plan {
             shared: Arc::clone(&shared),
@@ -123,10 +131,22 @@ impl Switch {
         let Launched {
             bound,
             timeouts,
-            tasks,
+            mut tasks,
         } = plan.launch()?;
+        // One worker: the endpoint's tasks run beside it (admin/mod.rs says why).
+        let admin_addr = match admin {
+            Some((config, listener)) => {
+                let addr = listener.local_addr()?;
+                let serving = crate::admin::serve(Arc::clone(&shared), config, listener);
+                tasks.push(tokio::spawn(serving));
+                Some(addr)
+            }
+            None => None,
+        };
         Ok(Switch {
             addresses: Switch::named(&shared, &listen, &bound),
+            admin: admin_addr,
+            admin_thread: None,
             shared,
             stop,
             workers: vec![Worker {
@@ -145,6 +165,7 @@ impl Switch {
             shared,
             stop,
             listen,
+            admin,
         } = Switch::prepare(config, count.max(1))?;
         let mut workers: Vec<Worker> = Vec::with_capacity(count);
         // The first worker binds what the rules say; with port 0 the others then join the port
@@ -215,8 +236,19 @@ impl Switch {
             });
         }
         let bound: Vec<SocketAddr> = addresses.iter().map(|&(_, a)| a).collect();
+        // Several workers: the endpoint gets a thread of its own, off theirs.
+        let (admin_addr, admin_thread) = match admin {
+            Some((config, listener)) => {
+                let addr = listener.local_addr()?;
+                let thread = crate::admin::spawn_thread(Arc::clone(&shared), config, listener)?;
+                (Some(addr), Some(thread))
+            }
+            None => (None, None),
+        };
         Ok(Switch {
             addresses: Switch::named(&shared, &listen, &bound),
+            admin: admin_addr,
+            admin_thread,
             shared,
             stop,
             workers,
@@ -232,15 +264,20 @@ impl Switch {
             .map(|p| Pool::new(p, Arc::clone(&clock), workers))
             .collect::<Result<Box<[Pool]>, _>>()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-        if config.admin.is_some() {
-            tracing::warn!("[admin] is accepted but the admin endpoint is not served yet");
-        }
+        let admin = match config.admin {
+            Some(admin) => {
+                let listener = crate::admin::bind(&admin)?;
+                Some((admin, listener))
+            }
+            None => None,
+        };
         let listen: Vec<(usize, SocketAddr)> = config
             .services
             .iter()
             .enumerate()
             .map(|(i, s)| (i, s.listen))
             .collect();
+        let access_log = crate::access_log::AccessLog::new(&config.switch)?;
         let (stop, shutdown) = watch::channel(false);
         let services: Box<[Service]> = config
             .services
@@ -262,11 +299,13 @@ impl Switch {
             clients: AtomicUsize::new(0),
             shutdown,
             started: std::time::Instant::now(),
+            access_log,
         });
         Ok(Prepared {
             shared,
             stop,
             listen,
+            admin,
         })
     }
 
@@ -294,6 +333,11 @@ impl Switch {
         &self.addresses
     }
 
+    /// The bound address of the admin endpoint, if `[admin] listen` is set.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin
+    }
+
     /// The counters and states of every service, pool and server, read now.
     pub fn stats(&self) -> Snapshot {
         self.shared.snapshot()
@@ -318,6 +362,10 @@ impl Switch {
             for backend in pool.backends.iter() {
                 backend.drop_idle();
             }
+        }
+        if let Some(thread) = self.admin_thread {
+            // It saw the stop signal and ends with its connections.
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
         for worker in self.workers {
             for task in &worker.tasks {

@@ -6,6 +6,7 @@
 //! scheduling modules of `tcpvs-modules`, [`relay`] and [`splice`] for bodies, [`stats`] for
 //! counters. [`gateway::Switch`] starts and stops it all; [`config`] reads rule files.
 
+pub mod access_log;
 pub mod admin;
 pub mod buffer;
 pub mod config;

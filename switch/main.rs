@@ -1,9 +1,12 @@
-//! The `tcpvs` command: run a switch from a rule file, check rule files, or run the demo.
+//! The `tcpvs` command: run a switch from a rule file, check rule files, run the demo, or talk
+//! to a running switch's admin endpoint (`list`, `set-weight`, `set-state`, `reload`).
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use tcpvs::admin::client::{self, AdminState, Endpoint};
+use tcpvs::admin::table;
 use tcpvs::config::Config;
 use tcpvs::demo;
 use tcpvs::Switch;
@@ -37,7 +40,93 @@ enum Command {
         /// Address of the demo's virtual service.
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
+        /// Address of the admin endpoint: the monitor page, /stats, /metrics.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9090")]
+        admin: SocketAddr,
     },
+    /// List virtual services, pools and servers with their state and traffic (the shape of
+    /// `ipvsadm -L -n`), from a running switch's admin endpoint.
+    List {
+        /// Print the endpoint's /stats JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Set a server's weight in a running switch, until its line in the rule file changes or
+    /// the process restarts.
+    SetWeight {
+        /// The pool, as named in the rule file.
+        pool: String,
+        /// The server's address in that pool (IP:PORT).
+        #[arg(value_name = "SERVER")]
+        server: SocketAddr,
+        /// The weight, 0..=65535 (0: no new requests).
+        #[arg(value_name = "N", value_parser = clap::value_parser!(u16))]
+        weight: u16,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Set a server's state in a running switch: ready (back in service), drain (keeps its
+    /// requests and persistent clients, gets no new ones) or maint (no new requests, not
+    /// checked).
+    SetState {
+        /// The pool, as named in the rule file.
+        pool: String,
+        /// The server's address in that pool (IP:PORT).
+        #[arg(value_name = "SERVER")]
+        server: SocketAddr,
+        #[arg(value_enum, value_name = "STATE")]
+        state: StateWord,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Make a running switch re-read its rule file (refused as a whole if the file is wrong).
+    Reload {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
+/// How the admin verbs find the endpoint and the token.
+#[derive(Args)]
+struct AdminArgs {
+    /// The admin endpoint's address [default: 127.0.0.1:9090].
+    #[arg(long, value_name = "ADDR", conflicts_with = "config")]
+    admin: Option<SocketAddr>,
+    /// Find the endpoint by this rule file's `[admin] listen` (and use its token, if it has
+    /// one and no other is given).
+    #[arg(short, long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Read the token from this file (its first line); else from the environment variable
+    /// TCPVS_ADMIN_TOKEN.
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<PathBuf>,
+}
+
+/// The admin endpoint's address when neither `--admin` nor `-c` is given.
+const DEFAULT_ADMIN: &str = "127.0.0.1:9090";
+/// The environment variable with the token.
+const TOKEN_VARIABLE: &str = "TCPVS_ADMIN_TOKEN";
+
+#[derive(Clone, Copy, ValueEnum)]
+enum StateWord {
+    /// Back in service.
+    Ready,
+    /// No new requests; those in progress and persistent clients stay.
+    Drain,
+    /// Maintenance: no new requests, no checks.
+    Maint,
+}
+
+impl From<StateWord> for AdminState {
+    fn from(word: StateWord) -> AdminState {
+        match word {
+            StateWord::Ready => AdminState::Ready,
+            StateWord::Drain => AdminState::Drain,
+            StateWord::Maint => AdminState::Maint,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -51,11 +140,19 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Demo { listen } => {
+        Command::Demo { listen, admin } => {
             match Config::parse("rules/demo.toml (built in)", demo::DEMO_RULES) {
                 Ok(mut config) => {
                     for service in &mut config.services {
                         service.listen = listen;
+                    }
+                    if !admin.ip().is_loopback() {
+                        // The demo's endpoint has no token: changes would be open to anyone.
+                        eprintln!("tcpvs demo: --admin must be a loopback address (the demo sets no token), not {admin}");
+                        return ExitCode::FAILURE;
+                    }
+                    if let Some(endpoint) = &mut config.admin {
+                        endpoint.listen = admin;
                     }
                     run(config, true)
                 }
@@ -65,7 +162,115 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::List { json, admin } => admin_verb(&admin, |endpoint| {
+            if json {
+                let text = client::get_stats_json(endpoint)?;
+                Ok(table::pretty_json(&text) + "\n")
+            } else {
+                Ok(table::render(&client::get_stats(endpoint)?))
+            }
+        }),
+        Command::SetWeight {
+            pool,
+            server,
+            weight,
+            admin,
+        } => admin_verb(&admin, |endpoint| {
+            let now = client::set_weight(endpoint, &pool, server, weight)?;
+            Ok(changed_line(&pool, server, now))
+        }),
+        Command::SetState {
+            pool,
+            server,
+            state,
+            admin,
+        } => admin_verb(&admin, |endpoint| {
+            let now = client::set_state(endpoint, &pool, server, state.into())?;
+            Ok(changed_line(&pool, server, now))
+        }),
+        Command::Reload { admin } => admin_verb(&admin, |endpoint| {
+            let generation = client::reload(endpoint)?;
+            Ok(format!("reloaded: generation {generation}\n"))
+        }),
     }
+}
+
+/// Runs an admin verb: finds the endpoint, sends, prints what `verb` returns on stdout (exit 0)
+/// or the error on stderr (exit 1).
+fn admin_verb(
+    args: &AdminArgs,
+    verb: impl FnOnce(&Endpoint) -> Result<String, client::Error>,
+) -> ExitCode {
+    let endpoint = match endpoint(args) {
+        Ok(e) => e,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match verb(&endpoint) {
+        Ok(text) => {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            // A closed pipe (`tcpvs list | head`) is not an error worth a message.
+            let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("tcpvs: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The server's line after a change; the address asked for when the answer lacks one.
+fn changed_line(pool: &str, server: SocketAddr, mut now: client::ServerJson) -> String {
+    if now.addr.is_empty() {
+        now.addr = server.to_string();
+    }
+    table::server_line(pool, &now) + "\n"
+}
+
+/// The endpoint's address (`--admin`, else the rule file's `[admin] listen`, else the
+/// default) and the token (`--token-file`, else TCPVS_ADMIN_TOKEN, else the rule file's). The
+/// error is the message to print: a rule file's errors as `FILE:LINE:COL: message`.
+fn endpoint(args: &AdminArgs) -> Result<Endpoint, String> {
+    let mut addr = args.admin;
+    let mut file_token = None;
+    if let Some(path) = &args.config {
+        let config = Config::load(path).map_err(|e| e.to_string())?;
+        let Some(admin) = config.admin else {
+            return Err(format!(
+                "tcpvs: {} has no [admin] listen: a switch run with it serves no admin endpoint",
+                path.display()
+            ));
+        };
+        addr = Some(admin.listen);
+        file_token = admin.token;
+    }
+    let addr = addr.unwrap_or_else(|| DEFAULT_ADMIN.parse().expect("a valid default address"));
+    let token = match &args.token_file {
+        Some(path) => Some(read_token_file(path)?),
+        None => match std::env::var(TOKEN_VARIABLE) {
+            Ok(value) if !value.trim().is_empty() => Some(value.trim().to_string()),
+            Ok(_) | Err(std::env::VarError::NotPresent) => file_token,
+            Err(std::env::VarError::NotUnicode(_)) => {
+                return Err(format!("tcpvs: {TOKEN_VARIABLE} is not valid UTF-8"))
+            }
+        },
+    };
+    Ok(Endpoint { addr, token })
+}
+
+/// The token in a file: its first line, trimmed.
+fn read_token_file(path: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("tcpvs: cannot read the token file {}: {e}", path.display()))?;
+    let token = text.lines().next().unwrap_or("").trim();
+    if token.is_empty() {
+        return Err(format!("tcpvs: the token file {} is empty", path.display()));
+    }
+    Ok(token.to_string())
 }
 
 fn check(files: &[PathBuf]) -> ExitCode {
@@ -151,11 +356,17 @@ fn run(config: Config, with_demo_servers: bool) -> ExitCode {
         for (name, addr) in switch.addresses() {
             tracing::info!("virtual service `{name}` listening on http://{addr}/ ({file}, {workers} worker{})", if workers == 1 { "" } else { "s" });
         }
+        if let Some(admin) = switch.admin_addr() {
+            tracing::info!("admin endpoint on http://{admin}/ (monitor page; /stats, /metrics)");
+        }
         if with_demo_servers {
             if let Some((_, addr)) = switch.addresses().first() {
                 eprintln!(
                     "tcpvs demo: open http://{addr}/ (pages, images and CGI come from three pools); Ctrl-C stops"
                 );
+            }
+            if let Some(admin) = switch.admin_addr() {
+                eprintln!("tcpvs demo: the monitor: http://{admin}/");
             }
         }
         stop.wait().await;

@@ -14,6 +14,7 @@ mod route;
 
 use exchange::short_reason;
 
+use crate::access_log;
 use crate::buffer::IoBuf;
 use crate::health;
 use crate::http::chunked;
@@ -158,6 +159,9 @@ pub(crate) struct Session {
     /// Re-framed chunks of a request body on their way to the server.
     chunk_scratch: Vec<u8>,
     tried: Vec<usize>,
+    /// The server whose failure the request's next attempt retries (counted there when the
+    /// attempt is made).
+    retry_from: Option<usize>,
     /// Method and target of the current request, kept for the access log.
     log_request: String,
     /// A field the pool's module adds to the current response.
@@ -212,6 +216,7 @@ impl Session {
             out: Vec::new(),
             chunk_scratch: Vec::new(),
             tried: Vec::new(),
+            retry_from: None,
             log_request: String::new(),
             response_field: None,
             timer,
@@ -482,17 +487,16 @@ impl Session {
         write_error(&mut self.out, status, why, ClientConnection::Close, true);
         stats::bump(&self.service().stats.local_errors);
         let _ = write_all(&self.client, &self.out, Limit::Idle(Duration::from_secs(5))).await;
-        if self.shared.settings.access_log {
-            tracing::info!(
-                target: "tcpvs::access",
-                "{} {} \"-\" {} {} -/- {}",
-                self.service().name,
-                self.peer,
-                status,
-                self.out.len(),
-                why
-            );
-        }
+        self.shared.access_log.write(&access_log::Entry {
+            service: &self.service().name,
+            client: self.peer,
+            request: None,
+            status,
+            bytes: self.out.len() as u64,
+            pool: None,
+            server: None,
+            end: access_log::End::Refused(why),
+        });
     }
 
     /// Answers the current request with an error from the switch itself.
@@ -512,7 +516,7 @@ impl Session {
     async fn handle_request(&mut self, started: Instant) -> Outcome {
         stats::bump(&self.service().stats.requests);
         self.response_field = None;
-        if self.shared.settings.access_log {
+        if self.shared.settings.access_log.is_on() {
             let buf = self.inbuf.filled();
             self.log_request.clear();
             self.log_request.push_str(self.head.method(buf));
@@ -529,6 +533,7 @@ impl Session {
         let shared = Arc::clone(&self.shared);
         let pool = &shared.pools[pool_index];
         self.tried.clear();
+        self.retry_from = None;
         let mut attempts = 0;
         // A request that reached no server may go to the next candidate: only idempotent ones
         // without body, and only with a Host of their own (the head is rebuilt once, and a
@@ -584,7 +589,7 @@ impl Session {
                     stats::bump(&backend.stats.response_errors);
                     self.server_failed(pool, lease.server, &why);
                     if may_retry && attempts < self.shared.settings.connect_attempts {
-                        stats::bump(&backend.stats.retries);
+                        self.retry_from = Some(lease.server);
                         tracing::debug!(server = %backend.addr, "no answer ({why}); trying the next server");
                         continue;
                     }
@@ -643,26 +648,15 @@ impl Session {
         service.classes.count(outcome.status);
         service.duration.record(elapsed);
         stats::add(&service.duration_us, elapsed.as_micros() as u64);
-        if !self.shared.settings.access_log {
-            return;
-        }
-        let pool = outcome
-            .pool
-            .map_or("-", |p| self.shared.pools[p].name.as_str());
-        let server = outcome
-            .server
-            .map_or_else(|| "-".to_string(), |s| s.to_string());
-        tracing::info!(
-            target: "tcpvs::access",
-            "{} {} \"{}\" {} {} {}/{} {}us",
-            self.service().name,
-            self.peer,
-            self.log_request,
-            outcome.status,
-            outcome.bytes_out,
-            pool,
-            server,
-            elapsed.as_micros()
-        );
+        self.shared.access_log.write(&access_log::Entry {
+            service: &self.service().name,
+            client: self.peer,
+            request: Some(&self.log_request),
+            status: outcome.status,
+            bytes: outcome.bytes_out,
+            pool: outcome.pool.map(|p| self.shared.pools[p].name.as_str()),
+            server: outcome.server,
+            end: access_log::End::Took(elapsed),
+        });
     }
 }

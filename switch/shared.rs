@@ -2,6 +2,7 @@
 //! client connections, the stop signal; and the snapshot of their counters and states that
 //! tests, `tcpvs list` and the admin endpoint read.
 
+use crate::access_log::AccessLog;
 use crate::config::health::CheckKind;
 use crate::config::SwitchSettings;
 use crate::rules::RuleSet;
@@ -42,6 +43,8 @@ pub struct Shared {
     pub shutdown: watch::Receiver<bool>,
     /// When the switch started.
     pub started: Instant,
+    /// Where each request's line goes (`access_log`, `access_log_format`).
+    pub access_log: AccessLog,
 }
 
 impl Shared {

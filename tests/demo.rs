@@ -7,8 +7,15 @@ use common::{Client, Process};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_switches_pages_images_and_cgi() {
-    let demo = Process::start(&["demo".as_ref(), "--listen".as_ref(), "127.0.0.1:0".as_ref()]);
+    let demo = Process::start(&[
+        "demo".as_ref(),
+        "--listen".as_ref(),
+        "127.0.0.1:0".as_ref(),
+        "--admin".as_ref(),
+        "127.0.0.1:0".as_ref(),
+    ]);
     let (addr, _) = demo.address_after("open ");
+    let (monitor, _) = demo.address_after("the monitor: ");
 
     let mut client = Client::connect(addr).await;
     let page = client.get("/").await;
@@ -44,6 +51,25 @@ async fn demo_switches_pages_images_and_cgi() {
     assert!(
         servers[0] != servers[1] && servers[1] != servers[2] && servers[0] != servers[2],
         "{servers:?}"
+    );
+
+    // The monitor's figures: each pool answered what was sent to it.
+    let mut admin = Client::connect(monitor).await;
+    assert!(admin.get("/").await.text().contains("<html"));
+    let stats: serde_json::Value = serde_json::from_slice(&admin.get("/stats").await.body).unwrap();
+    let requests = |pool: &str| -> u64 {
+        stats["pools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == pool)
+            .map(|p| p["requests"].as_u64().unwrap())
+            .unwrap()
+    };
+    assert_eq!(
+        (requests("static"), requests("images"), requests("cgi")),
+        (1, 1, 2),
+        "{stats}"
     );
 
     // SIGTERM: the demo stops and exits 0.

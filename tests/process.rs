@@ -195,50 +195,6 @@ async fn pipes(pid: u32) -> usize {
     .unwrap()
 }
 
-/// Sends `request` on a raw connection and reads one response framed by Content-Length:
-/// its status, the number of bytes it took on the wire (head and body, as the access log counts
-/// them) and its body. Written here rather than taken from `Client`, which does not tell how
-/// long the head was.
-async fn counted_exchange(
-    stream: &mut tokio::net::TcpStream,
-    request: &str,
-    buf: &mut Vec<u8>,
-) -> (u16, usize, Vec<u8>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut chunk = vec![0u8; 65536];
-    loop {
-        let mut fields = [httparse::EMPTY_HEADER; 64];
-        let mut response = httparse::Response::new(&mut fields);
-        if let httparse::Status::Complete(head_len) = response.parse(buf).unwrap() {
-            let length: usize = response
-                .headers
-                .iter()
-                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-                .map(|h| {
-                    std::str::from_utf8(h.value)
-                        .unwrap()
-                        .trim()
-                        .parse()
-                        .unwrap()
-                })
-                .expect("a response with Content-Length");
-            if buf.len() >= head_len + length {
-                let status = response.code.unwrap();
-                let body = buf[head_len..head_len + length].to_vec();
-                buf.drain(..head_len + length);
-                return (status, head_len + length, body);
-            }
-        }
-        let n = tokio::time::timeout(PATIENCE, stream.read(&mut chunk))
-            .await
-            .expect("the switch answers within PATIENCE")
-            .unwrap();
-        assert!(n > 0, "the switch closed inside a response: {buf:?}");
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
-
 /// The access-log lines (INFO, after the timestamp and level) of a request line
 /// `"METHOD target"`.
 fn access_lines<'l>(log: &'l [String], request: &str) -> Vec<&'l str> {

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tcpvs_modules::OptionValue;
@@ -36,7 +36,8 @@ pub struct SwitchSettings {
     pub keepalive_timeout: Duration,
     pub connect_timeout: Duration,
     pub shutdown_timeout: Duration,
-    pub access_log: bool,
+    pub access_log: AccessLogTarget,
+    pub access_log_format: AccessLogFormat,
     pub splice: bool,
     pub splice_threshold: u64,
     pub connect_attempts: usize,
@@ -54,7 +55,8 @@ impl Default for SwitchSettings {
             keepalive_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(3),
             shutdown_timeout: Duration::from_secs(10),
-            access_log: true,
+            access_log: AccessLogTarget::Stderr,
+            access_log_format: AccessLogFormat::Text,
             splice: true,
             splice_threshold: 64 * 1024,
             connect_attempts: 3,
@@ -62,6 +64,35 @@ impl Default for SwitchSettings {
             server_idle_timeout: Duration::from_secs(30),
         }
     }
+}
+
+/// Where the access log goes, `[switch] access_log`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AccessLogTarget {
+    /// `false`: no access log.
+    Off,
+    /// `true`: stderr, beside the other log lines.
+    Stderr,
+    /// A file path: appended to, reopened on SIGUSR1. A relative path in the rule file is
+    /// taken from the rule file's folder; this is the path as resolved.
+    File(PathBuf),
+}
+
+impl AccessLogTarget {
+    /// Whether requests are logged at all.
+    pub fn is_on(&self) -> bool {
+        !matches!(self, AccessLogTarget::Off)
+    }
+}
+
+/// How access-log lines are written, `[switch] access_log_format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessLogFormat {
+    /// `"text"`: service, client, `"METHOD target"`, status, bytes, `pool/server`, duration
+    /// (in a file, after an RFC 3339 UTC time).
+    Text,
+    /// `"json"`: one JSON object per line.
+    Json,
 }
 
 /// A virtual service: one listener and its rules.
@@ -140,7 +171,7 @@ impl Config {
                 return Err(sink.finish());
             }
         };
-        let switch = build_switch(raw.switch.as_ref().map(|s| s.get_ref()), &mut sink);
+        let switch = build_switch(raw.switch.as_ref().map(|s| s.get_ref()), file, &mut sink);
         let pools = build_pools(&raw.pools, &mut sink);
         let pool_index: HashMap<&str, usize> = pools
             .iter()
@@ -198,7 +229,7 @@ fn plural(n: usize) -> &'static str {
     }
 }
 
-fn build_switch(raw: Option<&RawSwitch>, sink: &mut ErrorSink<'_>) -> SwitchSettings {
+fn build_switch(raw: Option<&RawSwitch>, file: &str, sink: &mut ErrorSink<'_>) -> SwitchSettings {
     let mut s = SwitchSettings::default();
     let Some(raw) = raw else { return s };
     if let Some(v) = &raw.workers {
@@ -232,8 +263,30 @@ fn build_switch(raw: Option<&RawSwitch>, sink: &mut ErrorSink<'_>) -> SwitchSett
             }
         }
     }
-    if let Some(v) = raw.access_log {
-        s.access_log = v;
+    if let Some(v) = &raw.access_log {
+        match v.get_ref() {
+            toml::Value::Boolean(true) => s.access_log = AccessLogTarget::Stderr,
+            toml::Value::Boolean(false) => s.access_log = AccessLogTarget::Off,
+            toml::Value::String(path) if path.is_empty() => {
+                sink.at(v.span(), "access_log file path is empty")
+            }
+            toml::Value::String(path) => {
+                // Relative to the rule file's folder, as the operator reads the file.
+                let folder = Path::new(file).parent().unwrap_or(Path::new(""));
+                s.access_log = AccessLogTarget::File(folder.join(path));
+            }
+            _ => sink.at(v.span(), "access_log must be true, false or a file path"),
+        }
+    }
+    if let Some(v) = &raw.access_log_format {
+        match v.get_ref().as_str() {
+            "text" => s.access_log_format = AccessLogFormat::Text,
+            "json" => s.access_log_format = AccessLogFormat::Json,
+            other => sink.at(
+                v.span(),
+                format!("access_log_format must be \"text\" or \"json\", not {other:?}"),
+            ),
+        }
     }
     if let Some(v) = raw.splice {
         s.splice = v;

@@ -30,7 +30,9 @@ pub(crate) struct RawSwitch {
     pub keepalive_timeout: Option<Spanned<String>>,
     pub connect_timeout: Option<Spanned<String>>,
     pub shutdown_timeout: Option<Spanned<String>>,
-    pub access_log: Option<bool>,
+    /// `true`, `false` or a file path.
+    pub access_log: Option<Spanned<toml::Value>>,
+    pub access_log_format: Option<Spanned<String>>,
     pub splice: Option<bool>,
     pub splice_threshold: Option<Spanned<toml::Value>>,
     pub connect_attempts: Option<Spanned<i64>>,

@@ -127,6 +127,12 @@ impl Session {
             };
             connects += 1;
             *attempts += 1;
+            if let Some(failed) = self.retry_from.take() {
+                // The request goes on after failing there: that server counts a retry.
+                if let Some(failed) = pool.backends.get(failed) {
+                    stats::bump(&failed.stats.retries);
+                }
+            }
             let backend = lease.backend();
             let retryable = self.head.retryable();
             let now_ms = self.timer.now_ms();
@@ -137,10 +143,7 @@ impl Session {
                         Ok(stream) => Some((stream, false)),
                         Err(e) => {
                             count_connect_error(&backend.stats, &e);
-                            if *attempts < self.shared.settings.connect_attempts {
-                                // The next candidate gets the request.
-                                stats::bump(&backend.stats.retries);
-                            }
+                            self.retry_from = Some(server);
                             self.server_failed(pool, server, &format!("connect failed: {e}"));
                             None
                         }

@@ -1,0 +1,298 @@
+//! The admin endpoint's HTTP/1.1: requests read with httparse, answers with a Content-Length,
+//! keep-alive for the monitor page's polling.
+//!
+//! Hand-written rather than a server crate: the endpoint serves five routes to an operator's
+//! browser, a scraper and the `tcpvs` command, and the switch already reads HTTP heads with
+//! httparse; hyper or axum would add a second HTTP stack (and its dependency tree) for that.
+
+use std::io;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A request head larger than this is refused (431).
+const MAX_HEAD: usize = 16 * 1024;
+/// A request body larger than this is refused (413): changes are a few bytes of JSON.
+const MAX_BODY: usize = 64 * 1024;
+/// How long a connection may take to send a request, and stay idle between requests.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A request as the routes see it.
+#[derive(Debug, Default)]
+pub struct Request {
+    pub method: String,
+    /// The path, without the query.
+    pub path: String,
+    pub authorization: Option<String>,
+    pub accept: String,
+    pub body: Vec<u8>,
+    /// The client asked to close after this answer (or speaks HTTP/1.0 without keep-alive).
+    pub close: bool,
+}
+
+/// An answer.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: Vec<u8>,
+    /// Extra fields, each a whole `Name: value` line without CRLF.
+    pub fields: Vec<String>,
+}
+
+impl Response {
+    pub fn new(status: u16, content_type: &'static str, body: impl Into<Vec<u8>>) -> Response {
+        Response {
+            status,
+            content_type,
+            body: body.into(),
+            fields: Vec::new(),
+        }
+    }
+
+    pub fn json(status: u16, value: &impl serde::Serialize) -> Response {
+        match serde_json::to_vec(value) {
+            Ok(mut body) => {
+                body.push(b'\n');
+                Response::new(status, "application/json", body)
+            }
+            Err(e) => Response::error(500, &format!("encoding the answer failed: {e}")),
+        }
+    }
+
+    /// `{"error": "..."}` with `status`.
+    pub fn error(status: u16, message: &str) -> Response {
+        let mut body = serde_json::json!({ "error": message }).to_string();
+        body.push('\n');
+        Response::new(status, "application/json", body)
+    }
+
+    pub fn with_field(mut self, field: String) -> Response {
+        self.fields.push(field);
+        self
+    }
+}
+
+/// Why no request could be read.
+enum Unread {
+    /// The connection ended, timed out or broke: nothing to answer.
+    Gone,
+    /// A request that cannot be served; answered, then the connection closes.
+    Refuse(u16, &'static str),
+}
+
+/// Serves requests on `stream` until it closes, `handle` answering each.
+pub async fn serve_connection<F, Fut>(mut stream: TcpStream, mut handle: F)
+where
+    F: FnMut(Request) -> Fut,
+    Fut: std::future::Future<Output = Response>,
+{
+    let mut buffer = Vec::with_capacity(4096);
+    let mut first = true;
+    loop {
+        let wait = if first { READ_TIMEOUT } else { IDLE_TIMEOUT };
+        first = false;
+        let request = match read_request(&mut stream, &mut buffer, wait).await {
+            Ok(request) => request,
+            Err(Unread::Gone) => return,
+            Err(Unread::Refuse(status, why)) => {
+                let _ =
+                    write_response(&mut stream, &Response::error(status, why), true, false).await;
+                return;
+            }
+        };
+        let close = request.close;
+        let head_only = request.method == "HEAD";
+        let response = handle(request).await;
+        if write_response(&mut stream, &response, close, head_only)
+            .await
+            .is_err()
+            || close
+        {
+            return;
+        }
+    }
+}
+
+/// Reads one request; bytes after it stay in `buffer` for the next.
+async fn read_request(
+    stream: &mut TcpStream,
+    buffer: &mut Vec<u8>,
+    first_byte_within: Duration,
+) -> Result<Request, Unread> {
+    let mut deadline = tokio::time::Instant::now() + first_byte_within;
+    loop {
+        if !buffer.is_empty() {
+            let mut fields = [httparse::EMPTY_HEADER; 64];
+            let mut parsed = httparse::Request::new(&mut fields);
+            match parsed.parse(buffer) {
+                Ok(httparse::Status::Complete(head_len)) => {
+                    let (mut request, body_len) = request_of(&parsed)?;
+                    buffer.drain(..head_len);
+                    while buffer.len() < body_len {
+                        read_more(stream, buffer, deadline).await?;
+                    }
+                    request.body = buffer.drain(..body_len).collect();
+                    return Ok(request);
+                }
+                Ok(httparse::Status::Partial) if buffer.len() >= MAX_HEAD => {
+                    return Err(Unread::Refuse(431, "request head too large"));
+                }
+                Ok(httparse::Status::Partial) => {}
+                Err(_) => return Err(Unread::Refuse(400, "malformed request")),
+            }
+        }
+        let was_empty = buffer.is_empty();
+        read_more(stream, buffer, deadline).await?;
+        if was_empty {
+            // The request began: it has READ_TIMEOUT from now to arrive whole.
+            deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+        }
+    }
+}
+
+async fn read_more(
+    stream: &mut TcpStream,
+    buffer: &mut Vec<u8>,
+    deadline: tokio::time::Instant,
+) -> Result<(), Unread> {
+    let mut chunk = [0u8; 4096];
+    match tokio::time::timeout_at(deadline, stream.read(&mut chunk)).await {
+        Ok(Ok(0)) | Ok(Err(_)) | Err(_) => Err(Unread::Gone),
+        Ok(Ok(n)) => {
+            buffer.extend_from_slice(&chunk[..n]);
+            Ok(())
+        }
+    }
+}
+
+/// The fields the routes need, and the body's length.
+fn request_of(parsed: &httparse::Request<'_, '_>) -> Result<(Request, usize), Unread> {
+    let method = parsed.method.unwrap_or("").to_string();
+    let target = parsed.path.unwrap_or("/");
+    let path = target.split_once('?').map_or(target, |(path, _query)| path);
+    let mut request = Request {
+        method,
+        path: path.to_string(),
+        close: parsed.version == Some(0),
+        ..Request::default()
+    };
+    let mut body_len = 0usize;
+    for field in parsed.headers.iter() {
+        let value = std::str::from_utf8(field.value).unwrap_or("").trim();
+        if field.name.eq_ignore_ascii_case("content-length") {
+            body_len = value
+                .parse()
+                .map_err(|_| Unread::Refuse(400, "invalid Content-Length"))?;
+        } else if field.name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err(Unread::Refuse(411, "send the body with a Content-Length"));
+        } else if field.name.eq_ignore_ascii_case("authorization") {
+            request.authorization = Some(value.to_string());
+        } else if field.name.eq_ignore_ascii_case("accept") {
+            request.accept = value.to_string();
+        } else if field.name.eq_ignore_ascii_case("connection") {
+            for token in value.split(',').map(str::trim) {
+                if token.eq_ignore_ascii_case("close") {
+                    request.close = true;
+                } else if token.eq_ignore_ascii_case("keep-alive") && parsed.version == Some(0) {
+                    request.close = false;
+                }
+            }
+        }
+    }
+    if body_len > MAX_BODY {
+        return Err(Unread::Refuse(413, "request body too large"));
+    }
+    Ok((request, body_len))
+}
+
+async fn write_response(
+    stream: &mut TcpStream,
+    response: &Response,
+    close: bool,
+    head_only: bool,
+) -> io::Result<()> {
+    let mut out = Vec::with_capacity(256 + response.body.len());
+    out.extend_from_slice(
+        format!(
+            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n",
+            response.status,
+            reason(response.status),
+            response.content_type,
+            response.body.len()
+        )
+        .as_bytes(),
+    );
+    for field in &response.fields {
+        out.extend_from_slice(field.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if close {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    if !head_only {
+        out.extend_from_slice(&response.body);
+    }
+    tokio::time::timeout(READ_TIMEOUT, stream.write_all(&out))
+        .await
+        .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        411 => "Length Required",
+        413 => "Content Too Large",
+        422 => "Unprocessable Content",
+        431 => "Request Header Fields Too Large",
+        501 => "Not Implemented",
+        503 => "Service Unavailable",
+        _ => "Error",
+    }
+}
+
+/// Decodes `%XX` escapes (an IPv6 server address arrives as `%5B%3A%3A1%5D%3A80`). `None` for
+/// a broken escape or bytes that are not UTF-8.
+pub fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decode;
+
+    #[test]
+    fn percent_escapes_decode() {
+        assert_eq!(
+            percent_decode("%5B%3A%3A1%5D%3A80").as_deref(),
+            Some("[::1]:80")
+        );
+        assert_eq!(
+            percent_decode("127.0.0.1:9001").as_deref(),
+            Some("127.0.0.1:9001")
+        );
+        assert_eq!(percent_decode("%5"), None);
+        assert_eq!(percent_decode("%zz"), None);
+        assert_eq!(percent_decode("%ff"), None);
+    }
+}

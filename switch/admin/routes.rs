@@ -1,0 +1,275 @@
+//! What each admin path answers. Reads take a snapshot; the one change (`PUT
+//! /pools/{pool}/servers/{addr}`) goes through `control::apply`, like checks and the agent.
+
+use super::http::{percent_decode, Request, Response};
+use super::rates::Counters;
+use super::stats_json::{server_json, stats_json};
+use super::Endpoint;
+use crate::control::{self, AdminState, Change};
+use serde::Deserialize;
+use std::net::SocketAddr;
+
+/// The monitor page: one document, no external assets (it must work offline).
+const MONITOR_PAGE: &str = include_str!("monitor.html");
+
+pub fn answer(endpoint: &Endpoint, request: Request, peer: SocketAddr) -> Response {
+    let method = request.method.as_str();
+    let path = request.path.as_str();
+    let reads = matches!(method, "GET" | "HEAD");
+    match path {
+        "/" | "/index.html" if reads => {
+            Response::new(200, "text/html; charset=utf-8", MONITOR_PAGE)
+        }
+        "/stats" if reads => stats(endpoint),
+        "/metrics" if reads => metrics(endpoint, &request),
+        "/reload" if method == "POST" => match authorize(endpoint, &request, peer) {
+            Err(refused) => refused,
+            Ok(()) => Response::error(
+                501,
+                "reload is not available in this version: restart tcpvs to change its rules",
+            ),
+        },
+        "/" | "/index.html" | "/stats" | "/metrics" => not_allowed("GET, HEAD"),
+        "/reload" => not_allowed("POST"),
+        _ => match server_path(path) {
+            Some(_) if method != "PUT" => not_allowed("PUT"),
+            Some((pool, addr)) => match authorize(endpoint, &request, peer) {
+                Err(refused) => refused,
+                Ok(()) => change_server(endpoint, pool, addr, &request.body),
+            },
+            None => Response::error(404, &format!("no such path: {path}")),
+        },
+    }
+}
+
+fn not_allowed(allow: &str) -> Response {
+    Response::error(405, &format!("method not allowed here; use {allow}"))
+        .with_field(format!("Allow: {allow}"))
+}
+
+fn stats(endpoint: &Endpoint) -> Response {
+    let shared = &endpoint.shared;
+    let snapshot = shared.snapshot();
+    let now = std::time::Instant::now();
+    let rates = endpoint.sampler.rates(now, &Counters::read(shared));
+    let json = stats_json(
+        &snapshot,
+        &rates,
+        endpoint.generation(),
+        now.saturating_duration_since(shared.started),
+    );
+    Response::json(200, &json)
+}
+
+fn metrics(endpoint: &Endpoint, request: &Request) -> Response {
+    let shared = &endpoint.shared;
+    let openmetrics = request.accept.contains("application/openmetrics-text");
+    let uptime = shared.started.elapsed().as_secs_f64();
+    let text = super::metrics::render(
+        shared.snapshot(),
+        endpoint.generation(),
+        uptime,
+        openmetrics,
+    );
+    let content_type = if openmetrics {
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    } else {
+        "text/plain; version=0.0.4; charset=utf-8"
+    };
+    Response::new(200, content_type, text)
+}
+
+/// `/pools/{pool}/servers/{addr}` split into its two names (still %-encoded).
+fn server_path(path: &str) -> Option<(&str, &str)> {
+    let rest = path.strip_prefix("/pools/")?;
+    let (pool, rest) = rest.split_once('/')?;
+    let addr = rest.strip_prefix("servers/")?;
+    (!pool.is_empty() && !addr.is_empty() && !addr.contains('/')).then_some((pool, addr))
+}
+
+/// Changes need the token when one is set; without one, only a loopback listener (the rule
+/// file cannot put one elsewhere) takes them, and only from loopback peers.
+fn authorize(endpoint: &Endpoint, request: &Request, peer: SocketAddr) -> Result<(), Response> {
+    let unauthorized = |why: &str| {
+        Response::error(401, why).with_field("WWW-Authenticate: Bearer realm=\"tcpvs\"".into())
+    };
+    match &endpoint.token {
+        Some(token) => {
+            let given = request.authorization.as_deref().and_then(|value| {
+                value
+                    .strip_prefix("Bearer ")
+                    .or(value.strip_prefix("bearer "))
+            });
+            match given {
+                None => Err(unauthorized(
+                    "changes need `Authorization: Bearer <token>` (the [admin] token)",
+                )),
+                Some(given) if same_secret(given.trim().as_bytes(), token.as_bytes()) => Ok(()),
+                Some(_) => Err(unauthorized("wrong token")),
+            }
+        }
+        None if peer.ip().is_loopback() => Ok(()),
+        None => Err(Response::error(
+            403,
+            "changes without a token are accepted only from loopback",
+        )),
+    }
+}
+
+/// Compares without an early exit, so the time taken does not tell how much of a guess was
+/// right.
+fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+    if given.len() != expected.len() {
+        return false;
+    }
+    given
+        .iter()
+        .zip(expected)
+        .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+        == 0
+}
+
+/// The body of a change: either key or both.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServerChange {
+    weight: Option<serde_json::Value>,
+    state: Option<String>,
+}
+
+fn change_server(endpoint: &Endpoint, pool_name: &str, addr: &str, body: &[u8]) -> Response {
+    let Some(pool_name) = percent_decode(pool_name) else {
+        return Response::error(400, "the pool name is not valid %-encoded UTF-8");
+    };
+    let Some(addr_text) = percent_decode(addr) else {
+        return Response::error(400, "the server address is not valid %-encoded UTF-8");
+    };
+    let shared = &endpoint.shared;
+    let Some(pool) = shared.pools.iter().find(|p| p.name == pool_name) else {
+        return Response::error(404, &format!("no pool `{pool_name}`"));
+    };
+    let Ok(addr) = addr_text.parse::<SocketAddr>() else {
+        return Response::error(
+            404,
+            &format!("`{addr_text}` is not a server address (IP:PORT) of pool `{pool_name}`"),
+        );
+    };
+    let Some(index) = pool.backends.iter().position(|b| b.addr == addr) else {
+        return Response::error(404, &format!("no server {addr} in pool `{pool_name}`"));
+    };
+    let change = match parse_change(body) {
+        Ok(change) => change,
+        Err(why) => return Response::error(400, &why),
+    };
+    if let Change::Admin { state, weight } = &change {
+        tracing::info!(pool = %pool_name, server = %addr, ?state, ?weight, "changed by the admin endpoint");
+    }
+    control::apply(pool, index, change);
+    let snapshot = shared.snapshot();
+    let now = std::time::Instant::now();
+    let rates = endpoint.sampler.rates(now, &Counters::read(shared));
+    match snapshot
+        .servers
+        .iter()
+        .find(|s| s.pool == pool_name && s.addr == addr)
+    {
+        Some(server) => Response::json(200, &server_json(server, &rates)),
+        None => Response::error(404, &format!("no server {addr} in pool `{pool_name}`")),
+    }
+}
+
+fn parse_change(body: &[u8]) -> Result<Change, String> {
+    const USAGE: &str =
+        "send JSON with `weight` (0..=65535) and/or `state` (\"ready\", \"drain\", \"maint\")";
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(format!("empty body: {USAGE}"));
+    }
+    let change: ServerChange =
+        serde_json::from_slice(body).map_err(|e| format!("invalid body ({e}): {USAGE}"))?;
+    let weight = match change.weight {
+        None => None,
+        Some(value) => match value.as_u64() {
+            Some(w) if w <= 65_535 => Some(w as u32),
+            _ => {
+                return Err(format!(
+                    "weight must be an integer in 0..=65535, not {value}"
+                ))
+            }
+        },
+    };
+    let state = match change.state.as_deref() {
+        None => None,
+        Some("ready") => Some(AdminState::Ready),
+        Some("drain") => Some(AdminState::Drain),
+        Some("maint") => Some(AdminState::Maint),
+        Some(other) => {
+            return Err(format!(
+                "state must be \"ready\", \"drain\" or \"maint\", not \"{other}\""
+            ))
+        }
+    };
+    if weight.is_none() && state.is_none() {
+        return Err(format!("nothing to change: {USAGE}"));
+    }
+    Ok(Change::Admin { state, weight })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_paths_split_into_pool_and_address() {
+        assert_eq!(
+            server_path("/pools/static/servers/127.0.0.1:9001"),
+            Some(("static", "127.0.0.1:9001"))
+        );
+        assert_eq!(server_path("/pools/static/servers/"), None);
+        assert_eq!(server_path("/pools//servers/x"), None);
+        assert_eq!(server_path("/pools/static/servers/a/b"), None);
+        assert_eq!(server_path("/pools/static"), None);
+    }
+
+    #[test]
+    fn change_bodies_are_checked() {
+        assert!(matches!(
+            parse_change(br#"{"weight": 5}"#),
+            Ok(Change::Admin {
+                state: None,
+                weight: Some(5)
+            })
+        ));
+        assert!(matches!(
+            parse_change(br#"{"state": "drain", "weight": 0}"#),
+            Ok(Change::Admin {
+                state: Some(AdminState::Drain),
+                weight: Some(0)
+            })
+        ));
+        for bad in [
+            &b""[..],
+            b"{}",
+            b"{\"weight\": 65536}",
+            b"{\"weight\": -1}",
+            b"{\"weight\": 1.5}",
+            b"{\"weight\": \"3\"}",
+            b"{\"state\": \"up\"}",
+            b"{\"colour\": 1}",
+            b"[1]",
+            b"{",
+        ] {
+            assert!(
+                parse_change(bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(same_secret(b"abc", b"abc"));
+        assert!(!same_secret(b"abd", b"abc"));
+        assert!(!same_secret(b"ab", b"abc"));
+    }
+}

@@ -1,0 +1,274 @@
+//! The `/stats` document: written by the endpoint from a snapshot, read by the command line
+//! (`tcpvs list`). One definition for both sides; the keys fixed in the design notes
+//! (`generation`, `uptime_s`, `services`, `pools` with their `servers`) and more beside them.
+//! Every field has a default, so the command line also reads an endpoint that sends fewer
+//! fields (an older switch) or more (a newer one).
+
+use super::rates::Rates;
+use crate::stats::{LatencySnapshot, ServerSnapshot, ServiceSnapshot, Snapshot};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StatsJson {
+    pub version: String,
+    pub generation: u64,
+    pub uptime_s: f64,
+    pub clients: usize,
+    pub services: Vec<ServiceJson>,
+    pub pools: Vec<PoolJson>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServiceJson {
+    pub name: String,
+    pub listen: String,
+    pub connections: u64,
+    pub open: u64,
+    pub refused: u64,
+    pub requests: u64,
+    pub local_errors: u64,
+    pub responses: Classes,
+    pub latency_ms: Option<Percentiles>,
+    pub rate: ServiceRate,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServiceRate {
+    pub requests: f64,
+    pub connections: f64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PoolJson {
+    pub name: String,
+    pub scheduler: String,
+    pub requests: u64,
+    pub active: u64,
+    pub queued: usize,
+    pub servers: Vec<ServerJson>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServerJson {
+    pub addr: String,
+    pub state: String,
+    pub reason: String,
+    pub since_s: f64,
+    pub backup: bool,
+    pub offered: bool,
+    pub weight: u32,
+    pub weight_configured: u32,
+    pub weight_effective: u32,
+    pub max_conns: u32,
+    pub active: u32,
+    pub idle: usize,
+    pub connections: u64,
+    pub requests: u64,
+    pub failures: u64,
+    pub connect_errors: u64,
+    pub response_errors: u64,
+    pub timeouts: u64,
+    pub retries: u64,
+    pub responses: Classes,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub latency_ms: Option<Percentiles>,
+    pub rate: ServerRate,
+    pub check: CheckJson,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServerRate {
+    pub requests: f64,
+    pub bytes_out: f64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CheckJson {
+    /// `http`, `tcp` or `none`.
+    pub kind: String,
+    /// `passed`, `failed`, or null before the first check.
+    pub last: Option<String>,
+    pub detail: String,
+    pub age_s: Option<f64>,
+    pub successes: u32,
+    pub failures: u32,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Classes {
+    #[serde(rename = "1xx")]
+    pub informational: u64,
+    #[serde(rename = "2xx")]
+    pub success: u64,
+    #[serde(rename = "3xx")]
+    pub redirection: u64,
+    #[serde(rename = "4xx")]
+    pub client_error: u64,
+    #[serde(rename = "5xx")]
+    pub server_error: u64,
+}
+
+impl From<[u64; 5]> for Classes {
+    fn from([informational, success, redirection, client_error, server_error]: [u64; 5]) -> Self {
+        Classes {
+            informational,
+            success,
+            redirection,
+            client_error,
+            server_error,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+}
+
+impl Percentiles {
+    /// In milliseconds, rounded to the microsecond; `None` before the first recording.
+    pub fn of(latency: &LatencySnapshot) -> Option<Percentiles> {
+        let ms = |q| latency.quantile_micros(q).map(|us| (us).round() / 1000.0);
+        Some(Percentiles {
+            p50: ms(0.5)?,
+            p90: ms(0.9)?,
+            p99: ms(0.99)?,
+        })
+    }
+}
+
+/// Seconds with millisecond precision, as JSON numbers.
+fn seconds(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1000.0).round() / 1000.0
+}
+
+/// A rate rounded to 0.01, so the JSON stays readable.
+fn rounded(rate: f64) -> f64 {
+    (rate * 100.0).round() / 100.0
+}
+
+pub fn stats_json(
+    snapshot: &Snapshot,
+    rates: &Rates,
+    generation: u64,
+    uptime: Duration,
+) -> StatsJson {
+    let services = snapshot
+        .services
+        .iter()
+        .map(|s| service_json(s, rates))
+        .collect();
+    let mut by_pool: HashMap<&str, Vec<&ServerSnapshot>> = HashMap::new();
+    for server in &snapshot.servers {
+        by_pool
+            .entry(server.pool.as_str())
+            .or_default()
+            .push(server);
+    }
+    let pools = snapshot
+        .pools
+        .iter()
+        .map(|pool| {
+            let servers = by_pool.remove(pool.name.as_str()).unwrap_or_default();
+            PoolJson {
+                name: pool.name.clone(),
+                scheduler: pool.scheduler.clone(),
+                requests: servers.iter().map(|s| s.requests).sum(),
+                active: servers.iter().map(|s| u64::from(s.active)).sum(),
+                queued: pool.queued,
+                servers: servers.into_iter().map(|s| server_json(s, rates)).collect(),
+            }
+        })
+        .collect();
+    StatsJson {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        generation,
+        uptime_s: seconds(uptime),
+        clients: snapshot.clients,
+        services,
+        pools,
+    }
+}
+
+fn service_json(s: &ServiceSnapshot, rates: &Rates) -> ServiceJson {
+    let (requests, connections) = rates.services.get(&s.name).copied().unwrap_or_default();
+    ServiceJson {
+        name: s.name.clone(),
+        listen: s.listen.to_string(),
+        connections: s.accepted,
+        open: s.open,
+        refused: s.refused,
+        requests: s.requests,
+        local_errors: s.local_errors,
+        responses: s.classes.into(),
+        latency_ms: Percentiles::of(&s.duration),
+        rate: ServiceRate {
+            requests: rounded(requests),
+            connections: rounded(connections),
+        },
+    }
+}
+
+pub fn server_json(s: &ServerSnapshot, rates: &Rates) -> ServerJson {
+    let (requests, bytes_out) = rates
+        .servers
+        .get(&(s.pool.clone(), s.addr))
+        .copied()
+        .unwrap_or_default();
+    let (last, detail, age_s) = match &s.check.last {
+        Some((true, _, age)) => (Some("passed".into()), String::new(), Some(seconds(*age))),
+        Some((false, why, age)) => (Some("failed".into()), why.clone(), Some(seconds(*age))),
+        None => (None, String::new(), None),
+    };
+    ServerJson {
+        addr: s.addr.to_string(),
+        state: s.state.to_string(),
+        reason: s.reason.clone(),
+        since_s: seconds(s.since),
+        backup: s.backup,
+        offered: s.offered,
+        weight: s.admin_weight.unwrap_or(s.configured_weight),
+        weight_configured: s.configured_weight,
+        weight_effective: s.weight,
+        max_conns: s.max_conns,
+        active: s.active,
+        idle: s.idle,
+        connections: s.connections,
+        requests: s.requests,
+        failures: s.connect_errors + s.response_errors,
+        connect_errors: s.connect_errors,
+        response_errors: s.response_errors,
+        timeouts: s.timeouts,
+        retries: s.retries,
+        responses: s.classes.into(),
+        bytes_in: s.bytes_in,
+        bytes_out: s.bytes_out,
+        latency_ms: Percentiles::of(&s.latency),
+        rate: ServerRate {
+            requests: rounded(requests),
+            bytes_out: rounded(bytes_out),
+        },
+        check: CheckJson {
+            kind: s.check.kind.to_string(),
+            last,
+            detail,
+            age_s,
+            successes: s.check.successes,
+            failures: s.check.failures,
+        },
+    }
+}

@@ -1,0 +1,548 @@
+//! The admin verbs of the command line (`tcpvs list`, `set-weight`, `set-state`, `reload`), the
+//! binary run as an operator runs it, against a fake admin endpoint that the test runs itself:
+//! a std `TcpListener` thread that records each request and answers a canned one. What is
+//! checked: the table and the JSON printed, the exact request sent (method, path, token, body),
+//! the messages and exit codes of the failures (token refused, nothing listening, a word clap
+//! refuses). Tests against the real endpoint live beside the endpoint's own.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// A `/stats` document as notes/admin-spec.md describes it: two pools, a server up, one down
+/// by its checks, a backup, one drained by the admin with an IPv6 address.
+const STATS: &str = r#"{
+  "version": "0.1.0",
+  "generation": 1,
+  "uptime_s": 12.5,
+  "clients": 3,
+  "services": [
+    {"name": "web", "listen": "127.0.0.1:8080", "connections": 40, "open": 3, "refused": 0,
+     "requests": 1234, "local_errors": 2,
+     "responses": {"1xx": 0, "2xx": 1230, "3xx": 0, "4xx": 2, "5xx": 2},
+     "latency_ms": {"p50": 0.41, "p90": 0.9, "p99": 2.1},
+     "rate": {"requests": 12.5, "connections": 0.4}},
+    {"name": "api", "listen": "[::1]:8443", "connections": 7, "open": 0, "refused": 1,
+     "requests": 19, "local_errors": 0,
+     "responses": {"1xx": 0, "2xx": 19, "3xx": 0, "4xx": 0, "5xx": 0},
+     "latency_ms": null, "rate": {"requests": 0.0, "connections": 0.0}}
+  ],
+  "pools": [
+    {"name": "static", "scheduler": "wlc", "requests": 600, "active": 0, "queued": 0,
+     "servers": [
+       {"addr": "127.0.0.1:9001", "state": "up", "reason": "configured", "since_s": 12.0,
+        "backup": false, "offered": true, "weight": 1, "weight_configured": 1,
+        "weight_effective": 1, "max_conns": 0, "active": 0, "idle": 2, "connections": 10,
+        "requests": 600, "failures": 0, "connect_errors": 0, "response_errors": 0,
+        "timeouts": 0, "retries": 0,
+        "responses": {"1xx": 0, "2xx": 600, "3xx": 0, "4xx": 0, "5xx": 0},
+        "bytes_in": 1234, "bytes_out": 90112,
+        "latency_ms": {"p50": 0.4, "p90": 0.9, "p99": 2.1},
+        "rate": {"requests": 12.5, "bytes_out": 1234.0},
+        "check": {"kind": "http", "last": "passed", "detail": "", "age_s": 1.2,
+                  "successes": 2, "failures": 0}},
+       {"addr": "127.0.0.1:9002", "state": "down", "reason": "check failed", "since_s": 75.0,
+        "backup": false, "offered": false, "weight": 2, "weight_configured": 2,
+        "weight_effective": 2, "max_conns": 0, "active": 0, "idle": 0, "connections": 0,
+        "requests": 0, "failures": 3, "connect_errors": 3, "response_errors": 0,
+        "timeouts": 0, "retries": 0,
+        "responses": {"1xx": 0, "2xx": 0, "3xx": 0, "4xx": 0, "5xx": 0},
+        "bytes_in": 0, "bytes_out": 0, "latency_ms": null,
+        "rate": {"requests": 0.0, "bytes_out": 0.0},
+        "check": {"kind": "http", "last": "failed", "detail": "connection refused",
+                  "age_s": 0.5, "successes": 0, "failures": 3}},
+       {"addr": "127.0.0.1:9003", "state": "up", "reason": "configured", "since_s": 12.0,
+        "backup": true, "offered": false, "weight": 1, "weight_configured": 1,
+        "weight_effective": 1, "max_conns": 0, "active": 0, "idle": 0, "connections": 0,
+        "requests": 0, "failures": 0, "connect_errors": 0, "response_errors": 0,
+        "timeouts": 0, "retries": 0,
+        "responses": {"1xx": 0, "2xx": 0, "3xx": 0, "4xx": 0, "5xx": 0},
+        "bytes_in": 0, "bytes_out": 0, "latency_ms": null,
+        "rate": {"requests": 0.0, "bytes_out": 0.0},
+        "check": {"kind": "none", "last": null, "detail": "", "age_s": null,
+                  "successes": 0, "failures": 0}}
+     ]},
+    {"name": "cgi", "scheduler": "rr", "requests": 5, "active": 1, "queued": 0,
+     "servers": [
+       {"addr": "[::1]:9021", "state": "drain", "reason": "admin", "since_s": 3723.0,
+        "backup": false, "offered": false, "weight": 3, "weight_configured": 1,
+        "weight_effective": 3, "max_conns": 10, "active": 1, "idle": 0, "connections": 5,
+        "requests": 5, "failures": 0, "connect_errors": 0, "response_errors": 0,
+        "timeouts": 0, "retries": 0,
+        "responses": {"1xx": 0, "2xx": 4, "3xx": 0, "4xx": 0, "5xx": 0},
+        "bytes_in": 3221225472, "bytes_out": 5242880,
+        "latency_ms": {"p50": 10.0, "p90": 20.0, "p99": 30.0},
+        "rate": {"requests": 0.3, "bytes_out": 100.0},
+        "check": {"kind": "tcp", "last": "passed", "detail": "", "age_s": 2.0,
+                  "successes": 9, "failures": 0}}
+     ]}
+  ]
+}"#;
+
+/// The server object the fake answers to a change.
+const SERVER: &str = r#"{"addr": "127.0.0.1:9001", "state": "up", "reason": "admin",
+  "since_s": 0.0, "backup": false, "offered": true, "weight": 5, "weight_configured": 1,
+  "weight_effective": 5, "max_conns": 0, "active": 0, "idle": 2, "connections": 10,
+  "requests": 600, "failures": 0, "connect_errors": 0, "response_errors": 0, "timeouts": 0,
+  "retries": 0, "responses": {"1xx": 0, "2xx": 600, "3xx": 0, "4xx": 0, "5xx": 0},
+  "bytes_in": 1234, "bytes_out": 90112, "latency_ms": null,
+  "rate": {"requests": 0.0, "bytes_out": 0.0},
+  "check": {"kind": "none", "last": null, "detail": "", "age_s": null, "successes": 0,
+  "failures": 0}}"#;
+
+/// A request as the fake endpoint received it.
+#[derive(Debug, Clone)]
+struct Seen {
+    /// The request line and fields, as sent (CRLF included).
+    head: String,
+    body: Vec<u8>,
+}
+
+impl Seen {
+    fn request_line(&self) -> &str {
+        self.head.split("\r\n").next().unwrap()
+    }
+
+    /// The values of the field `name` (case-insensitive).
+    fn field(&self, name: &str) -> Vec<String> {
+        self.head
+            .split("\r\n")
+            .skip(1)
+            .filter_map(|line| line.split_once(':'))
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim().to_string())
+            .collect()
+    }
+}
+
+/// A fake admin endpoint: answers every request with `status` and `body` (JSON,
+/// Content-Length, `Connection: close`) and keeps what it received.
+struct Fake {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    _thread: JoinHandle<()>,
+}
+
+impl Fake {
+    fn start(status: u16, body: &'static str) -> Fake {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let record = Arc::clone(&seen);
+        let thread = std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                stream.set_read_timeout(Some(common::PATIENCE)).unwrap();
+                let Some(request) = read_request(&mut stream) else {
+                    continue;
+                };
+                record.lock().unwrap().push(request);
+                let reason = match status {
+                    200 => "OK",
+                    401 => "Unauthorized",
+                    404 => "Not Found",
+                    501 => "Not Implemented",
+                    _ => "Whatever",
+                };
+                let answer = format!(
+                    "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes());
+            }
+        });
+        Fake {
+            addr,
+            seen,
+            _thread: thread,
+        }
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// Reads a request head and its Content-Length body.
+fn read_request(stream: &mut std::net::TcpStream) -> Option<Seen> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = stream.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8(buf[..head_end].to_vec()).unwrap();
+    let mut seen = Seen {
+        head,
+        body: Vec::new(),
+    };
+    let length: usize = seen
+        .field("content-length")
+        .first()
+        .map_or(0, |v| v.parse().unwrap());
+    while buf.len() < head_end + length {
+        let n = stream.read(&mut chunk).ok()?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    seen.body = buf[head_end..].to_vec();
+    Some(seen)
+}
+
+/// Runs `tcpvs ARGS` with `TCPVS_ADMIN_TOKEN` set to `token` (or unset) and waits for it.
+fn tcpvs(args: &[&str], token: Option<&str>) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tcpvs"));
+    command.args(args).env_remove("TCPVS_ADMIN_TOKEN");
+    if let Some(token) = token {
+        command.env("TCPVS_ADMIN_TOKEN", token);
+    }
+    command.output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+#[test]
+fn list_prints_the_ipvsadm_table() {
+    let fake = Fake::start(200, STATS);
+    let out = tcpvs(&["list", "--admin", &fake.addr.to_string()], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "");
+    let expected = "\
+tcpvs 0.1.0, generation 1, up 12s, 3 clients
+Service  LocalAddress:Port  Conns  Open  Requests  Req/s  Errors
+web      127.0.0.1:8080     40     3     1234      12.5   2
+api      [::1]:8443         7      0     19        0.0    0
+
+Pool static (wlc): requests 600, active 0, queued 0
+  -> RemoteAddress:Port  State  Weight  Active  Idle  Requests  Req/s  BytesIn  BytesOut  Fails
+  -> 127.0.0.1:9001      up     1       0       2     600       12.5   1.2K     88.0K     0
+  -> 127.0.0.1:9002      down   2       0       0     0         0.0    0        0         3      for 1m15s: check failed; check: connection refused
+  -> 127.0.0.1:9003      up     1       0       0     0         0.0    0        0         0      backup
+
+Pool cgi (rr): requests 5, active 1, queued 0
+  -> RemoteAddress:Port  State  Weight  Active  Idle  Requests  Req/s  BytesIn  BytesOut  Fails
+  -> [::1]:9021          drain  3       1       0     5         0.3    3.0G     5.0M      0      for 1h02m: admin
+";
+    let stdout = text(&out.stdout);
+    // The server lines first, so that a difference there is named plainly.
+    let servers = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| l.starts_with("  -> ") && !l.contains("RemoteAddress"))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(servers(&stdout), servers(expected));
+    assert_eq!(stdout, expected);
+
+    let seen = fake.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].request_line(), "GET /stats HTTP/1.1");
+    assert_eq!(seen[0].field("connection"), ["close"]);
+    assert_eq!(seen[0].field("host"), [fake.addr.to_string()]);
+    assert_eq!(seen[0].field("authorization"), Vec::<String>::new());
+}
+
+#[test]
+fn list_json_prints_the_stats_document_as_received() {
+    let fake = Fake::start(200, STATS);
+    let out = tcpvs(&["list", "--json", "--admin", &fake.addr.to_string()], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let canned: serde_json::Value = serde_json::from_str(STATS).unwrap();
+    assert_eq!(printed, canned);
+    // Pretty, with the keys in the order the endpoint sent them.
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("{\n  \"version\": \"0.1.0\",\n  \"generation\": 1,\n"),
+        "{stdout}"
+    );
+    assert!(stdout.ends_with("\n}\n"), "{stdout}");
+}
+
+#[test]
+fn set_weight_sends_the_change_with_the_token_and_prints_the_server() {
+    let fake = Fake::start(200, SERVER);
+    let out = tcpvs(
+        &[
+            "set-weight",
+            "static",
+            "127.0.0.1:9001",
+            "5",
+            "--admin",
+            &fake.addr.to_string(),
+        ],
+        Some("tok-123"),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "static 127.0.0.1:9001: up, weight 5 (configured 1), active 0, idle 2, requests 600\n"
+    );
+    let seen = fake.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        seen[0].request_line(),
+        "PUT /pools/static/servers/127.0.0.1:9001 HTTP/1.1"
+    );
+    assert_eq!(seen[0].body, br#"{"weight":5}"#);
+    assert_eq!(seen[0].field("authorization"), ["Bearer tok-123"]);
+    assert_eq!(seen[0].field("content-type"), ["application/json"]);
+    assert_eq!(seen[0].field("content-length"), ["12"]);
+}
+
+#[test]
+fn set_state_finds_the_endpoint_and_its_token_in_the_rule_file_or_a_token_file() {
+    let fake = Fake::start(200, SERVER);
+    let scratch = common::Scratch::new("admin-cli-rules");
+    let rules = scratch.file(
+        "rules.toml",
+        &format!(
+            "[admin]\nlisten = \"{}\"\ntoken = \"from-the-file\"\n\n[virtual.web]\n\
+             listen = \"127.0.0.1:0\"\ndefault_pool = \"static\"\n\n[pool.static]\n\
+             servers = [{{ addr = \"127.0.0.1:9001\" }}]\n",
+            fake.addr
+        ),
+    );
+    let token_file = scratch.file("token", "  from-token-file  \nsecond line\n");
+    let rules = path(&rules);
+    let token_file = path(&token_file);
+
+    let out = tcpvs(
+        &[
+            "set-state",
+            "static",
+            "127.0.0.1:9001",
+            "drain",
+            "-c",
+            rules,
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The environment's token comes before the rule file's, a token file before both.
+    let out = tcpvs(
+        &[
+            "set-state",
+            "static",
+            "127.0.0.1:9001",
+            "maint",
+            "-c",
+            rules,
+        ],
+        Some("from-env"),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = tcpvs(
+        &[
+            "set-state",
+            "static",
+            "127.0.0.1:9001",
+            "ready",
+            "-c",
+            rules,
+            "--token-file",
+            token_file,
+        ],
+        Some("from-env"),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    let seen = fake.seen();
+    let sent: Vec<(&str, &[u8], Vec<String>)> = seen
+        .iter()
+        .map(|s| {
+            (
+                s.request_line(),
+                s.body.as_slice(),
+                s.field("authorization"),
+            )
+        })
+        .collect();
+    let put = "PUT /pools/static/servers/127.0.0.1:9001 HTTP/1.1";
+    assert_eq!(
+        sent,
+        [
+            (
+                put,
+                &br#"{"state":"drain"}"#[..],
+                vec!["Bearer from-the-file".to_string()]
+            ),
+            (
+                put,
+                &br#"{"state":"maint"}"#[..],
+                vec!["Bearer from-env".to_string()]
+            ),
+            (
+                put,
+                &br#"{"state":"ready"}"#[..],
+                vec!["Bearer from-token-file".to_string()]
+            ),
+        ]
+    );
+}
+
+#[test]
+fn a_refused_token_exits_1_and_says_how_to_give_one() {
+    let fake = Fake::start(401, r#"{"error": "a valid token is required"}"#);
+    let out = tcpvs(
+        &[
+            "set-state",
+            "static",
+            "127.0.0.1:9001",
+            "drain",
+            "--admin",
+            &fake.addr.to_string(),
+        ],
+        Some("wrong"),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(text(&out.stdout), "");
+    assert_eq!(
+        text(&out.stderr),
+        "tcpvs: the admin endpoint refused the token: set TCPVS_ADMIN_TOKEN or --token-file\n"
+    );
+    assert_eq!(fake.seen()[0].field("authorization"), ["Bearer wrong"]);
+}
+
+#[test]
+fn the_endpoints_own_words_come_with_a_404_and_reload_says_it_is_not_there_yet() {
+    let fake = Fake::start(
+        404,
+        r#"{"error": "pool `static` has no server 127.0.0.1:9009"}"#,
+    );
+    let out = tcpvs(
+        &[
+            "set-weight",
+            "static",
+            "127.0.0.1:9009",
+            "0",
+            "--admin",
+            &fake.addr.to_string(),
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "tcpvs: the admin endpoint answered 404 Not Found: pool `static` has no server 127.0.0.1:9009\n"
+    );
+
+    let fake = Fake::start(501, r#"{"error": "reload is not available yet"}"#);
+    let out = tcpvs(&["reload", "--admin", &fake.addr.to_string()], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "tcpvs: this tcpvs does not support reload yet\n"
+    );
+    let seen = fake.seen();
+    assert_eq!(seen[0].request_line(), "POST /reload HTTP/1.1");
+    assert_eq!(seen[0].field("content-length"), ["0"]);
+}
+
+#[tokio::test]
+async fn nothing_listening_exits_1_and_names_the_address_to_check() {
+    let dead = common::dead_address().await.to_string();
+    for args in [
+        vec!["list", "--admin", &dead],
+        vec![
+            "set-weight",
+            "static",
+            "127.0.0.1:9001",
+            "1",
+            "--admin",
+            &dead,
+        ],
+        vec!["reload", "--admin", &dead],
+    ] {
+        let out = tcpvs(&args, None);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(text(&out.stdout), "", "{args:?}");
+        assert_eq!(
+            text(&out.stderr),
+            format!(
+                "tcpvs: cannot reach the admin endpoint at {dead}: connection refused - is tcpvs \
+                 running with [admin] listen = \"{dead}\"?\n"
+            ),
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn words_clap_refuses_exit_2_and_send_nothing() {
+    // A listener nobody accepts on: a connection the command made would wait in its queue.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    for (args, complaint) in [
+        (
+            vec![
+                "set-state",
+                "static",
+                "127.0.0.1:9001",
+                "sleep",
+                "--admin",
+                &addr,
+            ],
+            "invalid value 'sleep'",
+        ),
+        (
+            vec![
+                "set-weight",
+                "static",
+                "127.0.0.1:9001",
+                "65536",
+                "--admin",
+                &addr,
+            ],
+            "65536 is not in 0..=65535",
+        ),
+        (
+            vec![
+                "set-weight",
+                "static",
+                "127.0.0.1:9001",
+                "-1",
+                "--admin",
+                &addr,
+            ],
+            "-1",
+        ),
+        (
+            vec!["set-weight", "static", "web1", "1", "--admin", &addr],
+            "invalid value 'web1'",
+        ),
+    ] {
+        let out = tcpvs(&args, Some("t"));
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(complaint), "{args:?}: {stderr}");
+        assert_eq!(text(&out.stdout), "", "{args:?}");
+    }
+    // The processes have exited: a connection any of them made is in the accept queue now.
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        Err(e) => panic!("accept failed: {e}"),
+        Ok((_, peer)) => panic!("a refused command connected anyway (from {peer})"),
+    }
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
