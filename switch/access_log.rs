@@ -14,9 +14,14 @@
 //! allocates nothing for its line. On SIGUSR1 (logrotate's `postrotate`) the file is opened
 //! again by its path and swapped in (`ArcSwap`): writers take no lock, and lines written
 //! meanwhile land whole in the old file or the new one. A reopen that fails keeps the old file.
+//! A log that is not a file (stderr, off) handles SIGUSR1 too: one info line, nothing else.
+//!
+//! The text line writes the request in double quotes. A target may hold `"` and `\` (the head
+//! parser takes any visible ASCII byte and bytes from 0x80 in a target), so the text line
+//! escapes them, and any control byte, as nginx does: `\x22`, `\x5C`. A line cannot be
+//! forged or mis-split by its target.
 
 use crate::config::{AccessLogFormat, AccessLogTarget, SwitchSettings};
-use crate::shared::Shared;
 use arc_swap::ArcSwap;
 use std::cell::RefCell;
 use std::fmt;
@@ -28,6 +33,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
 
 /// One request as the access log tells it.
 pub struct Entry<'a> {
@@ -230,19 +236,19 @@ fn write_once(out: &mut impl Write, line: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Reopens the access log file on SIGUSR1 while the switch runs: a task on the current
-/// runtime, or none when the log is not a file. The handler is installed before this returns,
-/// so a SIGUSR1 from then on reopens the file instead of ending the process.
-pub fn spawn_reopen(shared: &Arc<Shared>) -> io::Result<Option<tokio::task::JoinHandle<()>>> {
+/// Handles SIGUSR1 while the switch runs, until `stopping` turns true: a task on the current
+/// runtime that reopens the access log file, or, when the log is not a file (stderr, off),
+/// logs that there is nothing to reopen. The handler is installed before this returns, in
+/// every case, so a SIGUSR1 from then on never ends the process (its default action would).
+pub fn spawn_reopen(
+    log: Arc<AccessLog>,
+    mut stopping: watch::Receiver<bool>,
+) -> io::Result<tokio::task::JoinHandle<()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let Some(path) = shared.access_log.path() else {
-        return Ok(None);
-    };
-    let path = path.display().to_string();
     let mut usr1 = signal(SignalKind::user_defined1())?;
-    let shared = Arc::clone(shared);
-    let mut stopping = shared.shutdown.clone();
-    Ok(Some(tokio::spawn(async move {
+    let path = log.path().map(|path| path.display().to_string());
+    let path = path.unwrap_or_default();
+    Ok(tokio::spawn(async move {
         loop {
             tokio::select! {
                 received = usr1.recv() => {
@@ -252,8 +258,11 @@ pub fn spawn_reopen(shared: &Arc<Shared>) -> io::Result<Option<tokio::task::Join
                 }
                 _ = stopping.wait_for(|&stop| stop) => return,
             }
-            match shared.access_log.reopen() {
-                Ok(_) => tracing::info!("access log reopened: {path}"),
+            match log.reopen() {
+                Ok(true) => tracing::info!("access log reopened: {path}"),
+                Ok(false) => {
+                    tracing::info!("SIGUSR1: the access log is not a file, nothing to reopen")
+                }
                 Err(e) => {
                     tracing::warn!(
                         "access log {path}: cannot reopen: {e}; still writing to the old file"
@@ -261,12 +270,12 @@ pub fn spawn_reopen(shared: &Arc<Shared>) -> io::Result<Option<tokio::task::Join
                 }
             }
         }
-    })))
+    }))
 }
 
 /// The text line after its time: `service client "METHOD target" status bytes pool/server
 /// duration`, with `-` for what is missing, and the reason instead of the duration for a
-/// refusal.
+/// refusal. The request is escaped ([`Quoted`]): a target can hold `"` and `\\`.
 struct Text<'a, 'e>(&'a Entry<'e>);
 
 impl fmt::Display for Text<'_, '_> {
@@ -277,7 +286,7 @@ impl fmt::Display for Text<'_, '_> {
             "{} {} \"{}\" {} {} {}/{} ",
             e.service,
             e.client,
-            e.request.unwrap_or("-"),
+            Quoted(e.request.unwrap_or("-")),
             e.status,
             e.bytes,
             e.pool.unwrap_or("-"),
@@ -287,6 +296,28 @@ impl fmt::Display for Text<'_, '_> {
             End::Took(elapsed) => write!(f, "{}us", elapsed.as_micros()),
             End::Refused(why) => f.write_str(why),
         }
+    }
+}
+
+/// Text to be written between double quotes: `"`, `\\` and control bytes as `\\xHH` (upper
+/// case, as nginx writes them), the rest as it is. The target comes from the head parser,
+/// which takes `"` and `\\` in a target (any byte from `!` to `~`, and from 0x80), so without
+/// this a target could end the quotes and forge the fields after them.
+struct Quoted<'a>(&'a str);
+
+impl fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = self.0;
+        let mut plain = 0;
+        for (at, b) in text.bytes().enumerate() {
+            if matches!(b, b'"' | b'\\' | 0..0x20 | 0x7f) {
+                // Escaped bytes are ASCII: `plain..at` ends on a character boundary.
+                f.write_str(&text[plain..at])?;
+                write!(f, "\\x{b:02X}")?;
+                plain = at + 1;
+            }
+        }
+        f.write_str(&text[plain..])
     }
 }
 
@@ -525,6 +556,29 @@ mod tests {
             Text(&refused).to_string(),
             "web 127.0.0.1:5000 \"-\" 400 120 -/- malformed request head"
         );
+    }
+
+    #[test]
+    fn text_lines_escape_quotes_backslashes_and_control_bytes_in_the_request() {
+        assert_eq!(Quoted("GET /plain?a=1").to_string(), "GET /plain?a=1");
+        assert_eq!(
+            Quoted(r#"GET /q?a="b\c""#).to_string(),
+            r"GET /q?a=\x22b\x5Cc\x22"
+        );
+        assert_eq!(Quoted("\x00\n\x1f\x7f").to_string(), r"\x00\x0A\x1F\x7F");
+        // UTF-8 (and U+FFFD from a lossy decoding) stays as it is, around escapes too.
+        assert_eq!(
+            Quoted("/é\"€\u{fffd}\"").to_string(),
+            "/é\\x22€\u{fffd}\\x22"
+        );
+        // A target that tries to close the quotes and forge the fields after them.
+        let forged = "GET /x\" 200 1 web/10.0.0.9:80 1us\nweb 10.6.6.6:1 \"GET /";
+        let line = Text(&entry(Some(forged), End::Took(Duration::from_micros(7)))).to_string();
+        assert_eq!(
+            line,
+            r#"web 127.0.0.1:5000 "GET /x\x22 200 1 web/10.0.0.9:80 1us\x0Aweb 10.6.6.6:1 \x22GET /" 200 120 images/10.0.0.1:80 7us"#
+        );
+        assert_eq!(line.matches('"').count(), 2, "{line}");
     }
 
     #[test]

@@ -102,7 +102,10 @@ impl Plan {
         if self.worker == 0 {
             // Checks and trials run beside the first worker's sessions, off their path.
             tasks.extend(crate::health::spawn(&self.shared));
-            tasks.extend(crate::access_log::spawn_reopen(&self.shared)?);
+            tasks.push(crate::access_log::spawn_reopen(
+                Arc::clone(&self.shared.access_log),
+                self.shared.shutdown.clone(),
+            )?);
         }
         Ok(Launched {
             bound,
@@ -277,7 +280,7 @@ impl Switch {
             .enumerate()
             .map(|(i, s)| (i, s.listen))
             .collect();
-        let access_log = crate::access_log::AccessLog::new(&config.switch)?;
+        let access_log = Arc::new(crate::access_log::AccessLog::new(&config.switch)?);
         let (stop, shutdown) = watch::channel(false);
         let services: Box<[Service]> = config
             .services

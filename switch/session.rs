@@ -486,6 +486,7 @@ impl Session {
         self.out.clear();
         write_error(&mut self.out, status, why, ClientConnection::Close, true);
         stats::bump(&self.service().stats.local_errors);
+        self.service().stats.classes.count(status);
         let _ = write_all(&self.client, &self.out, Limit::Idle(Duration::from_secs(5))).await;
         self.shared.access_log.write(&access_log::Entry {
             service: &self.service().name,
@@ -644,10 +645,12 @@ impl Session {
     /// Counts the request and writes its access-log line.
     fn account(&self, outcome: &Outcome, started: Instant) {
         let elapsed = started.elapsed();
-        let service = &self.service().stats;
-        service.classes.count(outcome.status);
-        service.duration.record(elapsed);
-        stats::add(&service.duration_us, elapsed.as_micros() as u64);
+        if outcome.status != 0 {
+            // Status 0: the client went away before any answer; nothing was answered.
+            let service = &self.service().stats;
+            service.classes.count(outcome.status);
+            service.duration.record(elapsed);
+        }
         self.shared.access_log.write(&access_log::Entry {
             service: &self.service().name,
             client: self.peer,

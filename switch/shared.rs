@@ -43,8 +43,9 @@ pub struct Shared {
     pub shutdown: watch::Receiver<bool>,
     /// When the switch started.
     pub started: Instant,
-    /// Where each request's line goes (`access_log`, `access_log_format`).
-    pub access_log: AccessLog,
+    /// Where each request's line goes (`access_log`, `access_log_format`); shared with the
+    /// SIGUSR1 task that reopens its file.
+    pub access_log: std::sync::Arc<AccessLog>,
 }
 
 impl Shared {
@@ -86,7 +87,6 @@ fn service_snapshot(service: &Service) -> ServiceSnapshot {
         local_errors: stats::read(&s.local_errors),
         classes: s.classes.read(),
         duration: s.duration.read(),
-        duration_us: stats::read(&s.duration_us),
     }
 }
 
@@ -135,7 +135,6 @@ fn server_snapshot(pool: &Pool, state: &ServerState, backend: &Backend) -> Serve
         connect_errors: stats::read(&s.connect_errors),
         response_errors: stats::read(&s.response_errors),
         responses: stats::read(&s.responses),
-        response_time_us: stats::read(&s.response_time_us),
         classes: s.classes.read(),
         timeouts: stats::read(&s.timeouts),
         retries: stats::read(&s.retries),

@@ -20,19 +20,19 @@ pub struct ServerStats {
     pub connect_errors: AtomicU64,
     /// Exchanges that failed after connecting: bad response, reset, timeout.
     pub response_errors: AtomicU64,
-    /// Sum of times from a request's head being read to its response head arriving, in
-    /// microseconds (connection set-up included).
-    pub response_time_us: AtomicU64,
-    /// Responses whose head arrived (the count behind `response_time_us`).
+    /// Responses whose head arrived.
     pub responses: AtomicU64,
-    /// Final responses relayed, by class: 1xx (101 and tunnels), 2xx, 3xx, 4xx, 5xx.
+    /// Final response heads the server sent, by class: 1xx (101 and tunnels), 2xx, 3xx, 4xx,
+    /// 5xx; not those the switch refused to relay (a 101 nobody asked for: 502).
     pub classes: StatusClasses,
-    /// Connection attempts and exchanges that ran out of time (connect_timeout, idle_timeout).
+    /// Connection attempts that ran out of time (`connect_timeout`), and responses that did
+    /// not begin in time (`idle_timeout` before the response head: 504).
     pub timeouts: AtomicU64,
     /// Requests sent again after a failed attempt at this server (on a new connection to
     /// it, or to the next server).
     pub retries: AtomicU64,
-    /// Request head read -> response head received, connection set-up included.
+    /// Request head read -> response head received, connection set-up included; with its
+    /// sum.
     pub latency: Latency,
 }
 
@@ -46,11 +46,11 @@ pub struct ServiceStats {
     pub requests: AtomicU64,
     /// Responses the switch produced itself (4xx refusals, 502, 503, 504).
     pub local_errors: AtomicU64,
-    /// Requests answered, by the status the client got (the server's or the switch's).
+    /// Answers, by the status the client got: the server's, or the switch's own (refusals of
+    /// requests that could not be read included).
     pub classes: StatusClasses,
-    /// Request head read -> response relayed (or refused), and the sum in microseconds.
+    /// Request head read -> response relayed (or refused), for requests that got an answer.
     pub duration: Latency,
-    pub duration_us: AtomicU64,
 }
 
 /// Responses counted by status class: 1xx, 2xx, 3xx, 4xx, 5xx.
@@ -106,9 +106,8 @@ pub struct ServerSnapshot {
     pub bytes_out: u64,
     pub connect_errors: u64,
     pub response_errors: u64,
-    /// Response heads received, and the sum of their times since the request head was read.
+    /// Response heads received (their times since the request head was read: `latency`).
     pub responses: u64,
-    pub response_time_us: u64,
     /// Final responses by class 1xx..5xx.
     pub classes: [u64; 5],
     pub timeouts: u64,
@@ -146,7 +145,6 @@ pub struct ServiceSnapshot {
     pub local_errors: u64,
     pub classes: [u64; 5],
     pub duration: LatencySnapshot,
-    pub duration_us: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,8 +1,9 @@
 //! The access log in a file (`access_log = "path"`) and as JSON lines
 //! (`access_log_format = "json"`), on the real binary: one line per request, byte for byte;
 //! the file reopened by its path on SIGUSR1 as logrotate's `postrotate` asks, a failed reopen
-//! keeping the old file; JSON that a JSON parser reads back, on stderr too; the rule-file errors;
-//! and whole lines from four workers writing at once.
+//! keeping the old file; SIGUSR1 logged and harmless when the log is not a file; JSON that a
+//! JSON parser reads back, on stderr too; the rule-file errors; and whole lines from four
+//! workers writing at once.
 //!
 //! Verdicts rest on events: the files are read after the process exited from a graceful stop
 //! (`shutdown_timeout = "1h"`: it exits only once every connection ended, so after every line
@@ -422,6 +423,59 @@ async fn a_reopen_that_fails_keeps_the_old_file_until_one_succeeds() {
     );
     assert_eq!(page_numbers(&lines_of(&rotated)), [1, 2]);
     assert_eq!(page_numbers(&lines_of(&path)), [3]);
+}
+
+/// With the log on stderr (or off), SIGUSR1 has nothing to reopen: each one logs that, and the
+/// switch goes on serving (the signal's default action would end it). The text line on stderr
+/// escapes a `"` and a `\\` of the target as nginx does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigusr1_without_a_file_is_logged_and_ends_nothing() {
+    const NOTHING: &str = "SIGUSR1: the access log is not a file, nothing to reopen";
+    let server = backend().await;
+    let scratch = Scratch::new("access_stderr_usr1");
+    for (workers, on) in [(1, true), (2, true), (2, false)] {
+        let keys = format!("workers = {workers}\naccess_log = {on}");
+        let file = scratch.file("rules.toml", &rules(&keys, server.addr));
+        let (switch, addr, _) = start(&file).await;
+        let mut log = Vec::new();
+        let mut switch = switch;
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let client = stream.local_addr().unwrap().to_string();
+        let mut buf = Vec::new();
+        for round in 0..2 {
+            signal(&switch, rustix::process::Signal::USR1);
+            let (alive, line, before) = line_with(switch, NOTHING).await;
+            switch = alive;
+            log.extend(before);
+            assert!(
+                line.contains(" INFO ") && line.ends_with(NOTHING),
+                "{keys}: {line}"
+            );
+            // Still serving, on the connection from before the signal.
+            let (status, _) = exchange(&mut stream, &get(r#"/q?a="b\c""#), &mut buf).await;
+            assert_eq!(status, 200, "{keys}, round {round}");
+        }
+        drop(stream);
+        let (rest, status) = stop(switch).await;
+        log.extend(rest);
+        assert!(status.success(), "{keys}: {status:?}: {log:#?}");
+        assert!(
+            !log.iter().any(|line| line.contains("SIGUSR1")),
+            "{keys}: more than one line per signal: {log:#?}"
+        );
+        let access: Vec<&String> = log.iter().filter(|l| l.contains(&client)).collect();
+        if on {
+            assert_eq!(access.len(), 2, "{keys}: {log:#?}");
+            for line in access {
+                assert!(
+                    line.contains(r#" "GET /q?a=\x22b\x5Cc\x22" 200 "#),
+                    "{keys}: {line}"
+                );
+            }
+        } else {
+            assert!(access.is_empty(), "{keys}: {log:#?}");
+        }
+    }
 }
 
 // ---------------------------------------------------------------- JSON

@@ -79,7 +79,7 @@ async fn call(admin: SocketAddr, method: &str, path: &str, fields: &[&str], body
     let mut stream = TcpStream::connect(admin)
         .await
         .expect("the admin endpoint accepts");
-    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n");
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n");
     for field in fields {
         request.push_str(field);
         request.push_str("\r\n");
@@ -106,8 +106,11 @@ async fn get(admin: SocketAddr, path: &str) -> Answer {
     call(admin, "GET", path, &[], "").await
 }
 
+/// A change as the command line and the monitor page send it: JSON.
 async fn put(admin: SocketAddr, path: &str, fields: &[&str], body: &str) -> Answer {
-    call(admin, "PUT", path, fields, body).await
+    let mut fields = fields.to_vec();
+    fields.push("Content-Type: application/json");
+    call(admin, "PUT", path, &fields, body).await
 }
 
 /// `/stats` as JSON.
@@ -1015,4 +1018,141 @@ async fn token_file_is_read_relative_to_the_rule_file() {
     )
     .await;
     assert_eq!(answer.status, 200, "{}", answer.body);
+}
+
+// ---------------------------------------------------------------- cross-site changes, a full house
+
+/// Sends `request` (a whole request, `Connection: close`) and reads the answer.
+async fn raw_call(admin: SocketAddr, request: &str) -> Answer {
+    let mut stream = TcpStream::connect(admin).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut raw))
+        .await
+        .expect("the endpoint answers and closes")
+        .unwrap();
+    parse_answer(&raw, false)
+        .unwrap_or_else(|| panic!("incomplete answer: {}", String::from_utf8_lossy(&raw)))
+        .0
+}
+
+#[tokio::test]
+async fn without_a_token_changes_from_other_sites_pages_are_refused() {
+    let s = setup("wlc", "").await;
+    let path = format!("/pools/p/servers/{}", s.a.addr);
+    let body = r#"{"state":"maint"}"#;
+    let request = |host: &str, extra: &str| {
+        format!(
+            "PUT {path} HTTP/1.1\r\nHost: {host}\r\n{extra}Content-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    // DNS rebinding: a page of evil.example reaching 127.0.0.1 names its own host.
+    let rebound = raw_call(s.admin, &request("evil.example:9090", "")).await;
+    assert_eq!(rebound.status, 403, "{}", rebound.body);
+    assert!(rebound.body.contains("loopback Host"));
+    // A cross-site request from a page names its origin.
+    let host = s.admin.to_string();
+    let cross = raw_call(s.admin, &request(&host, "Origin: http://evil.example\r\n")).await;
+    assert_eq!(cross.status, 403, "{}", cross.body);
+    assert!(cross.body.contains("another site's page"));
+    // A form or a simple request cannot send JSON without a preflight: not JSON, not taken.
+    let form = raw_call(
+        s.admin,
+        &request(&host, "").replace("Content-Type: application/json", "Content-Type: text/plain"),
+    )
+    .await;
+    assert_eq!(form.status, 415, "{}", form.body);
+    // Nothing changed on the way.
+    assert_eq!(server(&stats(s.admin).await, "p", s.a.addr)["state"], "up");
+
+    // The monitor page's own requests (same origin) and the command line's (no origin) pass.
+    let own = raw_call(
+        s.admin,
+        &request(&host, &format!("Origin: http://{host}\r\n")),
+    )
+    .await;
+    assert_eq!(own.status, 200, "{}", own.body);
+    let local = raw_call(
+        s.admin,
+        &request(&format!("localhost:{}", s.admin.port()), ""),
+    )
+    .await;
+    assert_eq!(local.status, 200, "{}", local.body);
+    assert_eq!(
+        server(&stats(s.admin).await, "p", s.a.addr)["state"],
+        "maint"
+    );
+}
+
+#[tokio::test]
+async fn a_full_endpoint_answers_503_and_serves_again_when_a_connection_ends() {
+    let s = setup("wlc", "").await;
+    // 64 kept-alive connections, each holding a slot (each answered once, so each was taken).
+    let mut held = Vec::new();
+    for _ in 0..64 {
+        let mut stream = TcpStream::connect(s.admin).await.unwrap();
+        stream
+            .write_all(format!("GET /stats HTTP/1.1\r\nHost: {}\r\n\r\n", s.admin).as_bytes())
+            .await
+            .unwrap();
+        let mut raw = Vec::new();
+        let mut chunk = [0u8; 65536];
+        while parse_answer(&raw, false).is_none() {
+            let n = tokio::time::timeout(PATIENCE, stream.read(&mut chunk))
+                .await
+                .expect("an answer")
+                .unwrap();
+            assert!(n > 0, "closed while the house was filling");
+            raw.extend_from_slice(&chunk[..n]);
+        }
+        held.push(stream);
+    }
+    let busy = get(s.admin, "/stats").await;
+    assert_eq!(busy.status, 503, "{}", busy.body);
+    assert!(busy.body.contains("busy"));
+    // One connection leaves: its slot serves the next caller.
+    drop(held.pop());
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let answer = get(s.admin, "/stats").await;
+        if answer.status == 200 {
+            break;
+        }
+        assert_eq!(answer.status, 503);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the freed slot never served"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_response_that_does_not_begin_in_time_counts_as_a_timeout() {
+    let silent = backend().await;
+    let rules = format!(
+        "[switch]\naccess_log = false\nidle_timeout = \"300ms\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [virtual.web]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"p\"\n\
+         [pool.p]\nservers = [{{ addr = \"{}\" }}]\n[pool.p.health]\nmax_fails = 0\n",
+        silent.addr
+    );
+    let switch = start_switch(&rules, &[]).await;
+    let web = switch.local_addr("web").unwrap();
+    let admin = switch.admin_addr().unwrap();
+    let mut client = Client::connect(web).await;
+    // `/silent` never answers: after idle_timeout the client gets 504.
+    assert_eq!(client.get("/silent").await.status, 504);
+    drop(client);
+    settle(&switch).await;
+    let stats = stats(admin).await;
+    let json = server(&stats, "p", silent.addr);
+    assert_eq!(num(&json["timeouts"]), 1);
+    assert_eq!(num(&json["response_errors"]), 1);
+    assert_eq!(num(&json["requests"]), 1);
+    assert_eq!(json["latency_ms"], Value::Null, "no response head came");
+    let web = &stats["services"][0];
+    assert_eq!(num(&web["responses"]["5xx"]), 1);
+    assert_eq!(num(&web["local_errors"]), 1);
 }

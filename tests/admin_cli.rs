@@ -266,13 +266,38 @@ fn list_json_prints_the_stats_document_as_received() {
     let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let canned: serde_json::Value = serde_json::from_str(STATS).unwrap();
     assert_eq!(printed, canned);
-    // Pretty, with the keys in the order the endpoint sent them.
+    // The same text as received but for the blanks between tokens: the keys in the order the
+    // endpoint sent them, and every number as written (STATS writes each in its shortest form).
     let stdout = text(&out.stdout);
+    assert_eq!(without_blanks(&stdout), without_blanks(STATS));
+    // Pretty: indented by two spaces, `"key": value`, a line each, a newline at the end.
     assert!(
         stdout.starts_with("{\n  \"version\": \"0.1.0\",\n  \"generation\": 1,\n"),
         "{stdout}"
     );
-    assert!(stdout.ends_with("\n}\n"), "{stdout}");
+    assert!(
+        stdout.contains("\n      \"rate\": {\n        \"requests\": 12.5,\n"),
+        "{stdout}"
+    );
+    assert!(stdout.ends_with("\n  ]\n}\n"), "{stdout}");
+}
+
+/// JSON text without the whitespace between its tokens (strings kept as they are).
+fn without_blanks(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    let (mut in_string, mut escaped) = (false, false);
+    for c in json.chars() {
+        if in_string {
+            in_string = escaped || c != '"';
+            escaped = !escaped && c == '\\';
+        } else if c == '"' {
+            in_string = true;
+        } else if c.is_whitespace() {
+            continue;
+        }
+        out.push(c);
+    }
+    out
 }
 
 #[test]

@@ -5,8 +5,8 @@
 //! line sends a single request, with `Connection: close`, to an endpoint that is normally on
 //! loopback, and reads a single JSON answer. An HTTP client crate (with its own runtime, pools,
 //! TLS and redirects) would be a heavy dependency for that; `httparse`, already used by the
-//! switch, parses the answer's head, and the body is framed here by `Content-Length`, chunked
-//! coding or the close of the connection.
+//! switch, parses the answer's head, and the body is framed by its `Content-Length`, which the
+//! endpoint always sends (an answer without one, or with a `Transfer-Encoding`, is refused).
 //!
 //! Errors say what to do: the switch not running (or not serving `[admin] listen`), a token
 //! refused, an unknown pool or server, a body refused, reload not supported.
@@ -431,46 +431,45 @@ enum ReadError {
     Malformed(String),
 }
 
-/// Reads until the answer is complete (by its framing) or the endpoint closes.
+/// Reads until the answer is complete (by its `Content-Length`).
 fn read_answer(stream: &mut impl Read) -> Result<Answer, ReadError> {
     let mut buf = Vec::with_capacity(16384);
     let mut chunk = [0u8; 16384];
     loop {
-        if let Some(answer) = parse_answer(&buf, false).map_err(ReadError::Malformed)? {
+        if let Some(answer) = parse_answer(&buf).map_err(ReadError::Malformed)? {
             return Ok(answer);
         }
         let n = match stream.read(&mut chunk) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            // A reset after a complete close-delimited body still ends the body.
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset && !buf.is_empty() => 0,
             Err(e) => return Err(ReadError::Io(e)),
         };
         if n == 0 {
-            return parse_answer(&buf, true)
-                .map_err(ReadError::Malformed)?
-                .ok_or_else(|| {
-                    ReadError::Malformed(if buf.is_empty() {
-                        "it closed the connection without answering".into()
-                    } else {
-                        "it closed the connection in the middle of its answer".into()
-                    })
-                });
+            return Err(ReadError::Malformed(if buf.is_empty() {
+                "it closed the connection without answering".into()
+            } else {
+                "it closed the connection in the middle of its answer".into()
+            }));
         }
-        buf.extend_from_slice(&chunk[..n]);
+        buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
         if buf.len() > MAX_ANSWER {
-            return Err(ReadError::Malformed(format!(
-                "the answer is larger than {} MiB",
-                MAX_ANSWER >> 20
-            )));
+            return Err(ReadError::Malformed(too_large()));
         }
     }
 }
 
-/// Parses an answer from the bytes read so far: `Ok(None)` while it is incomplete (`eof`:
-/// nothing more will come, so only a close-delimited body completes). Interim 1xx answers are
-/// skipped.
-pub fn parse_answer(bytes: &[u8], eof: bool) -> Result<Option<Answer>, String> {
+fn too_large() -> String {
+    format!("the answer is larger than {} MiB", MAX_ANSWER >> 20)
+}
+
+/// The error for an answer that is not framed by a `Content-Length`.
+const NO_LENGTH: &str = "the admin endpoint's answer has no Content-Length";
+
+/// Parses an answer from the bytes read so far: `Ok(None)` while it is incomplete. The body is
+/// framed by `Content-Length` only (what the admin endpoint sends); an answer without one, or
+/// with a `Transfer-Encoding`, is an error as soon as its head is complete. Interim 1xx answers
+/// are skipped.
+pub fn parse_answer(bytes: &[u8]) -> Result<Option<Answer>, String> {
     let mut bytes = bytes;
     loop {
         let mut fields = [httparse::EMPTY_HEADER; 64];
@@ -487,7 +486,7 @@ pub fn parse_answer(bytes: &[u8], eof: bool) -> Result<Option<Answer>, String> {
             .iter()
             .map(|h| (h.name.to_string(), h.value.to_vec()))
             .collect();
-        let rest = &bytes[head_len..];
+        let rest = bytes.get(head_len..).unwrap_or_default();
         if (100..200).contains(&status) && status != 101 {
             bytes = rest;
             continue;
@@ -496,31 +495,24 @@ pub fn parse_answer(bytes: &[u8], eof: bool) -> Result<Option<Answer>, String> {
             headers
                 .iter()
                 .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-                .map(|(_, v)| String::from_utf8_lossy(v).trim().to_ascii_lowercase())
+                .map(|(_, v)| String::from_utf8_lossy(v).trim().to_string())
                 .collect::<Vec<_>>()
         };
         let body = if status == 204 || status == 304 {
             Vec::new()
-        } else if field("transfer-encoding")
-            .iter()
-            .any(|v| v.split(',').any(|coding| coding.trim() == "chunked"))
-        {
-            match dechunk(rest)? {
-                Some(body) => body,
+        } else {
+            let lengths = field("content-length");
+            if !field("transfer-encoding").is_empty() || lengths.is_empty() {
+                return Err(NO_LENGTH.into());
+            }
+            let length = content_length(&lengths)?;
+            if length > MAX_ANSWER {
+                return Err(too_large());
+            }
+            match rest.get(..length) {
+                Some(body) => body.to_vec(),
                 None => return Ok(None),
             }
-        } else if let Some(length) = field("content-length").first() {
-            let length: usize = length
-                .parse()
-                .map_err(|_| format!("a bad Content-Length: {length:?}"))?;
-            if rest.len() < length {
-                return Ok(None);
-            }
-            rest[..length].to_vec()
-        } else if eof {
-            rest.to_vec()
-        } else {
-            return Ok(None);
         };
         return Ok(Some(Answer {
             status,
@@ -531,39 +523,22 @@ pub fn parse_answer(bytes: &[u8], eof: bool) -> Result<Option<Answer>, String> {
     }
 }
 
-/// Decodes a chunked body: `Ok(None)` while incomplete. Extensions and trailers are dropped.
-fn dechunk(mut bytes: &[u8]) -> Result<Option<Vec<u8>>, String> {
-    let mut body = Vec::new();
-    loop {
-        let Some(end) = bytes.windows(2).position(|w| w == b"\r\n") else {
-            return Ok(None);
-        };
-        let line = String::from_utf8_lossy(&bytes[..end]);
-        let size = line.split(';').next().unwrap_or("").trim();
-        let size = usize::from_str_radix(size, 16)
-            .map_err(|_| format!("a bad chunk size line: {line:?}"))?;
-        bytes = &bytes[end + 2..];
-        if size == 0 {
-            // Trailers, each ending in CRLF, then an empty line.
-            loop {
-                let Some(end) = bytes.windows(2).position(|w| w == b"\r\n") else {
-                    return Ok(None);
-                };
-                bytes = &bytes[end + 2..];
-                if end == 0 {
-                    return Ok(Some(body));
-                }
-            }
+/// The value of the `Content-Length` fields: digits only, every field the same number.
+fn content_length(values: &[String]) -> Result<usize, String> {
+    let mut length = None;
+    for value in values {
+        let n = if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+            value.parse::<usize>().ok()
+        } else {
+            None
         }
-        if bytes.len() < size + 2 {
-            return Ok(None);
+        .ok_or_else(|| format!("a bad Content-Length: {value:?}"))?;
+        if length.is_some_and(|l| l != n) {
+            return Err(format!("conflicting Content-Length fields: {values:?}"));
         }
-        if &bytes[size..size + 2] != b"\r\n" {
-            return Err("a chunk does not end in CRLF".into());
-        }
-        body.extend_from_slice(&bytes[..size]);
-        bytes = &bytes[size + 2..];
+        length = Some(n);
     }
+    length.ok_or_else(|| NO_LENGTH.to_string())
 }
 
 #[cfg(test)]
@@ -621,40 +596,81 @@ mod tests {
     }
 
     #[test]
-    fn answers_are_framed_by_length_chunks_or_close() {
+    fn answers_are_framed_by_their_content_length_only() {
         let whole = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
         for cut in 0..whole.len() {
-            assert_eq!(parse_answer(&whole[..cut], false).unwrap(), None, "{cut}");
+            assert_eq!(parse_answer(&whole[..cut]).unwrap(), None, "{cut}");
         }
-        let answer = parse_answer(whole, false).unwrap().unwrap();
+        let answer = parse_answer(whole).unwrap().unwrap();
         assert_eq!(
             (answer.status, answer.body.as_slice()),
             (200, &b"hello"[..])
         );
         assert_eq!(answer.header("content-length"), Some(&b"5"[..]));
+        // Bytes after the body are not part of it.
+        let more = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhello";
+        assert_eq!(parse_answer(more).unwrap().unwrap().body, b"he");
 
-        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
-                        3;x=1\r\nhel\r\n2\r\nlo\r\n0\r\nTrailer: 1\r\n\r\n";
-        for cut in 0..chunked.len() {
-            assert_eq!(parse_answer(&chunked[..cut], false).unwrap(), None, "{cut}");
-        }
-        assert_eq!(
-            parse_answer(chunked, false).unwrap().unwrap().body,
-            b"hello"
-        );
-
-        let closed = b"HTTP/1.0 404 Not Found\r\n\r\n{\"error\":\"x\"}";
-        assert_eq!(parse_answer(closed, false).unwrap(), None);
-        let answer = parse_answer(closed, true).unwrap().unwrap();
+        let not_found = b"HTTP/1.1 404 Not Found\r\nContent-Length: 13\r\n\r\n{\"error\":\"x\"}";
+        let answer = parse_answer(not_found).unwrap().unwrap();
         assert_eq!(answer.status, 404);
         assert_eq!(answer.reason, "Not Found");
         assert_eq!(answer.error_lines(), vec!["x".to_string()]);
 
         let interim = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n";
-        assert_eq!(parse_answer(interim, false).unwrap().unwrap().status, 204);
+        assert_eq!(parse_answer(interim).unwrap().unwrap().status, 204);
 
-        assert!(parse_answer(b"SSH-2.0-OpenSSH\r\n\r\n", false).is_err());
-        assert!(parse_answer(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", false).is_err());
+        // No Content-Length, or a Transfer-Encoding: refused once the head is complete, without
+        // waiting for the close.
+        for head in [
+            &b"HTTP/1.0 404 Not Found\r\n\r\n{\"error\":\"x\"}"[..],
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+            // A chunk size that once overflowed `size + 2`.
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n",
+        ] {
+            assert_eq!(parse_answer(head), Err(NO_LENGTH.to_string()));
+        }
+
+        assert!(parse_answer(b"SSH-2.0-OpenSSH\r\n\r\n").is_err());
+        for length in [
+            "x",
+            "",
+            "+5",
+            "-1",
+            "18446744073709551616",
+            "99999999999999999999999999",
+            "18446744073709551615",
+            "67108865",
+        ] {
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {length}\r\n\r\nhello");
+            assert!(parse_answer(head.as_bytes()).is_err(), "{length:?}");
+        }
+        let twice = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 2\r\n\r\nhello";
+        assert!(parse_answer(twice).is_err());
+        let same = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello";
+        assert_eq!(parse_answer(same).unwrap().unwrap().body, b"hello");
+    }
+
+    #[test]
+    fn reading_stops_at_the_end_of_the_body_and_names_a_close_too_early() {
+        let mut whole = &b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"[..];
+        assert_eq!(read_answer(&mut whole).ok().unwrap().body, b"{}");
+        let mut cut = &b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{}"[..];
+        assert!(matches!(
+            read_answer(&mut cut),
+            Err(ReadError::Malformed(m)) if m.contains("in the middle of its answer")
+        ));
+        let mut nothing = &b""[..];
+        assert!(matches!(
+            read_answer(&mut nothing),
+            Err(ReadError::Malformed(m)) if m.contains("without answering")
+        ));
+        let mut unframed = &b"HTTP/1.1 200 OK\r\n\r\n{}"[..];
+        assert!(matches!(
+            read_answer(&mut unframed),
+            Err(ReadError::Malformed(m)) if m == NO_LENGTH
+        ));
     }
 
     #[test]

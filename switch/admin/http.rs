@@ -14,9 +14,11 @@ use tokio::net::TcpStream;
 const MAX_HEAD: usize = 16 * 1024;
 /// A request body larger than this is refused (413): changes are a few bytes of JSON.
 const MAX_BODY: usize = 64 * 1024;
-/// How long a connection may take to send a request, and stay idle between requests.
+/// How long a connection may take to send a request (from its first byte, or from the
+/// connection's start), and stay idle between requests: the monitor page polls every second,
+/// so a connection idle for longer is not worth a slot.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
-const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A request as the routes see it.
 #[derive(Debug, Default)]
@@ -26,6 +28,11 @@ pub struct Request {
     pub path: String,
     pub authorization: Option<String>,
     pub accept: String,
+    /// `Host`, `Origin` and `Content-Type` as sent (empty when absent): changes without a token
+    /// check them against cross-site requests (routes.rs).
+    pub host: String,
+    pub origin: String,
+    pub content_type: String,
     pub body: Vec<u8>,
     /// The client asked to close after this answer (or speaks HTTP/1.0 without keep-alive).
     pub close: bool,
@@ -115,13 +122,34 @@ where
     }
 }
 
+/// Answers 503 to a connection over the endpoint's limit, and closes it. The request head is
+/// read first (briefly): closing with it unread would reset the connection, and the reset
+/// could destroy the answer before the caller reads it.
+pub async fn refuse_busy(mut stream: TcpStream) {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+    let mut seen = Vec::new();
+    while !seen.windows(4).any(|w| w == b"\r\n\r\n") && seen.len() < MAX_HEAD {
+        if read_more(&mut stream, &mut seen, deadline).await.is_err() {
+            break;
+        }
+    }
+    let busy = Response::error(503, "the admin endpoint is busy: too many connections");
+    let _ = write_response(&mut stream, &busy, true, false).await;
+}
+
 /// Reads one request; bytes after it stay in `buffer` for the next.
 async fn read_request(
     stream: &mut TcpStream,
     buffer: &mut Vec<u8>,
     first_byte_within: Duration,
 ) -> Result<Request, Unread> {
-    let mut deadline = tokio::time::Instant::now() + first_byte_within;
+    // A request already begun (pipelined behind the last one) has READ_TIMEOUT to complete.
+    let wait = if buffer.is_empty() {
+        first_byte_within
+    } else {
+        READ_TIMEOUT
+    };
+    let mut deadline = tokio::time::Instant::now() + wait;
     loop {
         if !buffer.is_empty() {
             let mut fields = [httparse::EMPTY_HEADER; 64];
@@ -178,13 +206,23 @@ fn request_of(parsed: &httparse::Request<'_, '_>) -> Result<(Request, usize), Un
         close: parsed.version == Some(0),
         ..Request::default()
     };
-    let mut body_len = 0usize;
+    let mut body_len: Option<usize> = None;
     for field in parsed.headers.iter() {
         let value = std::str::from_utf8(field.value).unwrap_or("").trim();
         if field.name.eq_ignore_ascii_case("content-length") {
-            body_len = value
+            let length = value
                 .parse()
                 .map_err(|_| Unread::Refuse(400, "invalid Content-Length"))?;
+            if body_len.is_some_and(|earlier| earlier != length) {
+                return Err(Unread::Refuse(400, "conflicting Content-Length fields"));
+            }
+            body_len = Some(length);
+        } else if field.name.eq_ignore_ascii_case("host") {
+            request.host = value.to_string();
+        } else if field.name.eq_ignore_ascii_case("origin") {
+            request.origin = value.to_string();
+        } else if field.name.eq_ignore_ascii_case("content-type") {
+            request.content_type = value.to_string();
         } else if field.name.eq_ignore_ascii_case("transfer-encoding") {
             return Err(Unread::Refuse(411, "send the body with a Content-Length"));
         } else if field.name.eq_ignore_ascii_case("authorization") {
@@ -201,6 +239,7 @@ fn request_of(parsed: &httparse::Request<'_, '_>) -> Result<(Request, usize), Un
             }
         }
     }
+    let body_len = body_len.unwrap_or(0);
     if body_len > MAX_BODY {
         return Err(Unread::Refuse(413, "request body too large"));
     }
@@ -250,6 +289,7 @@ fn reason(status: u16) -> &'static str {
         405 => "Method Not Allowed",
         411 => "Length Required",
         413 => "Content Too Large",
+        415 => "Unsupported Media Type",
         422 => "Unprocessable Content",
         431 => "Request Header Fields Too Large",
         501 => "Not Implemented",
@@ -266,8 +306,12 @@ pub fn percent_decode(text: &str) -> Option<String> {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
+            let hex = bytes.get(i + 1..i + 3)?;
+            // from_str_radix alone would take a sign: `%+f`.
+            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                return None;
+            }
+            out.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
             i += 3;
         } else {
             out.push(bytes[i]);
@@ -294,5 +338,7 @@ mod tests {
         assert_eq!(percent_decode("%5"), None);
         assert_eq!(percent_decode("%zz"), None);
         assert_eq!(percent_decode("%ff"), None);
+        assert_eq!(percent_decode("%+f"), None);
+        assert_eq!(percent_decode("%-1"), None);
     }
 }

@@ -75,11 +75,10 @@ fn gauge(v: i64) -> ConstGauge<i64> {
     ConstGauge::new(v)
 }
 
-/// A histogram from our buckets, in seconds, `sum_us` the sum of the recorded microseconds.
+/// A histogram from our buckets, in seconds.
 #[derive(Debug)]
 struct Histogram<'a> {
     latency: &'a LatencySnapshot,
-    sum_us: u64,
 }
 
 impl EncodeMetric for Histogram<'_> {
@@ -94,7 +93,7 @@ impl EncodeMetric for Histogram<'_> {
         }
         buckets.push((f64::INFINITY, count - below));
         encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
-            self.sum_us as f64 / 1e6,
+            self.latency.sum_us as f64 / 1e6,
             count,
             &buckets,
             None,
@@ -197,7 +196,6 @@ impl Collector for Scrape {
                     [("service", s.name.as_str())],
                     Histogram {
                         latency: &s.duration,
-                        sum_us: s.duration_us,
                     },
                 )
             }),
@@ -363,7 +361,6 @@ impl Collector for Scrape {
                     server_labels(s),
                     Histogram {
                         latency: &s.latency,
-                        sum_us: s.response_time_us,
                     },
                 )
             }),

@@ -8,9 +8,11 @@
 //! worker the process is a single thread on purpose (the kernel then looks file descriptors up
 //! without reference counts: 0.4-1 µs per request, BENCHMARKS.md), so there the endpoint runs
 //! as tasks beside the worker's sessions: a scrape costs the worker the time of one snapshot,
-//! and nothing while nobody asks.
+//! and the rate sampler reads the counters once a second (BENCHMARKS.md, "What the admin
+//! endpoint costs").
 
 pub mod client;
+mod endpoint;
 mod http;
 pub mod metrics;
 pub mod rates;
@@ -20,32 +22,18 @@ pub mod table;
 
 use crate::config::admin::AdminConfig;
 use crate::shared::Shared;
-use rates::{Counters, Sampler};
+use endpoint::Endpoint;
+use rates::Counters;
 use std::io;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 
-/// Connections served at once; more wait in the listen backlog.
+/// Connections served at once. One more is answered 503 and closed at once, so that a caller
+/// learns the endpoint is busy instead of waiting in the backlog; idle connections are closed
+/// after a few seconds (http.rs), so a full house does not last.
 const MAX_CONNECTIONS: usize = 64;
-
-/// What the routes read and write.
-#[derive(Debug)]
-pub struct Endpoint {
-    pub shared: Arc<Shared>,
-    token: Option<String>,
-    sampler: Sampler,
-    /// The configuration generation shown (reloads count up from 1).
-    generation: AtomicU64,
-}
-
-impl Endpoint {
-    pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Relaxed)
-    }
-}
 
 /// Binds the admin listener now, so that a taken address fails the start with a clear error.
 pub fn bind(config: &AdminConfig) -> io::Result<std::net::TcpListener> {
@@ -69,23 +57,17 @@ pub async fn serve(shared: Arc<Shared>, config: AdminConfig, listener: std::net:
             return;
         }
     };
-    let endpoint = Arc::new(Endpoint {
-        shared: Arc::clone(&shared),
-        token: config.token,
-        sampler: Sampler::default(),
-        generation: AtomicU64::new(1),
-    });
+    let endpoint = Arc::new(Endpoint::new(Arc::clone(&shared), config.token));
     let sampling = tokio::spawn(sample_rates(Arc::clone(&endpoint)));
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    // The connections' tasks: dropped (ended) with this function when the switch stops, on
+    // whichever runtime the endpoint runs.
+    let mut connections = JoinSet::new();
     let mut shutdown = shared.shutdown.clone();
     loop {
-        let acquired = tokio::select! {
-            permit = Arc::clone(&slots).acquire_owned() => permit,
-            _ = shutdown.wait_for(|stop| *stop) => break,
-        };
-        let Ok(permit) = acquired else { break };
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             _ = shutdown.wait_for(|stop| *stop) => break,
         };
         let (stream, peer) = match accepted {
@@ -96,12 +78,15 @@ pub async fn serve(shared: Arc<Shared>, config: AdminConfig, listener: std::net:
                 continue;
             }
         };
+        let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+            connections.spawn(http::refuse_busy(stream));
+            continue;
+        };
         let endpoint = Arc::clone(&endpoint);
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let _permit = permit;
             http::serve_connection(stream, |request| {
-                let response = routes::answer(&endpoint, request, peer);
-                std::future::ready(response)
+                std::future::ready(routes::answer(&endpoint, request, peer))
             })
             .await;
         });
@@ -142,9 +127,4 @@ pub fn spawn_thread(
             };
             runtime.block_on(serve(shared, config, listener));
         })
-}
-
-/// The bound address of an admin listener (useful with port 0).
-pub fn local_addr(listener: &std::net::TcpListener) -> io::Result<SocketAddr> {
-    listener.local_addr()
 }

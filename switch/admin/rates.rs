@@ -4,6 +4,7 @@
 
 use crate::shared::Shared;
 use crate::stats;
+use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Mutex;
@@ -16,10 +17,21 @@ pub const WINDOW: Duration = Duration::from_secs(10);
 /// keeps the rates of what stayed).
 #[derive(Clone, Debug, Default)]
 pub struct Counters {
-    /// Per service: requests, accepted connections.
-    pub services: HashMap<String, (u64, u64)>,
-    /// Per pool and server: requests, bytes out.
-    pub servers: HashMap<(String, SocketAddr), (u64, u64)>,
+    pub services: HashMap<String, ServiceCounts>,
+    pub servers: HashMap<(String, SocketAddr), ServerCounts>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ServiceCounts {
+    pub requests: u64,
+    /// Connections accepted.
+    pub connections: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ServerCounts {
+    pub requests: u64,
+    pub bytes_out: u64,
 }
 
 impl Counters {
@@ -28,20 +40,20 @@ impl Counters {
             .services
             .iter()
             .map(|s| {
-                let counts = (
-                    stats::read(&s.stats.requests),
-                    stats::read(&s.stats.accepted),
-                );
+                let counts = ServiceCounts {
+                    requests: stats::read(&s.stats.requests),
+                    connections: stats::read(&s.stats.accepted),
+                };
                 (s.name.clone(), counts)
             })
             .collect();
         let mut servers = HashMap::new();
         for pool in shared.pools.iter() {
             for backend in pool.backends.iter() {
-                let counts = (
-                    stats::read(&backend.stats.requests),
-                    stats::read(&backend.stats.bytes_out),
-                );
+                let counts = ServerCounts {
+                    requests: stats::read(&backend.stats.requests),
+                    bytes_out: stats::read(&backend.stats.bytes_out),
+                };
                 servers.insert((pool.name.clone(), backend.addr), counts);
             }
         }
@@ -49,11 +61,27 @@ impl Counters {
     }
 }
 
-/// Per-second rates: requests and connections per service, requests and bytes out per server.
+/// Per-second rates over the window.
 #[derive(Clone, Debug, Default)]
 pub struct Rates {
-    pub services: HashMap<String, (f64, f64)>,
-    pub servers: HashMap<(String, SocketAddr), (f64, f64)>,
+    pub services: HashMap<String, ServiceRate>,
+    pub servers: HashMap<(String, SocketAddr), ServerRate>,
+}
+
+/// A service's rates, as `/stats` shows them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServiceRate {
+    pub requests: f64,
+    pub connections: f64,
+}
+
+/// A server's rates, as `/stats` shows them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServerRate {
+    pub requests: f64,
+    pub bytes_out: f64,
 }
 
 /// The last samples, oldest first.
@@ -89,29 +117,25 @@ impl Sampler {
         let services = current
             .services
             .iter()
-            .filter_map(|(name, &(requests, accepted))| {
-                let &(old_requests, old_accepted) = old.services.get(name)?;
-                Some((
-                    name.clone(),
-                    (
-                        per_second(requests, old_requests),
-                        per_second(accepted, old_accepted),
-                    ),
-                ))
+            .filter_map(|(name, now)| {
+                let then = old.services.get(name)?;
+                let rate = ServiceRate {
+                    requests: per_second(now.requests, then.requests),
+                    connections: per_second(now.connections, then.connections),
+                };
+                Some((name.clone(), rate))
             })
             .collect();
         let servers = current
             .servers
             .iter()
-            .filter_map(|(key, &(requests, bytes))| {
-                let &(old_requests, old_bytes) = old.servers.get(key)?;
-                Some((
-                    key.clone(),
-                    (
-                        per_second(requests, old_requests),
-                        per_second(bytes, old_bytes),
-                    ),
-                ))
+            .filter_map(|(key, now)| {
+                let then = old.servers.get(key)?;
+                let rate = ServerRate {
+                    requests: per_second(now.requests, then.requests),
+                    bytes_out: per_second(now.bytes_out, then.bytes_out),
+                };
+                Some((key.clone(), rate))
             })
             .collect();
         Rates { services, servers }
@@ -130,11 +154,17 @@ mod tests {
 
     fn counters(requests: u64) -> Counters {
         let mut c = Counters::default();
-        c.services.insert("web".into(), (requests, requests / 10));
-        c.servers.insert(
-            ("p".into(), "127.0.0.1:1".parse().unwrap()),
-            (requests, requests * 100),
-        );
+        let service = ServiceCounts {
+            requests,
+            connections: requests / 10,
+        };
+        c.services.insert("web".into(), service);
+        let server = ServerCounts {
+            requests,
+            bytes_out: requests * 100,
+        };
+        let key = ("p".to_string(), "127.0.0.1:1".parse().unwrap());
+        c.servers.insert(key, server);
         c
     }
 
@@ -148,10 +178,10 @@ mod tests {
         // Samples older than 10.5 s are gone: the oldest left is second 5.
         let now = start + Duration::from_secs(15);
         let rates = sampler.rates(now, &counters(15 * 50));
-        assert_eq!(rates.services["web"].0, 50.0);
-        assert_eq!(rates.services["web"].1, 5.0);
+        assert_eq!(rates.services["web"].requests, 50.0);
+        assert_eq!(rates.services["web"].connections, 5.0);
         let server = &rates.servers[&("p".into(), "127.0.0.1:1".parse().unwrap())];
-        assert_eq!(*server, (50.0, 5000.0));
+        assert_eq!((server.requests, server.bytes_out), (50.0, 5000.0));
     }
 
     #[test]

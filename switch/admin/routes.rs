@@ -1,10 +1,10 @@
 //! What each admin path answers. Reads take a snapshot; the one change (`PUT
 //! /pools/{pool}/servers/{addr}`) goes through `control::apply`, like checks and the agent.
 
+use super::endpoint::Endpoint;
 use super::http::{percent_decode, Request, Response};
 use super::rates::Counters;
 use super::stats_json::{server_json, stats_json};
-use super::Endpoint;
 use crate::control::{self, AdminState, Change};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -35,6 +35,10 @@ pub fn answer(endpoint: &Endpoint, request: Request, peer: SocketAddr) -> Respon
             Some(_) if method != "PUT" => not_allowed("PUT"),
             Some((pool, addr)) => match authorize(endpoint, &request, peer) {
                 Err(refused) => refused,
+                Ok(()) if !is_json(&request.content_type) => Response::error(
+                    415,
+                    "send the change as JSON, with `Content-Type: application/json`",
+                ),
                 Ok(()) => change_server(endpoint, pool, addr, &request.body),
             },
             None => Response::error(404, &format!("no such path: {path}")),
@@ -88,32 +92,62 @@ fn server_path(path: &str) -> Option<(&str, &str)> {
 }
 
 /// Changes need the token when one is set; without one, only a loopback listener (the rule
-/// file cannot put one elsewhere) takes them, and only from loopback peers.
+/// file cannot put one elsewhere) takes them, only from loopback peers, and only when they
+/// do not come from a web page of another site: a browser on this host would otherwise carry
+/// them for any page (a request made cross-site names its page's `Origin`; a page behind DNS
+/// rebinding names its own host in `Host`). Such a page cannot send a token it does not know.
 fn authorize(endpoint: &Endpoint, request: &Request, peer: SocketAddr) -> Result<(), Response> {
     let unauthorized = |why: &str| {
         Response::error(401, why).with_field("WWW-Authenticate: Bearer realm=\"tcpvs\"".into())
     };
-    match &endpoint.token {
-        Some(token) => {
-            let given = request.authorization.as_deref().and_then(|value| {
-                value
-                    .strip_prefix("Bearer ")
-                    .or(value.strip_prefix("bearer "))
-            });
-            match given {
-                None => Err(unauthorized(
-                    "changes need `Authorization: Bearer <token>` (the [admin] token)",
-                )),
-                Some(given) if same_secret(given.trim().as_bytes(), token.as_bytes()) => Ok(()),
-                Some(_) => Err(unauthorized("wrong token")),
-            }
+    let forbidden = |why: &str| Err(Response::error(403, why));
+    let Some(token) = &endpoint.token else {
+        if !peer.ip().is_loopback() {
+            return forbidden("changes without a token are accepted only from loopback");
         }
-        None if peer.ip().is_loopback() => Ok(()),
-        None => Err(Response::error(
-            403,
-            "changes without a token are accepted only from loopback",
+        if !is_loopback_host(&request.host) {
+            return forbidden(
+                "changes without a token must name a loopback Host (127.0.0.1, [::1], localhost)",
+            );
+        }
+        if !request.origin.is_empty() && request.origin != format!("http://{}", request.host) {
+            return forbidden("changes without a token are not accepted from another site's page");
+        }
+        return Ok(());
+    };
+    // The scheme's name is case-insensitive (RFC 9110, 11.1).
+    let given = request.authorization.as_deref().and_then(|value| {
+        let (scheme, credentials) = value.split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then_some(credentials)
+    });
+    match given {
+        None => Err(unauthorized(
+            "changes need `Authorization: Bearer <token>` (the [admin] token)",
         )),
+        Some(given) if same_secret(given.trim().as_bytes(), token.as_bytes()) => Ok(()),
+        Some(_) => Err(unauthorized("wrong token")),
     }
+}
+
+/// `Host` names this machine's loopback: `127.0.0.1`, `[::1]` or `localhost`, with a port or
+/// not.
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(name, _port)| name),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `application/json`, parameters (`; charset=utf-8`) allowed.
+fn is_json(content_type: &str) -> bool {
+    content_type
+        .split(';')
+        .next()
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
 }
 
 /// Compares without an early exit, so the time taken does not tell how much of a guess was
@@ -264,6 +298,33 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn loopback_hosts_and_json_types_are_recognised() {
+        for host in [
+            "127.0.0.1:9090",
+            "127.0.0.1",
+            "[::1]:9090",
+            "localhost:9090",
+            "LOCALHOST",
+            "127.1.2.3:80",
+        ] {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in [
+            "",
+            "evil.example:9090",
+            "10.0.0.1:9090",
+            "[::2]:9090",
+            "localhost.evil.example",
+        ] {
+            assert!(!is_loopback_host(host), "{host}");
+        }
+        assert!(is_json("application/json"));
+        assert!(is_json("Application/JSON; charset=utf-8"));
+        assert!(!is_json("text/plain"));
+        assert!(!is_json(""));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! Every field has a default, so the command line also reads an endpoint that sends fewer
 //! fields (an older switch) or more (a newer one).
 
-use super::rates::Rates;
+pub use super::rates::{Rates, ServerRate, ServiceRate};
 use crate::stats::{LatencySnapshot, ServerSnapshot, ServiceSnapshot, Snapshot};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -34,13 +34,6 @@ pub struct ServiceJson {
     pub responses: Classes,
     pub latency_ms: Option<Percentiles>,
     pub rate: ServiceRate,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ServiceRate {
-    pub requests: f64,
-    pub connections: f64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -82,13 +75,6 @@ pub struct ServerJson {
     pub latency_ms: Option<Percentiles>,
     pub rate: ServerRate,
     pub check: CheckJson,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ServerRate {
-    pub requests: f64,
-    pub bytes_out: f64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -205,7 +191,7 @@ pub fn stats_json(
 }
 
 fn service_json(s: &ServiceSnapshot, rates: &Rates) -> ServiceJson {
-    let (requests, connections) = rates.services.get(&s.name).copied().unwrap_or_default();
+    let rate = rates.services.get(&s.name).cloned().unwrap_or_default();
     ServiceJson {
         name: s.name.clone(),
         listen: s.listen.to_string(),
@@ -217,17 +203,17 @@ fn service_json(s: &ServiceSnapshot, rates: &Rates) -> ServiceJson {
         responses: s.classes.into(),
         latency_ms: Percentiles::of(&s.duration),
         rate: ServiceRate {
-            requests: rounded(requests),
-            connections: rounded(connections),
+            requests: rounded(rate.requests),
+            connections: rounded(rate.connections),
         },
     }
 }
 
 pub fn server_json(s: &ServerSnapshot, rates: &Rates) -> ServerJson {
-    let (requests, bytes_out) = rates
+    let rate = rates
         .servers
         .get(&(s.pool.clone(), s.addr))
-        .copied()
+        .cloned()
         .unwrap_or_default();
     let (last, detail, age_s) = match &s.check.last {
         Some((true, _, age)) => (Some("passed".into()), String::new(), Some(seconds(*age))),
@@ -259,8 +245,8 @@ pub fn server_json(s: &ServerSnapshot, rates: &Rates) -> ServerJson {
         bytes_out: s.bytes_out,
         latency_ms: Percentiles::of(&s.latency),
         rate: ServerRate {
-            requests: rounded(requests),
-            bytes_out: rounded(bytes_out),
+            requests: rounded(rate.requests),
+            bytes_out: rounded(rate.bytes_out),
         },
         check: CheckJson {
             kind: s.check.kind.to_string(),

@@ -1,8 +1,8 @@
 //! `[admin]`: where the admin endpoint listens and the token that guards changes.
 
 use super::error::ErrorSink;
+use super::listen::{parse_listen, ListenRegistry};
 use super::raw::RawAdmin;
-use super::ListenRegistry;
 use std::net::SocketAddr;
 use std::path::Path;
 use toml::Spanned;
@@ -36,7 +36,7 @@ pub(super) fn build_admin(
     sink: &mut ErrorSink<'_>,
 ) -> Option<AdminConfig> {
     let admin = raw.get_ref();
-    let listen = super::parse_listen(&admin.listen, sink);
+    let listen = parse_listen(&admin.listen, sink);
     if let Some(addr) = listen {
         listens.claim(addr, "the admin endpoint", admin.listen.span(), text, sink);
     }

@@ -6,6 +6,7 @@
 pub mod admin;
 mod error;
 pub mod health;
+mod listen;
 mod raw;
 pub mod units;
 
@@ -13,6 +14,7 @@ pub use error::{ConfigError, ConfigErrors};
 
 use crate::rules::{HeaderCondition, Rule, RuleSet};
 use error::ErrorSink;
+use listen::{parse_listen, ListenRegistry};
 use raw::{RawFile, RawPool, RawRule, RawService, RawSwitch};
 use regex::bytes::{Regex, RegexBuilder};
 use std::collections::HashMap;
@@ -490,52 +492,6 @@ fn build_options(
         options.push((key.get_ref().clone(), converted, key.span()));
     }
     options
-}
-
-/// Listen addresses claimed so far, to refuse two listeners on one address.
-#[derive(Default)]
-struct ListenRegistry {
-    claimed: Vec<(SocketAddr, String, usize)>,
-}
-
-impl ListenRegistry {
-    fn claim(
-        &mut self,
-        addr: SocketAddr,
-        owner: &str,
-        span: Range<usize>,
-        text: &str,
-        sink: &mut ErrorSink<'_>,
-    ) {
-        // Port 0 asks the kernel for a fresh port each time; two of them never collide.
-        if addr.port() != 0 {
-            if let Some((_, other, line)) = self.claimed.iter().find(|(a, _, _)| *a == addr) {
-                sink.at(
-                    span,
-                    format!("listen address {addr} is already used by {other} (line {line})"),
-                );
-                return;
-            }
-        }
-        let (line, _) = error::line_and_column(text, span.start);
-        self.claimed.push((addr, owner.to_string(), line));
-    }
-}
-
-fn parse_listen(listen: &Spanned<String>, sink: &mut ErrorSink<'_>) -> Option<SocketAddr> {
-    match listen.get_ref().parse::<SocketAddr>() {
-        Ok(a) => Some(a),
-        Err(_) => {
-            sink.at(
-                listen.span(),
-                format!(
-                    "invalid listen address {:?}: expected IP:PORT like \"127.0.0.1:8080\"",
-                    listen.get_ref()
-                ),
-            );
-            None
-        }
-    }
 }
 
 fn build_services(

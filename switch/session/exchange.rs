@@ -139,11 +139,8 @@ impl Session {
                     }
                 }
             }
-            let waited = started.elapsed();
             stats::bump(&backend.stats.responses);
-            stats::add(&backend.stats.response_time_us, waited.as_micros() as u64);
-            backend.stats.latency.record(waited);
-            backend.stats.classes.count(response.status);
+            backend.stats.latency.record(started.elapsed());
 
             let status = response.status;
             if status == 101 || (head.is_connect && (200..300).contains(&status)) {
@@ -159,8 +156,10 @@ impl Session {
                         why: "tunnel before the request body ended".into(),
                     });
                 }
+                backend.stats.classes.count(status);
                 Phase::Tunnel
             } else {
+                backend.stats.classes.count(status);
                 let framing = response.framing;
                 let dechunk = client_version == Version::Http10 && framing == BodyFraming::Chunked;
                 // Announced now, so an upload still running means the connection must close.

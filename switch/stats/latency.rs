@@ -31,12 +31,15 @@ pub const PROMETHEUS_BOUNDS: [f64; 19] = [
 
 pub struct Latency {
     buckets: Box<[AtomicU64; BUCKETS]>,
+    /// The sum of every value recorded, in microseconds (Prometheus `_sum`, averages).
+    sum_us: AtomicU64,
 }
 
 impl Default for Latency {
     fn default() -> Self {
         Latency {
             buckets: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
+            sum_us: AtomicU64::new(0),
         }
     }
 }
@@ -87,11 +90,13 @@ impl Latency {
 
     pub fn record_micros(&self, micros: u64) {
         self.buckets[bucket_of(micros)].fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(micros, Ordering::Relaxed);
     }
 
     /// A copy of the counts (each bucket read once; recordings meanwhile land or not).
     pub fn read(&self) -> LatencySnapshot {
         LatencySnapshot {
+            sum_us: self.sum_us.load(Ordering::Relaxed),
             counts: self
                 .buckets
                 .iter()
@@ -105,6 +110,8 @@ impl Latency {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LatencySnapshot {
     counts: Vec<u64>,
+    /// The sum of the values, in microseconds.
+    pub sum_us: u64,
 }
 
 impl LatencySnapshot {

@@ -1,0 +1,55 @@
+//! Listen addresses: parsed, and claimed once each across the services and the admin endpoint.
+
+use super::error::{self, ErrorSink};
+use std::net::SocketAddr;
+use std::ops::Range;
+use toml::Spanned;
+
+/// Listen addresses claimed so far, to refuse two listeners on one address.
+#[derive(Default)]
+pub(super) struct ListenRegistry {
+    claimed: Vec<(SocketAddr, String, usize)>,
+}
+
+impl ListenRegistry {
+    pub(super) fn claim(
+        &mut self,
+        addr: SocketAddr,
+        owner: &str,
+        span: Range<usize>,
+        text: &str,
+        sink: &mut ErrorSink<'_>,
+    ) {
+        // Port 0 asks the kernel for a fresh port each time; two of them never collide.
+        if addr.port() != 0 {
+            if let Some((_, other, line)) = self.claimed.iter().find(|(a, _, _)| *a == addr) {
+                sink.at(
+                    span,
+                    format!("listen address {addr} is already used by {other} (line {line})"),
+                );
+                return;
+            }
+        }
+        let (line, _) = error::line_and_column(text, span.start);
+        self.claimed.push((addr, owner.to_string(), line));
+    }
+}
+
+pub(super) fn parse_listen(
+    listen: &Spanned<String>,
+    sink: &mut ErrorSink<'_>,
+) -> Option<SocketAddr> {
+    match listen.get_ref().parse::<SocketAddr>() {
+        Ok(a) => Some(a),
+        Err(_) => {
+            sink.at(
+                listen.span(),
+                format!(
+                    "invalid listen address {:?}: expected IP:PORT like \"127.0.0.1:8080\"",
+                    listen.get_ref()
+                ),
+            );
+            None
+        }
+    }
+}
