@@ -2,7 +2,8 @@
 //! pick a server, rebuild the head for the server. Reports time per request (criterion) and
 //! heap allocations per steady request (a counting global allocator), for several requests:
 //! one that no rule matches (all 50 rules tried, default pool), and ones matching an early path
-//! rule, a middle one (rule 8 of 50), a host rule, a method + path rule and the header rule.
+//! rule, a middle one (rule 8 of 50), a host rule, a method + path rule and the header rule;
+//! and, apart, the statistics the admin endpoint reads, as each request records them.
 //!
 //! The steady keep-alive path must not allocate: after a warm-up (the session's vectors grown,
 //! the regex caches built), every case runs many requests under the counting allocator, prints
@@ -300,6 +301,21 @@ fn timing(path: &mut HotPath, cases: &[Case]) {
             b.iter(|| black_box(path.request(black_box(&case.request))))
         });
     }
+    // What the admin statistics add to each request (session.rs `account`, exchange.rs): the
+    // clock read for the request's duration, its class and histogram at the service, the
+    // response's latency and class at the server.
+    let service = tcpvs::stats::ServiceStats::default();
+    let server = tcpvs::stats::ServerStats::default();
+    let started = std::time::Instant::now();
+    c.bench_function("hot_path/statistics_per_request", |b| {
+        b.iter(|| {
+            let elapsed = black_box(started).elapsed();
+            service.classes.count(black_box(200));
+            service.duration.record(elapsed);
+            server.latency.record(elapsed);
+            server.classes.count(black_box(200));
+        })
+    });
     c.final_summary();
 }
 
