@@ -3,7 +3,8 @@
 //! a std `TcpListener` thread that records each request and answers a canned one. What is
 //! checked: the table and the JSON printed, the exact request sent (method, path, token, body),
 //! the messages and exit codes of the failures (token refused, nothing listening, a word clap
-//! refuses). Tests against the real endpoint live beside the endpoint's own.
+//! refuses); and the verbs driving a running `tcpvs run` end to end. The endpoint's own tests
+//! are in tests/admin.rs.
 
 mod common;
 
@@ -570,4 +571,85 @@ fn words_clap_refuses_exit_2_and_send_nothing() {
 
 fn path(p: &Path) -> &str {
     p.to_str().unwrap()
+}
+
+/// The verbs against the real endpoint of a running `tcpvs run`: a weight and a state changed,
+/// the table showing them with the requests sent, a missing token refused, reload not there yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_verbs_drive_a_running_switch() {
+    let live = common::backend().await;
+    let scratch = common::Scratch::new("cli_end_to_end");
+    let rules = scratch.file(
+        "rules.toml",
+        &format!(
+            "[switch]\nworkers = 1\naccess_log = false\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+             token = \"end-to-end\"\n[virtual.web]\nlisten = \"127.0.0.1:0\"\n\
+             default_pool = \"p\"\n[pool.p]\nservers = [{{ addr = \"{}\" }}]\n",
+            live.addr
+        ),
+    );
+    let switch = common::Process::start(&["run".as_ref(), "-c".as_ref(), rules.as_os_str()]);
+    // In the order tcpvs logs them.
+    let (web, _) = switch.address_after("listening on ");
+    let (admin, _) = switch.address_after("admin endpoint on ");
+    let mut client = common::Client::connect(web).await;
+    for _ in 0..3 {
+        assert_eq!(client.get("/bytes/10").await.status, 200);
+    }
+    drop(client);
+    let (admin, server) = (admin.to_string(), live.addr.to_string());
+    let run = move |args: Vec<String>, token: Option<&'static str>| {
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            tcpvs(&args, token)
+        })
+    };
+    let verb = |words: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = words.iter().map(|w| w.to_string()).collect();
+        args.extend(["--admin".to_string(), admin.clone()]);
+        args
+    };
+
+    let out = run(verb(&["set-weight", "p", &server, "5"]), Some("end-to-end"))
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("weight 5 (configured 1)"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = run(
+        verb(&["set-state", "p", &server, "drain"]),
+        Some("end-to-end"),
+    )
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("drain"), "{}", text(&out.stdout));
+
+    let out = run(verb(&["list"]), None).await.unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    let line = table
+        .lines()
+        .find(|l| l.contains(&server))
+        .unwrap_or_else(|| panic!("no line for {server}:\n{table}"));
+    let cells: Vec<&str> = line.split_whitespace().collect();
+    // -> ADDR State Weight Active Idle Requests ...
+    assert_eq!(&cells[1..4], &[server.as_str(), "drain", "5"], "{line}");
+    assert_eq!(cells[6], "3", "requests: {line}");
+
+    let out = run(verb(&["set-state", "p", &server, "ready"]), None)
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("token"), "{}", text(&out.stderr));
+    let out = run(verb(&["reload"]), Some("end-to-end")).await.unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("reload"),
+        "{}",
+        text(&out.stderr)
+    );
 }
