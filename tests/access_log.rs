@@ -21,10 +21,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
-/// How long a test waits for a log line or for the log to end before it fails (a guard
-/// against hangs, as in tests/process.rs).
-const LOG_PATIENCE: Duration = Duration::from_secs(20);
-
 /// A rule file: `[switch]` with `keys`, a graceful stop without deadline, and one virtual
 /// service `web` without default pool: `/page...`, `/status/...` and `/q...` go to the pool
 /// `web` (the one server), anything else gets the switch's own 503.
@@ -44,52 +40,6 @@ async fn start(rules: &Path) -> (Process, SocketAddr, Vec<String>) {
         let switch = Process::start(&["run".as_ref(), "-c".as_ref(), rules.as_os_str()]);
         let (addr, seen) = switch.address_after("listening on ");
         (switch, addr, seen)
-    })
-    .await
-    .unwrap()
-}
-
-fn signal(switch: &Process, signal: rustix::process::Signal) {
-    let pid = rustix::process::Pid::from_raw(switch.id() as i32).expect("a running process");
-    rustix::process::kill_process(pid, signal).unwrap();
-}
-
-/// Reads the process's log up to the first line containing `needle`: that line, and the
-/// lines before it. The process moves into the blocking task and back, so that a failure here
-/// drops (kills) it.
-async fn line_with(switch: Process, needle: &str) -> (Process, String, Vec<String>) {
-    let needle = needle.to_string();
-    tokio::task::spawn_blocking(move || {
-        let mut seen = Vec::new();
-        loop {
-            match switch.log.recv_timeout(LOG_PATIENCE) {
-                Ok(line) if line.contains(&needle) => return (switch, line, seen),
-                Ok(line) => seen.push(line),
-                Err(e) => panic!("no log line with {needle:?} ({e}); lines: {seen:#?}"),
-            }
-        }
-    })
-    .await
-    .unwrap()
-}
-
-/// SIGTERM, then the rest of the log until the process closes stderr by exiting, and how it
-/// exited.
-async fn stop(switch: Process) -> (Vec<String>, std::process::ExitStatus) {
-    signal(&switch, rustix::process::Signal::TERM);
-    tokio::task::spawn_blocking(move || {
-        let mut switch = switch;
-        let mut lines = Vec::new();
-        loop {
-            match switch.log.recv_timeout(LOG_PATIENCE) {
-                Ok(line) => lines.push(line),
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-                Err(e) => panic!("tcpvs did not end its log ({e}); lines: {lines:#?}"),
-            }
-        }
-        // It has exited: the SIGTERM terminate sends is harmless, the wait returns at once.
-        let status = switch.terminate();
-        (lines, status)
     })
     .await
     .unwrap()

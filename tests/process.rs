@@ -92,10 +92,6 @@ fn rules(switch_keys: &str, server: SocketAddr) -> String {
     )
 }
 
-/// How long a test waits for a log line (or for the log to end) before it fails: a guard
-/// against hangs, as generous as [`Process::address_after`]'s.
-const LOG_PATIENCE: Duration = Duration::from_secs(20);
-
 /// Starts `tcpvs run -c RULES` and waits for its `listening on` line: the process, the address
 /// it serves and the log lines so far.
 async fn start(rules: &std::path::Path) -> (Process, SocketAddr, Vec<String>) {
@@ -107,59 +103,6 @@ async fn start(rules: &std::path::Path) -> (Process, SocketAddr, Vec<String>) {
     })
     .await
     .unwrap()
-}
-
-/// Sends SIGTERM without waiting for the process to end.
-fn send_sigterm(switch: &Process) {
-    let pid = rustix::process::Pid::from_raw(switch.id() as i32).expect("a running process");
-    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-}
-
-/// Reads the process's log up to the first line containing `needle` and returns that line.
-/// The process moves into the blocking task and back, so that a failure here drops (kills) it.
-async fn line_with(switch: Process, needle: &str) -> (Process, String) {
-    let needle = needle.to_string();
-    tokio::task::spawn_blocking(move || {
-        let mut seen = Vec::new();
-        loop {
-            match switch.log.recv_timeout(LOG_PATIENCE) {
-                Ok(line) if line.contains(&needle) => return (switch, line),
-                Ok(line) => seen.push(line),
-                Err(e) => panic!("no log line with {needle:?} ({e}); lines: {seen:#?}"),
-            }
-        }
-    })
-    .await
-    .unwrap()
-}
-
-/// Reads the rest of the log until the process closes its stderr by exiting, then returns
-/// those lines and how it exited. It must be stopping already (SIGTERM sent): a process still
-/// running after [`LOG_PATIENCE`] fails the test, and is killed, instead of hanging it.
-async fn log_to_end(switch: Process) -> (Vec<String>, std::process::ExitStatus) {
-    tokio::task::spawn_blocking(move || {
-        let mut switch = switch;
-        let mut lines = Vec::new();
-        loop {
-            match switch.log.recv_timeout(LOG_PATIENCE) {
-                Ok(line) => lines.push(line),
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-                Err(e) => panic!("tcpvs did not end its log ({e}); lines: {lines:#?}"),
-            }
-        }
-        // It has exited (a zombie until waited for): the SIGTERM terminate sends is harmless,
-        // and the wait returns at once.
-        let status = switch.terminate();
-        (lines, status)
-    })
-    .await
-    .unwrap()
-}
-
-/// SIGTERM, then the rest of the log and the exit status.
-async fn stop(switch: Process) -> (Vec<String>, std::process::ExitStatus) {
-    send_sigterm(&switch);
-    log_to_end(switch).await
 }
 
 /// Waits until connecting to `addr` is refused (the listeners are closed). A connection that
@@ -312,8 +255,8 @@ async fn sigterm_lets_requests_in_flight_finish_and_lets_idle_clients_go() {
         held.send(b"GET /hold HTTP/1.1\r\nHost: test\r\n\r\n").await;
         server.wait_for_requests(2).await;
 
-        send_sigterm(&switch);
-        let (switch, stopping) = line_with(switch, "stopping: ").await;
+        signal(&switch, rustix::process::Signal::TERM);
+        let (switch, stopping, _) = line_with(switch, "stopping: ").await;
         assert!(
             stopping.ends_with(
                 "stopping: no new connections; waiting up to 3600s for requests in flight"
@@ -363,8 +306,8 @@ async fn past_shutdown_timeout_the_process_cuts_what_is_left_and_exits() {
         held.send(b"GET /hold HTTP/1.1\r\nHost: test\r\n\r\n").await;
         server.wait_for_requests(1).await;
 
-        send_sigterm(&switch);
-        let (switch, stopping) = line_with(switch, "stopping: ").await;
+        signal(&switch, rustix::process::Signal::TERM);
+        let (switch, stopping, _) = line_with(switch, "stopping: ").await;
         assert!(
             stopping.ends_with(
                 "stopping: no new connections; waiting up to 300ms for requests in flight"
@@ -372,7 +315,7 @@ async fn past_shutdown_timeout_the_process_cuts_what_is_left_and_exits() {
             "workers = {workers}: the rule file's shutdown_timeout: {stopping}"
         );
         // The process says what it cut (the verdict is this event, not a measured time).
-        let (switch, cut) = line_with(switch, "still open at the deadline").await;
+        let (switch, cut, _) = line_with(switch, "still open at the deadline").await;
         assert!(
             cut.contains(" WARN ")
                 && cut.ends_with(" 1 client connections were still open at the deadline"),

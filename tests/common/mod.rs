@@ -1096,3 +1096,61 @@ impl Drop for Process {
         }
     }
 }
+
+/// How long a test waits for a log line (or for the log to end) before it fails: a guard
+/// against hangs, as generous as [`Process::address_after`]'s.
+pub const LOG_PATIENCE: Duration = Duration::from_secs(20);
+
+/// Sends `signal` to the process (without waiting for what it does).
+pub fn signal(process: &Process, signal: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(process.id() as i32).expect("a running process");
+    rustix::process::kill_process(pid, signal).unwrap();
+}
+
+/// Reads the process's log up to the first line containing `needle`: that line, and the
+/// lines before it. The process moves into the blocking task and back, so that a failure here
+/// drops (kills) it.
+pub async fn line_with(process: Process, needle: &str) -> (Process, String, Vec<String>) {
+    let needle = needle.to_string();
+    tokio::task::spawn_blocking(move || {
+        let mut seen = Vec::new();
+        loop {
+            match process.log.recv_timeout(LOG_PATIENCE) {
+                Ok(line) if line.contains(&needle) => return (process, line, seen),
+                Ok(line) => seen.push(line),
+                Err(e) => panic!("no log line with {needle:?} ({e}); lines: {seen:#?}"),
+            }
+        }
+    })
+    .await
+    .unwrap()
+}
+
+/// Reads the rest of the log until the process closes its stderr by exiting, then returns
+/// those lines and how it exited. It must be stopping already (SIGTERM sent): a process still
+/// running after [`LOG_PATIENCE`] fails the test, and is killed, instead of hanging it.
+pub async fn log_to_end(process: Process) -> (Vec<String>, std::process::ExitStatus) {
+    tokio::task::spawn_blocking(move || {
+        let mut process = process;
+        let mut lines = Vec::new();
+        loop {
+            match process.log.recv_timeout(LOG_PATIENCE) {
+                Ok(line) => lines.push(line),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(e) => panic!("tcpvs did not end its log ({e}); lines: {lines:#?}"),
+            }
+        }
+        // It has exited (a zombie until waited for): the SIGTERM terminate sends is harmless,
+        // and the wait returns at once.
+        let status = process.terminate();
+        (lines, status)
+    })
+    .await
+    .unwrap()
+}
+
+/// SIGTERM, then the rest of the log and the exit status.
+pub async fn stop(process: Process) -> (Vec<String>, std::process::ExitStatus) {
+    signal(&process, rustix::process::Signal::TERM);
+    log_to_end(process).await
+}
