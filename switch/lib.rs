@@ -15,6 +15,7 @@ pub mod demo;
 pub mod gateway;
 pub mod health;
 pub mod http;
+pub mod import_ktcpvs;
 pub mod listener;
 pub mod recycle;
 pub mod relay;

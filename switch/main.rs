@@ -31,9 +31,14 @@ enum Command {
         config: PathBuf,
     },
     /// Check rule files; print a summary of each, or every error as FILE:LINE:COL: message.
+    /// Warnings (rules that can never match, unused pools) go to stderr as
+    /// FILE:LINE:COL: warning: message and leave the exit status 0.
     Check {
         #[arg(value_name = "FILE", required = true)]
         files: Vec<PathBuf>,
+        /// Refuse a file with warnings too (exit 1), printing them as errors.
+        #[arg(long)]
+        strict: bool,
     },
     /// Run the built-in demo: rules/demo.toml with in-process servers for its pools.
     Demo {
@@ -86,6 +91,13 @@ enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// Print a tcpvs rule file equivalent to a KTCPVS configuration (as `tcpvsadm -f` reads
+    /// it); what has no equivalent is kept as a comment and warned about on stderr.
+    ImportKtcpvs {
+        /// The KTCPVS configuration file.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
 }
 
 /// How the admin verbs find the endpoint and the token.
@@ -132,7 +144,7 @@ impl From<StateWord> for AdminState {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { files } => check(&files),
+        Command::Check { files, strict } => check(&files, strict),
         Command::Run { config } => match Config::load(&config) {
             Ok(config) => run(config, false),
             Err(e) => {
@@ -192,7 +204,33 @@ fn main() -> ExitCode {
             let generation = client::reload(endpoint)?;
             Ok(format!("reloaded: generation {generation}\n"))
         }),
+        Command::ImportKtcpvs { file } => import_ktcpvs(&file),
     }
+}
+
+/// `tcpvs import-ktcpvs`: the rule file on stdout (exit 0), warnings on stderr; or every
+/// error on stderr (exit 1).
+fn import_ktcpvs(file: &Path) -> ExitCode {
+    let report = match tcpvs::import_ktcpvs::import_file(file) {
+        Ok(report) => report,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for diagnostic in report.diagnostics() {
+        eprintln!("{diagnostic}");
+    }
+    if !report.is_ok() {
+        return ExitCode::FAILURE;
+    }
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    // A closed pipe (`... | head`) is not worth a message.
+    let _ = out
+        .write_all(report.rules.as_bytes())
+        .and_then(|()| out.flush());
+    ExitCode::SUCCESS
 }
 
 /// Runs an admin verb: finds the endpoint, sends, prints what `verb` returns on stdout (exit 0)
@@ -273,16 +311,39 @@ fn read_token_file(path: &Path) -> Result<String, String> {
     Ok(token.to_string())
 }
 
-fn check(files: &[PathBuf]) -> ExitCode {
+/// `tcpvs check`: for each file, the summary on stdout (exit 0), or every error on stderr
+/// (exit 1); its warnings on stderr in either case, among the errors in file order. With
+/// `strict`, warnings are errors: printed without `warning:`, and the file is refused.
+fn check(files: &[PathBuf], strict: bool) -> ExitCode {
     let mut ok = true;
     for file in files {
-        match Config::load(file) {
-            Ok(config) => println!("{}", config.summary()),
+        let checked = match Config::check_file(file) {
+            Ok(checked) => checked,
             Err(e) => {
                 eprintln!("{e}");
                 ok = false;
+                continue;
             }
+        };
+        let warnings = &checked.warnings;
+        let refused = checked.config.is_err() || (strict && !warnings.is_empty());
+        // Errors and warnings of one file, in file order (errors first at one place).
+        let mut lines: Vec<(usize, usize, String)> = Vec::new();
+        match &checked.config {
+            Ok(config) if !refused => println!("{}", config.summary()),
+            Ok(_) => {}
+            Err(errors) => lines.extend(errors.0.iter().map(|e| (e.line, e.column, e.to_string()))),
         }
+        lines.extend(warnings.iter().map(|w| {
+            let e = w.as_error();
+            let text = if strict { e.to_string() } else { w.to_string() };
+            (e.line, e.column, text)
+        }));
+        lines.sort_by_key(|(line, column, _)| (*line, *column));
+        for (_, _, text) in lines {
+            eprintln!("{text}");
+        }
+        ok &= !refused;
     }
     if ok {
         ExitCode::SUCCESS
@@ -304,6 +365,7 @@ fn init_logging() {
 
 fn run(config: Config, with_demo_servers: bool) -> ExitCode {
     init_logging();
+    config.log_warnings();
     let workers = match config.switch.workers {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,

@@ -1,5 +1,7 @@
 //! `tcpvs check`: a valid file gets a one-line summary and exit 0; a wrong one exit 1 and each
-//! error as FILE:LINE:COL: message, pointing at the offending token.
+//! error as FILE:LINE:COL: message, pointing at the offending token, every one in one run and in
+//! file order. Warnings (rules that never match, unused pools) go to stderr as
+//! FILE:LINE:COL: warning: message with exit 0, or refuse the file under `--strict`.
 
 mod common;
 
@@ -15,12 +17,18 @@ struct Checked {
 }
 
 fn check(name: &str, text: &str) -> Checked {
+    check_with(&[], name, text)
+}
+
+/// `tcpvs check ARGS... FILE` on `text` written to a scratch file called `name`.
+fn check_with(args: &[&str], name: &str, text: &str) -> Checked {
     let dir = std::env::temp_dir().join(format!("tcpvs-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path: PathBuf = dir.join(name);
     std::fs::write(&path, text).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_tcpvs"))
         .arg("check")
+        .args(args)
         .arg(&path)
         .output()
         .unwrap();
@@ -193,7 +201,7 @@ fn each_error_names_file_line_and_column() {
             "default_pool = \"static\"",
             "default_pool = \"static\"\ndefer_accept = \"yes\"",
             "\"yes\"",
-            "expected a boolean",
+            "`defer_accept`: expected true or false, found the string \"yes\"",
         ),
         (
             "unknown module option",
@@ -309,4 +317,365 @@ fn the_admin_listen_address_is_checked() {
             c.stderr
         );
     }
+}
+
+/// `FILE:LINE:COL: message` with the position of the first `token` in `text` (after `skip`
+/// characters of the token, to point inside it).
+fn at(file: &str, text: &str, token: &str, skip: usize, message: &str) -> String {
+    let (line, col) = position_of(text, token);
+    format!("{file}:{line}:{}: {message}", col + skip)
+}
+
+/// The file of issue 12: mistakes of every kind at once. serde stopped at the first
+/// parse-level one (four rounds for four mistakes); now one run shows them all, in file order.
+const MANY_MISTAKES: &str = r#"[switch]
+workers = 2
+wrokers = 4
+max_clients = "many"
+header_timeout = "5 parsecs"
+
+[virtual.web]
+listen = "127.0.0.1:18557"
+default_pool = "static"
+defer_accept = "yes"
+
+[[virtual.web.rule]]
+path = "^/cgi-bin/"
+pool = "cgy"
+
+[pool.static]
+scheduler = 3
+servers = [{ addr = "127.0.0.1:9001", weigth = 1 }, { addr = "127.0.0.1:9002", weight = "2" }]
+
+[pool.cgi]
+slow_start = 10
+servers = "127.0.0.1:9021"
+"#;
+
+#[test]
+fn every_mistake_is_reported_in_one_run_in_file_order() {
+    let text = MANY_MISTAKES;
+    let c = check("many-mistakes.toml", text);
+    assert_eq!(c.code, 1);
+    assert_eq!(c.stdout, "", "no summary for a refused file");
+    let f = c.file.as_str();
+    let expected = [
+        at(f, text, "wrokers", 0, "unknown field `wrokers` in [switch]: did you mean `workers`?"),
+        at(f, text, "\"many\"", 0, "`max_clients`: expected a whole number, found the string \"many\""),
+        at(f, text, "\"5 parsecs\"", 0, "invalid duration \"5 parsecs\": expected a number and a unit (ms, s, m, h), like \"10s\" or \"250ms\""),
+        at(f, text, "\"yes\"", 0, "`defer_accept`: expected true or false, found the string \"yes\""),
+        at(f, text, "\"cgy\"", 0, "unknown pool `cgy` (pools: cgi, static)"),
+        at(f, text, "3\n", 0, "`scheduler`: expected a module name like \"wlc\", found the number 3"),
+        at(f, text, "weigth", 0, "unknown field `weigth` in a server of [pool.static]: did you mean `weight`?"),
+        at(f, text, "\"2\"", 0, "`weight`: expected a whole number, found the string \"2\""),
+        at(f, text, "10\n", 0, "`slow_start`: expected a duration like \"30s\", found the number 10"),
+        at(f, text, "\"127.0.0.1:9021\"", 0, "`servers`: expected a list of servers like [{ addr = \"127.0.0.1:9001\" }], found the string \"127.0.0.1:9021\""),
+    ];
+    let got: Vec<&str> = c.stderr.lines().collect();
+    assert_eq!(got, expected, "\n{}", c.stderr);
+}
+
+#[test]
+fn type_errors_speak_the_files_language_not_rusts() {
+    let text = r#"[switch]
+workers = "2"
+header_timeout = 30
+splice = 1
+access_log_format = true
+
+[admin]
+listen = 9090
+
+[virtual.web]
+listen = "127.0.0.1:18558"
+default_pool = ["static"]
+rule = { path = "^/", pool = "static" }
+
+[pool.static]
+servers = [{ addr = "127.0.0.1:9001", backup = "no", max_conns = 1.5 }, "127.0.0.1:9002"]
+health = "http"
+"#;
+    let c = check("types.toml", text);
+    assert_eq!(c.code, 1);
+    let f = c.file.as_str();
+    let expected = [
+        at(f, text, "\"2\"", 0, "`workers`: expected a whole number, found the string \"2\""),
+        at(f, text, "30", 0, "`header_timeout`: expected a duration like \"30s\", found the number 30"),
+        at(f, text, "1\n", 0, "`splice`: expected true or false, found the number 1"),
+        at(f, text, "true", 0, "`access_log_format`: expected \"text\" or \"json\", found true"),
+        at(f, text, "9090", 0, "`listen`: expected an address like \"127.0.0.1:8080\", found the number 9090"),
+        at(f, text, "[\"static\"]", 0, "`default_pool`: expected a pool name like \"static\", found a list"),
+        at(f, text, "{ path", 0, "`rule`: expected rules written as [[virtual.web.rule]] tables, found a table"),
+        at(f, text, "\"no\"", 0, "`backup`: expected true or false, found the string \"no\""),
+        at(f, text, "1.5", 0, "`max_conns`: expected a whole number, found the number 1.5"),
+        at(f, text, "\"127.0.0.1:9002\"", 0, "`servers`: expected a server like { addr = \"127.0.0.1:9001\" }, found the string \"127.0.0.1:9002\""),
+        at(f, text, "\"http\"", 0, "`health`: expected a table [pool.NAME.health], found the string \"http\""),
+    ];
+    let got: Vec<&str> = c.stderr.lines().collect();
+    assert_eq!(got, expected, "\n{}", c.stderr);
+    for rust in [
+        "invalid type",
+        "integer `",
+        "sequence",
+        "map",
+        "i64",
+        "u32",
+        "String",
+        "bool",
+    ] {
+        assert!(!c.stderr.contains(rust), "{rust:?} in {}", c.stderr);
+    }
+}
+
+#[test]
+fn unknown_keys_and_missing_ones_are_all_named() {
+    let text = r#"workers = 2
+
+[servers]
+x = 1
+
+[virtual.web]
+default_pool = "static"
+
+[[virtual.web.rule]]
+paht = "^/x"
+pool = "static"
+
+[[virtual.web.rule]]
+header = { name = "X-Pool" }
+pool = "static"
+
+[[virtual.web.rule]]
+path = "^/y"
+
+[pool.static]
+schedular = "rr"
+servers = [{ weight = 1 }]
+"#;
+    let c = check("unknown-missing.toml", text);
+    assert_eq!(c.code, 1);
+    let f = c.file.as_str();
+    let expected = [
+        at(f, text, "workers", 0, "unknown field `workers` at the top of the file: it belongs in [switch]"),
+        at(f, text, "servers]", 0, "unknown table `[servers]` at the top of the file (a rule file has [switch], [admin], [virtual.NAME] and [pool.NAME])"),
+        at(f, text, "[virtual.web]", 0, "[virtual.web] has no `listen`: add the address to accept clients on, like \"127.0.0.1:8080\""),
+        at(f, text, "paht", 0, "unknown field `paht` in a rule of [virtual.web]: did you mean `path`?"),
+        at(f, text, "{ name", 0, "`header` has no `value`: write { name = \"X-Pool\", value = \"^images$\" }"),
+        at(f, text, "[[virtual.web.rule]]\npath", 0, "a rule of [virtual.web] has no `pool`: name the pool its requests go to"),
+        at(f, text, "schedular", 0, "unknown option `schedular` for scheduler `wlc` (or did you mean `scheduler`?)"),
+        at(f, text, "{ weight", 0, "a server has no `addr`: write it like { addr = \"127.0.0.1:9001\" }"),
+    ];
+    let got: Vec<&str> = c.stderr.lines().collect();
+    assert_eq!(got, expected, "\n{}", c.stderr);
+}
+
+#[test]
+fn a_syntax_error_stops_the_check_and_is_pinned_to_its_place() {
+    // After a syntax error the rest cannot be trusted: only the TOML errors (one per line).
+    let text = "[switch]\nworkers = = 2\nwrokers = 3\n";
+    let c = check("syntax.toml", text);
+    assert_eq!(c.code, 1);
+    assert_eq!(
+        c.stderr.trim(),
+        at(&c.file, text, "= 2", 0, "extra `=`, expected nothing")
+    );
+    let text = format!("{VALID}\n[pool.cgi]\nscheduler = \"wlc\"\n");
+    let c = check("duplicate.toml", &text);
+    assert_eq!(c.code, 1);
+    let (line, _) = position_of(&text, "\n[pool.cgi]\nscheduler = \"wlc\"");
+    // The table again, then its `scheduler` again: nothing beyond TOML's own errors.
+    assert_eq!(
+        c.stderr.lines().collect::<Vec<_>>(),
+        [
+            format!(
+                "{}:{}:7: duplicate key `cgi`: already defined above",
+                c.file,
+                line + 1
+            ),
+            format!(
+                "{}:{}:1: duplicate key `scheduler`: already defined above",
+                c.file,
+                line + 2
+            ),
+        ]
+    );
+}
+
+/// VALID with one more rule, pool or key: exit 0, the summary on stdout, one warning on stderr.
+fn warns(name: &str, text: &str, token: &str, skip: usize, message: &str) {
+    let c = check(name, text);
+    assert_eq!(c.code, 0, "warnings leave the file valid: {}", c.stderr);
+    assert!(
+        c.stdout.starts_with(&format!("{}: ok: ", c.file)),
+        "{}",
+        c.stdout
+    );
+    let expected = at(&c.file, text, token, skip, &format!("warning: {message}"));
+    assert_eq!(c.stderr.trim(), expected);
+}
+
+#[test]
+fn a_lowercase_method_is_a_warning() {
+    let text = VALID.replacen("method = \"GET\"", "method = \"get\"", 1);
+    warns(
+        "method.toml",
+        &text,
+        "\"get\"",
+        0,
+        "method \"get\" is not upper case: methods are case-sensitive, so this rule never matches a normal request (write \"GET\")",
+    );
+}
+
+#[test]
+fn a_rule_after_a_catch_all_is_a_warning() {
+    for catch_all in [
+        "",
+        "path = \"\"\n",
+        "path = \".\"\n",
+        "path = \"^\"\n",
+        "path = \"^/\"\n",
+        "path = \".*\"\n",
+    ] {
+        let text = VALID.replacen(
+            "[[virtual.web.rule]]\npath = \"^/cgi-bin/\"\n",
+            &format!("[[virtual.web.rule]]\n{catch_all}pool = \"static\"\n\n[[virtual.web.rule]]\npath = \"^/cgi-bin/\"\n"),
+            1,
+        );
+        let why = match catch_all {
+            "" => "it has no conditions".to_string(),
+            _ => format!(
+                "its path {} matches every path",
+                &catch_all[7..catch_all.len() - 1]
+            ),
+        };
+        let c = check("catch-all.toml", &text);
+        assert_eq!(c.code, 0, "{}", c.stderr);
+        let (line, _) = position_of(&text, "[[virtual.web.rule]]");
+        let message = format!("warning: this rule is never reached: the rule at line {line} matches every request ({why})");
+        // Both rules after it: the cgi one and the img one.
+        let hidden: Vec<String> = text
+            .match_indices("[[virtual.web.rule]]")
+            .skip(1)
+            .map(|(i, _)| {
+                let l = text[..i].matches('\n').count() + 1;
+                format!("{}:{l}:1: {message}", c.file)
+            })
+            .collect();
+        assert_eq!(
+            c.stderr.lines().collect::<Vec<_>>(),
+            hidden,
+            "{catch_all:?}"
+        );
+    }
+    // A path that only looks general is not a catch-all.
+    let text = VALID.replacen("\"^/cgi-bin/\"", "\"^/c\"", 1);
+    let c = check("not-catch-all.toml", &text);
+    assert_eq!((c.code, c.stderr.as_str()), (0, ""));
+}
+
+#[test]
+fn a_pool_nothing_uses_is_a_warning() {
+    let text = format!("{VALID}\n[pool.spare]\nservers = [{{ addr = \"127.0.0.1:9031\" }}]\n");
+    warns(
+        "unused.toml",
+        &text,
+        "spare",
+        0,
+        "pool `spare` is not used: no rule and no default_pool names it",
+    );
+}
+
+#[test]
+fn a_rule_with_the_conditions_of_an_earlier_one_is_a_warning() {
+    let text = VALID.replacen(
+        "[pool.static]",
+        "[[virtual.web.rule]]\nmethod = \"GET\"\nhost = '^img\\.'\nheader = { name = \"x-pool\", value = \"^images$\" }\npool = \"cgi\"\n\n[pool.static]",
+        1,
+    );
+    let (line, _) = position_of(&text, "[[virtual.web.rule]]\nhost");
+    warns(
+        "duplicate-rule.toml",
+        &text,
+        "[[virtual.web.rule]]\nmethod",
+        0,
+        &format!("this rule is never reached: the rule at line {line} has the same conditions"),
+    );
+}
+
+#[test]
+fn strict_turns_warnings_into_errors() {
+    let text = VALID.replacen("method = \"GET\"", "method = \"Get\"", 1)
+        + "\n[pool.spare]\nservers = [{ addr = \"127.0.0.1:9031\" }]\n";
+    let c = check("lenient.toml", &text);
+    assert_eq!(c.code, 0);
+    assert_eq!(c.stderr.lines().count(), 2, "{}", c.stderr);
+    assert!(c.stderr.lines().all(|l| l.contains(": warning: ")));
+
+    let c = check_with(&["--strict"], "strict.toml", &text);
+    assert_eq!(c.code, 1);
+    assert_eq!(c.stdout, "", "no summary for a refused file");
+    let f = c.file.as_str();
+    let expected = [
+        at(f, &text, "\"Get\"", 0, "method \"Get\" is not upper case: methods are case-sensitive, so this rule never matches a normal request (write \"GET\")"),
+        at(f, &text, "spare", 0, "pool `spare` is not used: no rule and no default_pool names it"),
+    ];
+    assert_eq!(c.stderr.lines().collect::<Vec<_>>(), expected);
+
+    // A file without warnings passes --strict.
+    let c = check_with(&["--strict"], "strict-valid.toml", VALID);
+    assert_eq!((c.code, c.stderr.as_str()), (0, ""));
+    assert!(c.stdout.contains(": ok: "));
+}
+
+#[test]
+fn a_refused_file_shows_its_warnings_among_the_errors_in_file_order() {
+    let text = VALID
+        .replacen("method = \"GET\"", "method = \"get\"", 1)
+        .replacen("header_timeout = \"5s\"", "header_timeout = \"5\"", 1)
+        .replacen("weight = 2 }", "weight = 70000 }", 1);
+    let c = check("mixed.toml", &text);
+    assert_eq!(c.code, 1);
+    let f = c.file.as_str();
+    let expected = [
+        at(f, &text, "\"5\"", 0, "invalid duration \"5\": expected a number and a unit (ms, s, m, h), like \"10s\" or \"250ms\""),
+        at(f, &text, "\"get\"", 0, "warning: method \"get\" is not upper case: methods are case-sensitive, so this rule never matches a normal request (write \"GET\")"),
+        at(f, &text, "70000", 0, "weight 70000 is out of range 0..=65535"),
+    ];
+    assert_eq!(c.stderr.lines().collect::<Vec<_>>(), expected);
+}
+
+#[test]
+fn a_misspelt_condition_makes_no_catch_all_and_a_typo_in_a_pool_name_no_unused_pool() {
+    // `paht` is an error; the rule is not taken for one without conditions, and `cgy` is an
+    // error, not a reason to call `cgi` unused.
+    let text = VALID
+        .replacen("path = \"^/cgi-bin/\"", "paht = \"^/cgi-bin/\"", 1)
+        .replacen("pool = \"cgi\"", "pool = \"cgy\"", 1);
+    let c = check("no-echo.toml", &text);
+    assert_eq!(c.code, 1);
+    assert_eq!(c.stderr.lines().count(), 2, "{}", c.stderr);
+    assert!(!c.stderr.contains("warning"), "{}", c.stderr);
+}
+
+#[test]
+fn the_library_keeps_the_warnings_for_run_and_reload() {
+    let text = format!("{VALID}\n[pool.spare]\nservers = [{{ addr = \"127.0.0.1:9031\" }}]\n");
+    let config = tcpvs::Config::parse("lib.toml", &text).unwrap();
+    let (line, col) = position_of(&text, "spare");
+    assert_eq!(config.warnings.len(), 1);
+    assert_eq!(
+        config.warnings[0].to_string(),
+        format!("lib.toml:{line}:{col}: warning: pool `spare` is not used: no rule and no default_pool names it")
+    );
+    assert_eq!(
+        config.warnings[0].as_error().to_string(),
+        format!(
+            "lib.toml:{line}:{col}: pool `spare` is not used: no rule and no default_pool names it"
+        )
+    );
+    // A refused file keeps its warnings beside its errors.
+    let broken = text.replacen("workers = 2", "workers = -1", 1);
+    let checked = tcpvs::config::Config::check("lib.toml", &broken);
+    assert_eq!(checked.config.unwrap_err().0.len(), 1);
+    assert_eq!(checked.warnings.len(), 1);
 }

@@ -29,17 +29,19 @@ impl std::fmt::Debug for AdminConfig {
 /// Checks `[admin]`: its address (claimed against the services' ones), its token, and that a
 /// listener reachable from other hosts is not left without one.
 pub(super) fn build_admin(
-    raw: &Spanned<RawAdmin>,
+    admin: &RawAdmin,
     file: &str,
     text: &str,
     listens: &mut ListenRegistry,
     sink: &mut ErrorSink<'_>,
 ) -> Option<AdminConfig> {
-    let admin = raw.get_ref();
-    let listen = parse_listen(&admin.listen, sink);
-    if let Some(addr) = listen {
-        listens.claim(addr, "the admin endpoint", admin.listen.span(), text, sink);
-    }
+    // A missing `listen` was reported when the table was read.
+    let listen_at = admin.listen.as_ref();
+    let listen = listen_at.and_then(|listen| {
+        let addr = parse_listen(listen, sink)?;
+        listens.claim(addr, "the admin endpoint", listen.span(), text, sink);
+        Some(addr)
+    });
     let token = match (&admin.token, &admin.token_file) {
         (Some(_), Some(token_file)) => {
             sink.at(
@@ -59,10 +61,10 @@ pub(super) fn build_admin(
         (None, Some(token_file)) => read_token_file(token_file, file, sink),
         (None, None) => None,
     };
-    let addr = listen?;
+    let (addr, listen_at) = (listen?, listen_at?);
     if token.is_none() && !addr.ip().is_loopback() && admin.token_file.is_none() {
         sink.at(
-            admin.listen.span(),
+            listen_at.span(),
             format!(
                 "the admin endpoint on {addr} is reachable from other hosts: set `token` or \
                  `token_file`, or listen on a loopback address (127.0.0.1, ::1)"

@@ -40,11 +40,37 @@ impl fmt::Display for ConfigErrors {
 
 impl std::error::Error for ConfigErrors {}
 
-/// Collects errors against one source text, turning byte spans into line and column.
+/// Something in a rule file that is valid but almost surely not what was meant: a rule that can
+/// never match, a pool nothing uses. The file is accepted; `tcpvs check` prints these as
+/// `FILE:LINE:COL: warning: message` (and refuses the file with `--strict`), `tcpvs run` logs them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigWarning(pub ConfigError);
+
+impl ConfigWarning {
+    /// The same problem as an error: `FILE:LINE:COL: message`, for `--strict`.
+    pub fn as_error(&self) -> &ConfigError {
+        &self.0
+    }
+}
+
+impl fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let e = &self.0;
+        write!(
+            f,
+            "{}:{}:{}: warning: {}",
+            e.file, e.line, e.column, e.message
+        )
+    }
+}
+
+/// Collects errors (and warnings) against one source text, turning byte spans into line and
+/// column.
 pub(crate) struct ErrorSink<'a> {
     file: &'a str,
     source: &'a str,
     errors: Vec<ConfigError>,
+    warnings: Vec<ConfigError>,
 }
 
 impl<'a> ErrorSink<'a> {
@@ -53,17 +79,29 @@ impl<'a> ErrorSink<'a> {
             file,
             source,
             errors: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 
     pub(crate) fn at(&mut self, span: Range<usize>, message: impl Into<String>) {
+        let error = self.locate(span, message.into());
+        self.errors.push(error);
+    }
+
+    /// A warning: the file stays valid.
+    pub(crate) fn warn(&mut self, span: Range<usize>, message: impl Into<String>) {
+        let warning = self.locate(span, message.into());
+        self.warnings.push(warning);
+    }
+
+    fn locate(&self, span: Range<usize>, message: String) -> ConfigError {
         let (line, column) = line_and_column(self.source, span.start);
-        self.errors.push(ConfigError {
+        ConfigError {
             file: self.file.to_string(),
             line,
             column,
-            message: message.into(),
-        });
+            message,
+        }
     }
 
     pub(crate) fn source(&self) -> &'a str {
@@ -77,14 +115,19 @@ impl<'a> ErrorSink<'a> {
         format!("{}:{line}:{column}", self.file)
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.errors.is_empty()
-    }
-
-    pub(crate) fn finish(mut self) -> ConfigErrors {
-        self.errors.sort_by_key(|e| (e.line, e.column));
-        self.errors.dedup();
-        ConfigErrors(self.errors)
+    /// The errors and the warnings, each in file order (a stable sort: problems at one place
+    /// keep the order they were found in).
+    pub(crate) fn finish(self) -> (ConfigErrors, Vec<ConfigWarning>) {
+        let in_order = |mut list: Vec<ConfigError>| {
+            list.sort_by_key(|e| (e.line, e.column));
+            list.dedup();
+            list
+        };
+        let warnings = in_order(self.warnings)
+            .into_iter()
+            .map(ConfigWarning)
+            .collect();
+        (ConfigErrors(in_order(self.errors)), warnings)
     }
 }
 

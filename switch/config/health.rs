@@ -107,7 +107,7 @@ pub(crate) fn build_pool_health(pool: &RawPool, sink: &mut ErrorSink<'_>) -> Poo
         out.slow_start = duration(v, true, sink).unwrap_or_default();
     }
     if let Some(raw) = &pool.health {
-        out.health = build_health(raw.get_ref(), sink);
+        out.health = build_health(raw, sink);
     }
     out
 }

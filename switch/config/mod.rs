@@ -1,16 +1,20 @@
-//! Rule files: TOML in the format of the design notes, read with serde and checked as a whole.
+//! Rule files: TOML in the format of the design notes, read into a spanned tree, walked by hand
+//! (`walk.rs`, `raw.rs`) and checked as a whole.
 //!
 //! A file is either accepted completely or refused with every problem found, each as
-//! `FILE:LINE:COL: message`.
+//! `FILE:LINE:COL: message`, in file order. A valid file may also get warnings (`lint.rs`):
+//! rules that can never match, pools nothing uses.
 
 pub mod admin;
 mod error;
 pub mod health;
+mod lint;
 mod listen;
 mod raw;
 pub mod units;
+mod walk;
 
-pub use error::{ConfigError, ConfigErrors};
+pub use error::{ConfigError, ConfigErrors, ConfigWarning};
 
 use crate::rules::{HeaderCondition, Rule, RuleSet};
 use error::ErrorSink;
@@ -26,6 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tcpvs_modules::OptionValue;
 use toml::Spanned;
+use walk::Scalar;
 
 /// Process-wide settings, `[switch]`.
 #[derive(Clone, Debug, PartialEq)]
@@ -137,6 +142,17 @@ pub struct Config {
     pub admin: Option<admin::AdminConfig>,
     pub services: Vec<ServiceConfig>,
     pub pools: Vec<PoolConfig>,
+    /// What is valid but almost surely not meant, in file order: `tcpvs check` prints these,
+    /// `tcpvs run` and reloads log them ([`Config::log_warnings`]).
+    pub warnings: Vec<ConfigWarning>,
+}
+
+/// Everything checking a rule file found: the configuration or the errors that refuse it, and
+/// the warnings either way (in a refused file too, so that one run shows every problem).
+#[derive(Debug)]
+pub struct Checked {
+    pub config: Result<Config, ConfigErrors>,
+    pub warnings: Vec<ConfigWarning>,
 }
 
 #[derive(Debug)]
@@ -158,49 +174,98 @@ impl std::error::Error for LoadError {}
 
 impl Config {
     pub fn load(path: &Path) -> Result<Config, LoadError> {
-        let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| LoadError::Read(file.clone(), e))?;
-        Config::parse(&file, &text).map_err(LoadError::Invalid)
+        Config::check_file(path)?.config.map_err(LoadError::Invalid)
     }
 
-    /// Checks `text`, naming it `file` in error messages.
+    /// Reads and checks the file at `path`, keeping the warnings of a refused file too (for
+    /// `tcpvs check`). `Err` only when the file cannot be read.
+    pub fn check_file(path: &Path) -> Result<Checked, LoadError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| LoadError::Read(file.clone(), e))?;
+        Ok(Config::check(&file, &text))
+    }
+
+    /// Checks `text`, naming it `file` in error messages. The warnings are in
+    /// [`Config::warnings`].
     pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
+        Config::check(file, text).config
+    }
+
+    /// Checks `text`, naming it `file` in messages: every error and every warning.
+    pub fn check(file: &str, text: &str) -> Checked {
         let mut sink = ErrorSink::new(file, text);
-        let raw: RawFile = match toml::from_str(text) {
-            Ok(raw) => raw,
-            Err(e) => {
-                sink.at(e.span().unwrap_or(0..0), e.message().trim().to_string());
-                return Err(sink.finish());
+        let config = Config::build(file, text, &mut sink);
+        let (errors, warnings) = sink.finish();
+        let config = match config {
+            Some(mut config) if errors.0.is_empty() => {
+                config.warnings = warnings.clone();
+                Ok(config)
             }
+            _ => Err(errors),
         };
-        let switch = build_switch(raw.switch.as_ref().map(|s| s.get_ref()), file, &mut sink);
-        let pools = build_pools(&raw.pools, &mut sink);
+        Checked { config, warnings }
+    }
+
+    /// Logs the warnings (at start and at each reload), one line each.
+    pub fn log_warnings(&self) {
+        for warning in &self.warnings {
+            tracing::warn!("{warning}");
+        }
+    }
+
+    /// `None` when TOML syntax made the file unreadable; else a configuration that is valid
+    /// only if `sink` holds no error.
+    fn build(file: &str, text: &str, sink: &mut ErrorSink<'_>) -> Option<Config> {
+        let (doc, syntax) = toml::de::DeTable::parse_recoverable(text);
+        if !syntax.is_empty() {
+            // The parser goes on after a syntax error, but what follows one is often only its
+            // echo ("expected newline" after a stray `=`): one error per line is kept.
+            let mut lines_seen = Vec::new();
+            for e in syntax {
+                let span = e.span().unwrap_or(0..0);
+                let (line, _) = error::line_and_column(text, span.start);
+                if !lines_seen.contains(&line) {
+                    lines_seen.push(line);
+                    let mut message = e.message().trim().to_string();
+                    if message == "duplicate key" {
+                        // Name it: the span is the key.
+                        if let Some(key) = text.get(span.clone()).filter(|k| !k.contains('\n')) {
+                            message = format!("duplicate key `{key}`: already defined above");
+                        }
+                    }
+                    sink.at(span, message);
+                }
+            }
+            return None;
+        }
+        let raw: RawFile = raw::read(&doc, sink);
+        lint::lint(&raw, sink);
+        let switch = build_switch(raw.switch.as_ref(), file, sink);
+        let pools = build_pools(&raw.pools, sink);
         let pool_index: HashMap<&str, usize> = pools
             .iter()
             .enumerate()
             .map(|(i, p)| (p.name.as_str(), i))
             .collect();
         let mut listens = ListenRegistry::default();
-        let services = build_services(&raw.services, &pool_index, &mut listens, &mut sink);
+        let services = build_services(&raw.services, &pool_index, &mut listens, sink);
         let admin = raw
             .admin
             .as_ref()
-            .and_then(|raw| admin::build_admin(raw, file, text, &mut listens, &mut sink));
-        if raw.services.is_empty() {
+            .and_then(|raw| admin::build_admin(raw, file, text, &mut listens, sink));
+        if raw.services.is_empty() && !raw.virtual_broken {
             sink.at(
                 0..0,
                 "no virtual service: add a [virtual.NAME] table with `listen` and `default_pool`",
             );
         }
-        if !sink.is_empty() {
-            return Err(sink.finish());
-        }
-        Ok(Config {
+        Some(Config {
             file: file.to_string(),
             switch,
             admin,
             services,
             pools,
+            warnings: Vec::new(),
         })
     }
 
@@ -267,12 +332,12 @@ fn build_switch(raw: Option<&RawSwitch>, file: &str, sink: &mut ErrorSink<'_>) -
     }
     if let Some(v) = &raw.access_log {
         match v.get_ref() {
-            toml::Value::Boolean(true) => s.access_log = AccessLogTarget::Stderr,
-            toml::Value::Boolean(false) => s.access_log = AccessLogTarget::Off,
-            toml::Value::String(path) if path.is_empty() => {
+            Scalar::Boolean(true) => s.access_log = AccessLogTarget::Stderr,
+            Scalar::Boolean(false) => s.access_log = AccessLogTarget::Off,
+            Scalar::String(path) if path.is_empty() => {
                 sink.at(v.span(), "access_log file path is empty")
             }
-            toml::Value::String(path) => {
+            Scalar::String(path) => {
                 // Relative to the rule file's folder, as the operator reads the file.
                 let folder = Path::new(file).parent().unwrap_or(Path::new(""));
                 s.access_log = AccessLogTarget::File(folder.join(path));
@@ -295,10 +360,10 @@ fn build_switch(raw: Option<&RawSwitch>, file: &str, sink: &mut ErrorSink<'_>) -
     }
     if let Some(v) = &raw.splice_threshold {
         let parsed = match v.get_ref() {
-            toml::Value::Integer(n) => {
+            Scalar::Integer(n) => {
                 u64::try_from(*n).map_err(|_| "splice_threshold cannot be negative".to_string())
             }
-            toml::Value::String(text) => units::parse_size(text),
+            Scalar::String(text) => units::parse_size(text),
             _ => {
                 Err("splice_threshold must be a size in bytes, like 65536 or \"64KiB\"".to_string())
             }
@@ -336,10 +401,7 @@ fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
-fn build_pools(
-    raw: &std::collections::BTreeMap<Spanned<String>, Spanned<RawPool>>,
-    sink: &mut ErrorSink<'_>,
-) -> Vec<PoolConfig> {
+fn build_pools(raw: &[(Spanned<String>, RawPool)], sink: &mut ErrorSink<'_>) -> Vec<PoolConfig> {
     let mut pools = Vec::new();
     for (name, pool) in raw {
         let pool_span = name.span();
@@ -350,12 +412,11 @@ fn build_pools(
                 format!("invalid pool name `{name}`: use letters, digits, `-`, `_`, `.`"),
             );
         }
-        let pool = pool.get_ref();
         let scheduler = pool
             .scheduler
             .as_ref()
             .map_or_else(|| "wlc".to_string(), |s| s.get_ref().clone());
-        let servers = build_servers(name, pool, pool_span.clone(), sink);
+        let servers = build_servers(name, pool, sink);
         let options = build_options(pool, sink);
         let pool_health = health::build_pool_health(pool, sink);
         let plain: Vec<(String, OptionValue)> = options
@@ -373,29 +434,33 @@ fn build_pools(
         let states = crate::upstream::server_states(&config);
         let clock = Arc::new(tcpvs_modules::MonotonicClock::new());
         if let Err(e) = crate::upstream::build_scheduler(&config, &states, clock) {
+            let mut message = e.to_string();
             let span = match &e {
                 tcpvs_modules::BuildError::BadOption(o) => {
-                    options.get(o.index).map(|(_, _, span)| span.clone())
+                    options.get(o.index).map(|(key, _, span)| {
+                        // A misspelt pool key reaches the module as an option.
+                        if let Some(close) = walk::suggest(key, raw::POOL_KEYS) {
+                            message.push_str(&format!(" (or did you mean `{close}`?)"));
+                        }
+                        span.clone()
+                    })
                 }
                 tcpvs_modules::BuildError::UnknownModule(_) => {
                     pool.scheduler.as_ref().map(|s| s.span())
                 }
             };
-            sink.at(span.unwrap_or(pool_span), e.to_string());
+            sink.at(span.unwrap_or(pool_span), message);
         }
         pools.push(config);
     }
     pools
 }
 
-fn build_servers(
-    pool_name: &str,
-    pool: &RawPool,
-    pool_span: Range<usize>,
-    sink: &mut ErrorSink<'_>,
-) -> Vec<ServerConfig> {
+/// The servers of a pool; one that has any error is left out, after all its errors are
+/// reported.
+fn build_servers(pool_name: &str, pool: &RawPool, sink: &mut ErrorSink<'_>) -> Vec<ServerConfig> {
+    // Missing or not a list: reported when read.
     let Some(list) = &pool.servers else {
-        sink.at(pool_span, format!("pool `{pool_name}` has no `servers`"));
         return Vec::new();
     };
     if list.get_ref().is_empty() {
@@ -405,54 +470,60 @@ fn build_servers(
         );
     }
     let mut servers: Vec<ServerConfig> = Vec::new();
-    for server in list.get_ref() {
-        let raw = server.get_ref();
-        let addr = match raw.addr.get_ref().parse::<SocketAddr>() {
-            Ok(a) if a.port() == 0 => {
-                sink.at(raw.addr.span(), format!("server address {a} has port 0"));
-                continue;
-            }
-            Ok(a) => a,
-            Err(_) => {
-                sink.at(
-                    raw.addr.span(),
-                    format!(
-                        "invalid server address {:?}: expected IP:PORT like \"127.0.0.1:9001\"",
-                        raw.addr.get_ref()
-                    ),
-                );
-                continue;
-            }
-        };
+    for raw in list.get_ref() {
+        let addr = raw
+            .addr
+            .as_ref()
+            .and_then(|addr| match addr.get_ref().parse::<SocketAddr>() {
+                Ok(a) if a.port() == 0 => {
+                    sink.at(addr.span(), format!("server address {a} has port 0"));
+                    None
+                }
+                Ok(a) => Some((a, addr.span())),
+                Err(_) => {
+                    sink.at(
+                        addr.span(),
+                        format!(
+                            "invalid server address {:?}: expected IP:PORT like \"127.0.0.1:9001\"",
+                            addr.get_ref()
+                        ),
+                    );
+                    None
+                }
+            });
         let weight = match &raw.weight {
-            None => 1,
+            None => Some(1),
             Some(w) => match u32::try_from(*w.get_ref()) {
-                Ok(w) if w <= 65_535 => w,
+                Ok(w) if w <= 65_535 => Some(w),
                 _ => {
                     sink.at(
                         w.span(),
                         format!("weight {} is out of range 0..=65535", w.get_ref()),
                     );
-                    continue;
+                    None
                 }
             },
         };
         let max_conns = match &raw.max_conns {
-            None => 0,
+            None => Some(0),
             Some(m) => match u32::try_from(*m.get_ref()) {
-                Ok(m) if m <= 1_000_000 => m,
+                Ok(m) if m <= 1_000_000 => Some(m),
                 _ => {
                     sink.at(
                         m.span(),
                         format!("max_conns {} is out of range 0..=1000000", m.get_ref()),
                     );
-                    continue;
+                    None
                 }
             },
         };
+        let (Some((addr, addr_span)), Some(weight), Some(max_conns)) = (addr, weight, max_conns)
+        else {
+            continue;
+        };
         if servers.iter().any(|s| s.addr == addr) {
             sink.at(
-                raw.addr.span(),
+                addr_span,
                 format!("server {addr} is listed twice in pool `{pool_name}`"),
             );
             continue;
@@ -474,18 +545,19 @@ fn build_options(
     let mut options = Vec::new();
     for (key, value) in &pool.options {
         let converted = match value.get_ref() {
-            toml::Value::Integer(n) => OptionValue::Integer(*n),
-            toml::Value::Float(f) => OptionValue::Float(*f),
-            toml::Value::String(s) => OptionValue::String(s.clone()),
-            toml::Value::Boolean(b) => OptionValue::Boolean(*b),
-            _ => {
-                sink.at(
-                    value.span(),
-                    format!(
-                        "option `{}` must be a number, string or boolean",
-                        key.get_ref()
-                    ),
+            Scalar::Integer(n) => OptionValue::Integer(*n),
+            Scalar::Float(f) => OptionValue::Float(*f),
+            Scalar::String(s) => OptionValue::String(s.clone()),
+            Scalar::Boolean(b) => OptionValue::Boolean(*b),
+            Scalar::Other(what) => {
+                let mut message = format!(
+                    "option `{}` must be a number, string or boolean, not {what}",
+                    key.get_ref()
                 );
+                if let Some(close) = walk::suggest(key.get_ref(), raw::POOL_KEYS) {
+                    message.push_str(&format!(" (or did you mean `{close}`?)"));
+                }
+                sink.at(value.span(), message);
                 continue;
             }
         };
@@ -495,17 +567,14 @@ fn build_options(
 }
 
 fn build_services(
-    raw: &std::collections::BTreeMap<Spanned<String>, Spanned<RawService>>,
+    raw: &[(Spanned<String>, RawService)],
     pools: &HashMap<&str, usize>,
     listens: &mut ListenRegistry,
     sink: &mut ErrorSink<'_>,
 ) -> Vec<ServiceConfig> {
-    // Claim addresses in file order so "already used" points at the later one.
-    let mut ordered: Vec<(&Spanned<String>, &Spanned<RawService>)> = raw.iter().collect();
-    ordered.sort_by_key(|(name, _)| name.span().start);
-    let text_len_hint = ordered.len();
-    let mut services = Vec::with_capacity(text_len_hint);
-    for (name, service) in ordered {
+    // In file order, so that "already used" points at the later address.
+    let mut services = Vec::with_capacity(raw.len());
+    for (name, service) in raw {
         let service_name = name.get_ref();
         if !valid_name(service_name) {
             sink.at(
@@ -513,17 +582,17 @@ fn build_services(
                 format!("invalid virtual service name `{service_name}`"),
             );
         }
-        let service = service.get_ref();
-        let listen = parse_listen(&service.listen, sink);
-        if let Some(addr) = listen {
+        let listen = service.listen.as_ref().and_then(|listen| {
+            let addr = parse_listen(listen, sink)?;
             listens.claim(
                 addr,
                 &format!("virtual service `{service_name}`"),
-                service.listen.span(),
+                listen.span(),
                 sink.source(),
                 sink,
             );
-        }
+            Some((addr, listen.span()))
+        });
         let default_pool = service
             .default_pool
             .as_ref()
@@ -533,11 +602,11 @@ fn build_services(
             .iter()
             .filter_map(|r| build_rule(r, pools, sink))
             .collect();
-        if let Some(listen) = listen {
+        if let Some((listen, listen_span)) = listen {
             services.push(ServiceConfig {
                 name: service_name.clone(),
                 listen,
-                listen_at: sink.position(service.listen.span()),
+                listen_at: sink.position(listen_span),
                 defer_accept: service.defer_accept.unwrap_or(true),
                 rules: RuleSet::new(rules, default_pool),
             });
@@ -576,7 +645,7 @@ fn build_rule(
     sink: &mut ErrorSink<'_>,
 ) -> Option<Rule> {
     let raw = rule.get_ref();
-    let pool = resolve_pool(&raw.pool, pools, sink);
+    let pool = raw.pool.as_ref().and_then(|p| resolve_pool(p, pools, sink));
     let path = raw.path.as_ref().and_then(|p| compile(p, false, sink));
     let host = raw.host.as_ref().and_then(|h| compile(h, true, sink));
     let method = raw.method.as_ref().and_then(|m| {
@@ -592,18 +661,21 @@ fn build_rule(
     });
     let header = raw.header.as_ref().and_then(|h| {
         let condition = h.get_ref();
-        let name = condition.name.get_ref();
-        if name.is_empty() || !name.bytes().all(is_token_byte) {
-            sink.at(
-                condition.name.span(),
-                format!("invalid header name {name:?}"),
-            );
-            return None;
-        }
-        let value = compile(&condition.value, false, sink)?;
+        let name = condition.name.as_ref().and_then(|name| {
+            let text = name.get_ref();
+            if text.is_empty() || !text.bytes().all(is_token_byte) {
+                sink.at(name.span(), format!("invalid header name {text:?}"));
+                return None;
+            }
+            Some(text.clone())
+        });
+        let value = condition
+            .value
+            .as_ref()
+            .and_then(|v| compile(v, false, sink));
         Some(HeaderCondition {
-            name: name.clone(),
-            value,
+            name: name?,
+            value: value?,
         })
     });
     let conditions_ok = raw.path.is_some() == path.is_some()

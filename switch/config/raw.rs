@@ -1,27 +1,78 @@
-//! The rule file as serde reads it: every value keeps its span for error messages, and unknown
-//! keys are refused (`deny_unknown_fields`), except beside `scheduler`, where module options go.
+//! The rule file as written: every value keeps its span for messages. Read by hand from the
+//! spanned TOML tree (`walk.rs` says why not serde): every unknown key and every value of the
+//! wrong kind is reported, and reading goes on. A value that is missing or of the wrong kind is
+//! `None` here and already reported, so the checks of `mod.rs` skip it without a second message.
+//! Module options (any other key beside `scheduler` in a pool) are kept for the module to judge.
 
-use serde::de::{Deserializer, MapAccess, Visitor};
-use serde::Deserialize;
-use std::collections::BTreeMap;
-use std::fmt;
+use super::error::ErrorSink;
+use super::walk::{self, Scalar, Table, Value};
+use toml::de::DeTable;
 use toml::Spanned;
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+pub(crate) const TOP_KEYS: &[&str] = &["switch", "admin", "virtual", "pool"];
+pub(crate) const SWITCH_KEYS: &[&str] = &[
+    "workers",
+    "max_clients",
+    "header_timeout",
+    "idle_timeout",
+    "keepalive_timeout",
+    "connect_timeout",
+    "shutdown_timeout",
+    "access_log",
+    "access_log_format",
+    "splice",
+    "splice_threshold",
+    "connect_attempts",
+    "server_idle_max",
+    "server_idle_timeout",
+];
+const ADMIN_KEYS: &[&str] = &["listen", "token", "token_file"];
+const SERVICE_KEYS: &[&str] = &["listen", "default_pool", "defer_accept", "rule"];
+const RULE_KEYS: &[&str] = &["path", "host", "method", "header", "pool"];
+const HEADER_KEYS: &[&str] = &["name", "value"];
+const SERVER_KEYS: &[&str] = &["addr", "weight", "max_conns", "backup"];
+/// The switch's own keys of a pool table; any other key is an option of the module.
+pub(crate) const POOL_KEYS: &[&str] = &[
+    "scheduler",
+    "servers",
+    "queue_timeout",
+    "slow_start",
+    "health",
+];
+const HEALTH_KEYS: &[&str] = &[
+    "check",
+    "path",
+    "host",
+    "expect",
+    "interval",
+    "timeout",
+    "rise",
+    "fall",
+    "max_fails",
+    "fail_timeout",
+    "agent_port",
+    "agent_interval",
+];
+
+const LISTEN: &str = "an address like \"127.0.0.1:8080\"";
+const POOL_NAME: &str = "a pool name like \"static\"";
+const REGEX: &str = "a regex like \"^/images/\"";
+const SERVERS: &str = "a list of servers like [{ addr = \"127.0.0.1:9001\" }]";
+const SERVER: &str = "a server like { addr = \"127.0.0.1:9001\" }";
+
+#[derive(Default)]
 pub(crate) struct RawFile {
-    #[serde(default)]
-    pub switch: Option<Spanned<RawSwitch>>,
-    #[serde(default)]
-    pub admin: Option<Spanned<RawAdmin>>,
-    #[serde(default, rename = "virtual")]
-    pub services: BTreeMap<Spanned<String>, Spanned<RawService>>,
-    #[serde(default, rename = "pool")]
-    pub pools: BTreeMap<Spanned<String>, Spanned<RawPool>>,
+    pub switch: Option<RawSwitch>,
+    pub admin: Option<RawAdmin>,
+    /// `virtual` or one of its services is not a table (reported).
+    pub virtual_broken: bool,
+    /// In file order.
+    pub services: Vec<(Spanned<String>, RawService)>,
+    /// In name order.
+    pub pools: Vec<(Spanned<String>, RawPool)>,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[derive(Default)]
 pub(crate) struct RawSwitch {
     pub workers: Option<Spanned<i64>>,
     pub max_clients: Option<Spanned<i64>>,
@@ -31,62 +82,56 @@ pub(crate) struct RawSwitch {
     pub connect_timeout: Option<Spanned<String>>,
     pub shutdown_timeout: Option<Spanned<String>>,
     /// `true`, `false` or a file path.
-    pub access_log: Option<Spanned<toml::Value>>,
+    pub access_log: Option<Spanned<Scalar>>,
     pub access_log_format: Option<Spanned<String>>,
     pub splice: Option<bool>,
-    pub splice_threshold: Option<Spanned<toml::Value>>,
+    /// A number of bytes or a size string.
+    pub splice_threshold: Option<Spanned<Scalar>>,
     pub connect_attempts: Option<Spanned<i64>>,
     pub server_idle_max: Option<Spanned<i64>>,
     pub server_idle_timeout: Option<Spanned<String>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RawAdmin {
-    pub listen: Spanned<String>,
+    pub listen: Option<Spanned<String>>,
     pub token: Option<Spanned<String>>,
     pub token_file: Option<Spanned<String>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RawService {
-    pub listen: Spanned<String>,
+    /// Every key was known and `default_pool`, if given, read.
+    pub whole: bool,
+    pub listen: Option<Spanned<String>>,
     pub default_pool: Option<Spanned<String>>,
     pub defer_accept: Option<bool>,
-    #[serde(default)]
     pub rule: Vec<Spanned<RawRule>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RawRule {
     pub path: Option<Spanned<String>>,
     pub host: Option<Spanned<String>>,
     pub method: Option<Spanned<String>>,
     pub header: Option<Spanned<RawHeaderCondition>>,
-    pub pool: Spanned<String>,
+    pub pool: Option<Spanned<String>>,
+    /// Every key of the rule was known and read: its conditions are the ones meant (a rule
+    /// with a misspelt condition is no catch-all, whatever it looks like without it).
+    pub whole: bool,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RawHeaderCondition {
-    pub name: Spanned<String>,
-    pub value: Spanned<String>,
+    pub name: Option<Spanned<String>>,
+    pub value: Option<Spanned<String>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RawServer {
-    pub addr: Spanned<String>,
+    pub addr: Option<Spanned<String>>,
     pub weight: Option<Spanned<i64>>,
     pub max_conns: Option<Spanned<i64>>,
     pub backup: Option<bool>,
 }
 
 /// `[pool.NAME.health]`.
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[derive(Default)]
 pub(crate) struct RawHealth {
     pub check: Option<Spanned<String>>,
     pub path: Option<Spanned<String>>,
@@ -107,41 +152,304 @@ pub(crate) struct RawHealth {
 #[derive(Default)]
 pub(crate) struct RawPool {
     pub scheduler: Option<Spanned<String>>,
-    pub servers: Option<Spanned<Vec<Spanned<RawServer>>>>,
+    /// `None` when missing or not a list (both reported).
+    pub servers: Option<Spanned<Vec<RawServer>>>,
     pub queue_timeout: Option<Spanned<String>>,
     pub slow_start: Option<Spanned<String>>,
-    pub health: Option<Spanned<RawHealth>>,
-    pub options: Vec<(Spanned<String>, Spanned<toml::Value>)>,
+    pub health: Option<RawHealth>,
+    /// In name order, as the module sees them.
+    pub options: Vec<(Spanned<String>, Spanned<Scalar>)>,
 }
 
-impl<'de> Deserialize<'de> for RawPool {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct PoolVisitor;
-        impl<'de> Visitor<'de> for PoolVisitor {
-            type Value = RawPool;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a pool table with `scheduler` and `servers`")
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawPool, A::Error> {
-                let mut pool = RawPool::default();
-                while let Some(key) = map.next_key::<Spanned<String>>()? {
-                    match key.get_ref().as_str() {
-                        "scheduler" => pool.scheduler = Some(map.next_value()?),
-                        "servers" => pool.servers = Some(map.next_value()?),
-                        "queue_timeout" => pool.queue_timeout = Some(map.next_value()?),
-                        "slow_start" => pool.slow_start = Some(map.next_value()?),
-                        "health" => pool.health = Some(map.next_value()?),
-                        _ => {
-                            let value = map.next_value()?;
-                            pool.options.push((key, value));
-                        }
-                    }
+/// Reads the document's tables into a [`RawFile`], reporting what does not fit.
+pub(crate) fn read(doc: &Spanned<DeTable<'_>>, sink: &mut ErrorSink<'_>) -> RawFile {
+    let top = Table::new(doc.get_ref(), doc.span(), "the file");
+    check_top_keys(&top, sink);
+    let mut file = RawFile {
+        switch: top
+            .table("switch", "a table [switch]", "[switch]", sink)
+            .map(|t| read_switch(&t, sink)),
+        admin: top
+            .table("admin", "a table [admin]", "[admin]", sink)
+            .map(|t| read_admin(&t, sink)),
+        ..RawFile::default()
+    };
+    let services = "virtual services like [virtual.web]";
+    if let Some(virtual_) = top.table("virtual", services, "[virtual]", sink) {
+        for (name, value) in virtual_.entries() {
+            let place = format!("[virtual.{}]", name.get_ref());
+            let expected = format!("a virtual service table {place} with `listen`");
+            match Table::of(value, name.get_ref(), &expected, place, sink) {
+                Some(t) => {
+                    let service = read_service(name.get_ref(), &t, sink);
+                    file.services.push((spanned_key(name), service));
                 }
-                Ok(pool)
+                None => file.virtual_broken = true,
             }
         }
-        deserializer.deserialize_map(PoolVisitor)
+    } else if top.get("virtual").is_some() {
+        file.virtual_broken = true;
+    }
+    if let Some(pools) = top.table("pool", "pools like [pool.static]", "[pool]", sink) {
+        let mut list = Vec::new();
+        for (name, value) in pools.entries() {
+            let place = format!("[pool.{}]", name.get_ref());
+            let expected = format!("a pool table {place} with `servers`");
+            if let Some(t) = Table::of(value, name.get_ref(), &expected, place, sink) {
+                list.push((spanned_key(name), read_pool(name.get_ref(), &t, sink)));
+            }
+        }
+        list.sort_by(|(a, _), (b, _)| a.get_ref().cmp(b.get_ref()));
+        file.pools = list;
+    }
+    file
+}
+
+fn spanned_key(key: &Spanned<toml::de::DeString<'_>>) -> Spanned<String> {
+    Spanned::new(key.span(), key.get_ref().to_string())
+}
+
+/// Unknown top-level keys; a `[switch]` key written before any table gets that hint.
+fn check_top_keys(top: &Table<'_, '_>, sink: &mut ErrorSink<'_>) {
+    for (key, value) in top.entries() {
+        let key_text = key.get_ref().as_ref();
+        if TOP_KEYS.contains(&key_text) {
+            continue;
+        }
+        let is_table = matches!(value.get_ref(), toml::de::DeValue::Table(_));
+        let message = if SWITCH_KEYS.contains(&key_text) {
+            format!("unknown field `{key_text}` at the top of the file: it belongs in [switch]")
+        } else if let Some(close) = walk::suggest(key_text, TOP_KEYS) {
+            if is_table {
+                format!("unknown table `[{key_text}]`: did you mean `[{close}]`?")
+            } else {
+                format!(
+                    "unknown field `{key_text}` at the top of the file: did you mean `{close}`?"
+                )
+            }
+        } else {
+            let what = if is_table {
+                format!("table `[{key_text}]`")
+            } else {
+                format!("field `{key_text}`")
+            };
+            format!(
+                "unknown {what} at the top of the file (a rule file has [switch], [admin], \
+                 [virtual.NAME] and [pool.NAME])"
+            )
+        };
+        sink.at(key.span(), message);
+    }
+}
+
+fn read_switch(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawSwitch {
+    t.check_keys(SWITCH_KEYS, sink);
+    RawSwitch {
+        workers: t.integer("workers", sink),
+        max_clients: t.integer("max_clients", sink),
+        header_timeout: t.duration("header_timeout", sink),
+        idle_timeout: t.duration("idle_timeout", sink),
+        keepalive_timeout: t.duration("keepalive_timeout", sink),
+        connect_timeout: t.duration("connect_timeout", sink),
+        shutdown_timeout: t.duration("shutdown_timeout", sink),
+        access_log: t.scalar("access_log", sink),
+        access_log_format: t.string("access_log_format", "\"text\" or \"json\"", sink),
+        splice: t.boolean("splice", sink),
+        splice_threshold: t.scalar("splice_threshold", sink),
+        connect_attempts: t.integer("connect_attempts", sink),
+        server_idle_max: t.integer("server_idle_max", sink),
+        server_idle_timeout: t.duration("server_idle_timeout", sink),
+    }
+}
+
+fn read_admin(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawAdmin {
+    t.check_keys(ADMIN_KEYS, sink);
+    let listen = t.string("listen", LISTEN, sink);
+    if t.get("listen").is_none() {
+        sink.at(
+            t.span.clone(),
+            "[admin] has no `listen`: add the address of the admin endpoint, like \"127.0.0.1:9090\"",
+        );
+    }
+    RawAdmin {
+        listen,
+        token: t.string("token", "a string", sink),
+        token_file: t.string("token_file", "a file path", sink),
+    }
+}
+
+fn read_service(name: &str, t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawService {
+    let keys_known = t.check_keys(SERVICE_KEYS, sink);
+    let default_pool = t.string("default_pool", POOL_NAME, sink);
+    let listen = t.string("listen", LISTEN, sink);
+    if t.get("listen").is_none() {
+        sink.at(
+            t.span.clone(),
+            format!("[virtual.{name}] has no `listen`: add the address to accept clients on, like \"127.0.0.1:8080\""),
+        );
+    }
+    let mut rules = Vec::new();
+    let expected = format!("rules written as [[virtual.{name}.rule]] tables");
+    if let Some((list, _)) = t.array("rule", &expected, sink) {
+        for value in list.iter() {
+            if let Some(rule) = read_rule(name, value, sink) {
+                rules.push(rule);
+            }
+        }
+    }
+    RawService {
+        whole: keys_known && (default_pool.is_some() || t.get("default_pool").is_none()),
+        listen,
+        default_pool,
+        defer_accept: t.boolean("defer_accept", sink),
+        rule: rules,
+    }
+}
+
+fn read_rule(
+    service: &str,
+    value: &Value<'_>,
+    sink: &mut ErrorSink<'_>,
+) -> Option<Spanned<RawRule>> {
+    let place = format!("a rule of [virtual.{service}]");
+    let expected = format!("a rule table [[virtual.{service}.rule]]");
+    let t = Table::of(value, "rule", &expected, place, sink)?;
+    let mut whole = t.check_keys(RULE_KEYS, sink);
+    let mut read = |key: &str, got: bool| whole &= got || t.get(key).is_none();
+    let path = t.string("path", REGEX, sink);
+    read("path", path.is_some());
+    let host = t.string("host", "a regex like \"^img\\\\.\"", sink);
+    read("host", host.is_some());
+    let method = t.string("method", "a method like \"GET\"", sink);
+    read("method", method.is_some());
+    let header = t
+        .table(
+            "header",
+            "a table like { name = \"X-Pool\", value = \"^images$\" }",
+            "`header`",
+            sink,
+        )
+        .map(|h| Spanned::new(h.span.clone(), read_header(&h, sink)));
+    read(
+        "header",
+        header
+            .as_ref()
+            .is_some_and(|h| h.get_ref().name.is_some() && h.get_ref().value.is_some()),
+    );
+    let pool = t.string("pool", POOL_NAME, sink);
+    if t.get("pool").is_none() {
+        sink.at(
+            t.span.clone(),
+            format!(
+                "a rule of [virtual.{service}] has no `pool`: name the pool its requests go to"
+            ),
+        );
+    }
+    Some(Spanned::new(
+        t.span.clone(),
+        RawRule {
+            path,
+            host,
+            method,
+            header,
+            pool,
+            whole,
+        },
+    ))
+}
+
+fn read_header(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawHeaderCondition {
+    t.check_keys(HEADER_KEYS, sink);
+    let name = t.string("name", "a header name like \"X-Pool\"", sink);
+    let value = t.string("value", REGEX, sink);
+    for (key, got) in [("name", t.get("name")), ("value", t.get("value"))] {
+        if got.is_none() {
+            sink.at(
+                t.span.clone(),
+                format!(
+                    "`header` has no `{key}`: write {{ name = \"X-Pool\", value = \"^images$\" }}"
+                ),
+            );
+        }
+    }
+    RawHeaderCondition { name, value }
+}
+
+fn read_pool(name: &str, t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawPool {
+    let mut pool = RawPool {
+        scheduler: t.string("scheduler", "a module name like \"wlc\"", sink),
+        queue_timeout: t.duration("queue_timeout", sink),
+        slow_start: t.duration("slow_start", sink),
+        health: t
+            .table(
+                "health",
+                "a table [pool.NAME.health]",
+                format!("[pool.{name}.health]"),
+                sink,
+            )
+            .map(|h| read_health(&h, sink)),
+        ..RawPool::default()
+    };
+    match t.array("servers", SERVERS, sink) {
+        Some((list, span)) => {
+            let place = format!("a server of [pool.{name}]");
+            let servers = list
+                .iter()
+                .filter_map(|v| {
+                    let server = Table::of(v, "servers", SERVER, place.as_str(), sink)?;
+                    Some(read_server(&server, sink))
+                })
+                .collect();
+            pool.servers = Some(Spanned::new(span, servers));
+        }
+        None if t.get("servers").is_none() => sink.at(
+            t.span.clone(),
+            format!("pool `{name}` has no `servers`: list them like servers = [{{ addr = \"127.0.0.1:9001\" }}]"),
+        ),
+        None => {}
+    }
+    // Everything else is the module's: checked when the module is built.
+    let mut options: Vec<_> = t
+        .entries()
+        .filter(|(k, _)| !POOL_KEYS.contains(&k.get_ref().as_ref()))
+        .filter_map(|(k, v)| Some((spanned_key(k), walk::scalar(k.get_ref(), v, sink)?)))
+        .collect();
+    options.sort_by(|(a, _), (b, _)| a.get_ref().cmp(b.get_ref()));
+    pool.options = options;
+    pool
+}
+
+fn read_server(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawServer {
+    t.check_keys(SERVER_KEYS, sink);
+    let addr = t.string("addr", "an address like \"127.0.0.1:9001\"", sink);
+    if t.get("addr").is_none() {
+        sink.at(
+            t.span.clone(),
+            "a server has no `addr`: write it like { addr = \"127.0.0.1:9001\" }",
+        );
+    }
+    RawServer {
+        addr,
+        weight: t.integer("weight", sink),
+        max_conns: t.integer("max_conns", sink),
+        backup: t.boolean("backup", sink),
+    }
+}
+
+fn read_health(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawHealth {
+    t.check_keys(HEALTH_KEYS, sink);
+    RawHealth {
+        check: t.string("check", "\"http\", \"tcp\" or \"none\"", sink),
+        path: t.string("path", "a path like \"/health\"", sink),
+        host: t.string("host", "a host name like \"www.example.com\"", sink),
+        expect: t.string("expect", "statuses like \"200-399\"", sink),
+        interval: t.duration("interval", sink),
+        timeout: t.duration("timeout", sink),
+        rise: t.integer("rise", sink),
+        fall: t.integer("fall", sink),
+        max_fails: t.integer("max_fails", sink),
+        fail_timeout: t.duration("fail_timeout", sink),
+        agent_port: t.integer("agent_port", sink),
+        agent_interval: t.duration("agent_interval", sink),
     }
 }
