@@ -84,6 +84,8 @@ pub enum Change {
     },
     /// Time passed: slow start ramps.
     Tick,
+    /// A reload changed the server's line in the rule file: the admin's runtime changes end.
+    LineChanged,
 }
 
 /// A server's run-time state; written only by [`apply`].
@@ -248,6 +250,13 @@ pub fn apply(pool: &Pool, index: usize, change: Change) {
                 }
             }
             Change::Tick => {}
+            Change::LineChanged => {
+                if status.admin != AdminState::Ready || status.admin_weight.is_some() {
+                    status.reason = "its line in the rule file changed".into();
+                }
+                status.admin = AdminState::Ready;
+                status.admin_weight = None;
+            }
         }
         if was == Health::Down && status.health == Health::Up && !pool.health.slow_start.is_zero() {
             status.ramp_from = Some(now);
@@ -268,12 +277,12 @@ fn show(pool: &Pool, now: Instant) {
     let mut own: Vec<(State, u32, u32, bool)> = Vec::with_capacity(pool.backends.len());
     for server in pool.backends.iter() {
         let Ok(mut status) = server.status.lock() else {
-            own.push((State::Down, 0, server.max_conns, server.backup));
+            own.push((State::Down, 0, server.max_conns(), server.is_backup()));
             continue;
         };
         let state = status.state();
         let mut weight = match state {
-            State::Up | State::Drain => status.admin_weight.unwrap_or(server.weight),
+            State::Up | State::Drain => status.admin_weight.unwrap_or(server.weight()),
             State::Down | State::Maint => 0,
         };
         if let Some(percent) = status.agent.weight_percent {
@@ -289,8 +298,12 @@ fn show(pool: &Pool, now: Instant) {
             }
         }
         status.effective_weight = weight;
-        let limit = if status.on_trial { 1 } else { server.max_conns };
-        own.push((state, weight, limit, server.backup));
+        let limit = if status.on_trial {
+            1
+        } else {
+            server.max_conns()
+        };
+        own.push((state, weight, limit, server.is_backup()));
     }
     let primary_usable = own
         .iter()

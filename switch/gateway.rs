@@ -2,9 +2,12 @@
 
 use crate::config::admin::AdminConfig;
 use crate::config::Config;
+use crate::generation::Generation;
+pub use crate::generation::Service;
 use crate::listener;
-pub use crate::shared::{Service, Shared};
-use crate::stats::{ServiceStats, Snapshot};
+use crate::reload::{Reloader, WorkerHandle};
+pub use crate::shared::Shared;
+use crate::stats::Snapshot;
 use crate::timeouts::Timeouts;
 use crate::upstream::Pool;
 use std::io;
@@ -53,6 +56,9 @@ struct Launched {
     bound: Vec<SocketAddr>,
     timeouts: Arc<Timeouts>,
     tasks: Vec<JoinHandle<()>>,
+    /// What a reload needs of the worker: its runtime, its accept loops by address.
+    handle: WorkerHandle,
+    listeners: Vec<(SocketAddr, tokio::task::AbortHandle)>,
 }
 
 /// A switch's shared state, its stop signal and the listeners to bind.
@@ -62,16 +68,19 @@ struct Prepared {
     listen: Vec<(usize, SocketAddr)>,
     /// The admin endpoint, its listener bound already.
     admin: Option<(AdminConfig, std::net::TcpListener)>,
+    /// What reloads will need (the workers and listeners are added once they run).
+    reloader: Reloader,
 }
 
 impl Plan {
     /// Binds the listeners and spawns the worker's tasks on the current runtime.
     fn launch(self) -> io::Result<Launched> {
         let timeouts = Timeouts::for_worker(self.worker);
+        let generation = self.shared.generation.load_full();
         let mut bound = Vec::new();
         let mut listeners = Vec::new();
         for &(service, addr) in &self.listen {
-            let service_info = &self.shared.services[service];
+            let service_info = &generation.services[service];
             let listener = listener::bind(addr, self.reuse_port, service_info.defer_accept)
                 .map_err(|e| {
                     let (at, name) = (&service_info.listen_at, &service_info.name);
@@ -83,16 +92,19 @@ impl Plan {
             let local = listener.local_addr()?;
             let _ = service_info.bound.set(local);
             bound.push(local);
-            listeners.push((service, listener));
+            listeners.push((local, listener));
         }
         let mut tasks = Vec::new();
-        for (service, listener) in listeners {
-            tasks.push(tokio::spawn(listener::accept_loop(
+        let mut accepting = Vec::new();
+        for (key, listener) in listeners {
+            let task = tokio::spawn(listener::accept_loop(
                 Arc::clone(&self.shared),
-                service,
+                key,
                 listener,
                 Arc::clone(&timeouts),
-            )));
+            ));
+            accepting.push((key, task.abort_handle()));
+            tasks.push(task);
         }
         tasks.push(tokio::spawn(reap_idle_connections(
             Arc::clone(&self.shared),
@@ -101,7 +113,7 @@ impl Plan {
         tasks.push(tokio::spawn(Arc::clone(&timeouts).run_sweeper()));
         if self.worker == 0 {
             // Checks and trials run beside the first worker's sessions, off their path.
-            tasks.extend(crate::health::spawn(&self.shared));
+            tasks.extend(crate::health::spawn(&self.shared, &generation.pools, true));
             tasks.push(crate::access_log::spawn_reopen(
                 Arc::clone(&self.shared.access_log),
                 self.shared.shutdown.clone(),
@@ -109,8 +121,13 @@ impl Plan {
         }
         Ok(Launched {
             bound,
+            handle: WorkerHandle {
+                runtime: tokio::runtime::Handle::current(),
+                timeouts: Arc::clone(&timeouts),
+            },
             timeouts,
             tasks,
+            listeners: accepting,
         })
     }
 }
@@ -124,6 +141,7 @@ impl Switch {
             stop,
             listen,
             admin,
+            mut reloader,
         } = Switch::prepare(config, 1)?;
         let plan = Plan {
             shared: Arc::clone(&shared),
@@ -135,7 +153,14 @@ impl Switch {
             bound,
             timeouts,
             mut tasks,
+            handle,
+            listeners,
         } = plan.launch()?;
+        reloader.workers.push(handle);
+        for (key, task) in listeners {
+            reloader.listeners.entry(key).or_default().push(task);
+        }
+        Switch::ready_to_reload(&shared, reloader);
         // One worker: the endpoint's tasks run beside it (admin/mod.rs says why).
         let admin_addr = match admin {
             Some((config, listener)) => {
@@ -169,7 +194,9 @@ impl Switch {
             stop,
             listen,
             admin,
+            mut reloader,
         } = Switch::prepare(config, count.max(1))?;
+        reloader.reuse_port = true;
         let mut workers: Vec<Worker> = Vec::with_capacity(count);
         // The first worker binds what the rules say; with port 0 the others then join the port
         // the kernel chose.
@@ -199,7 +226,8 @@ impl Switch {
                     runtime.block_on(async move {
                         let launched = plan.launch();
                         let ok = launched.is_ok();
-                        let _ = started.send(launched.map(|l| (l.bound, l.timeouts)));
+                        let _ = started
+                            .send(launched.map(|l| (l.bound, l.timeouts, l.handle, l.listeners)));
                         if ok {
                             let _ = exited.await;
                         }
@@ -209,7 +237,7 @@ impl Switch {
                 .recv()
                 .map_err(|_| io::Error::other("worker thread ended while starting"))
                 .and_then(|result| result);
-            let (bound, timeouts) = match launched {
+            let (bound, timeouts, handle, listeners) = match launched {
                 Ok(launched) => launched,
                 Err(e) => {
                     // Those already running stop again: all workers or none.
@@ -232,12 +260,17 @@ impl Switch {
                     .map(|(&(service, _), &addr)| (service, addr))
                     .collect();
             }
+            reloader.workers.push(handle);
+            for (key, task) in listeners {
+                reloader.listeners.entry(key).or_default().push(task);
+            }
             workers.push(Worker {
                 timeouts,
                 tasks: Vec::new(),
                 thread: Some((thread, exit)),
             });
         }
+        Switch::ready_to_reload(&shared, reloader);
         let bound: Vec<SocketAddr> = addresses.iter().map(|&(_, a)| a).collect();
         // Several workers: the endpoint gets a thread of its own, off theirs.
         let (admin_addr, admin_thread) = match admin {
@@ -264,9 +297,17 @@ impl Switch {
         let pools = config
             .pools
             .iter()
-            .map(|p| Pool::new(p, Arc::clone(&clock), workers))
-            .collect::<Result<Box<[Pool]>, _>>()
+            .map(|p| Pool::new(p, Arc::clone(&clock), workers).map(Arc::new))
+            .collect::<Result<Box<[Arc<Pool>]>, _>>()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let reloader = Reloader {
+            file: config.path.clone(),
+            admin: config.admin.clone(),
+            clock: Arc::clone(&clock),
+            reuse_port: false,
+            workers: Vec::new(),
+            listeners: Default::default(),
+        };
         let admin = match config.admin {
             Some(admin) => {
                 let listener = crate::admin::bind(&admin)?;
@@ -288,17 +329,21 @@ impl Switch {
             .map(|s| Service {
                 name: s.name,
                 listen: s.listen,
-                bound: std::sync::OnceLock::new(),
+                bound: Default::default(),
                 listen_at: s.listen_at,
                 defer_accept: s.defer_accept,
                 rules: s.rules,
-                stats: ServiceStats::default(),
+                stats: Default::default(),
             })
             .collect();
         let shared = Arc::new(Shared {
             settings: config.switch,
-            pools,
-            services,
+            generation: arc_swap::ArcSwap::from_pointee(Generation {
+                number: 1,
+                services,
+                pools,
+            }),
+            reload: std::sync::Mutex::new(None),
             clients: AtomicUsize::new(0),
             shutdown,
             started: std::time::Instant::now(),
@@ -309,7 +354,26 @@ impl Switch {
             stop,
             listen,
             admin,
+            reloader,
         })
+    }
+
+    /// Reloads may come from now on (SIGHUP, the admin endpoint).
+    fn ready_to_reload(shared: &Shared, reloader: Reloader) {
+        *shared
+            .reload
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(reloader);
+    }
+
+    /// Reads the rule file again and swaps it in (reload.rs).
+    pub fn reload(&self) -> Result<crate::reload::Reloaded, crate::reload::ReloadError> {
+        crate::reload::reload(&self.shared)
+    }
+
+    /// The shared state, for what runs beside the switch (signals in main.rs).
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
     fn named(
@@ -320,7 +384,12 @@ impl Switch {
         listen
             .iter()
             .zip(bound)
-            .map(|(&(service, _), &addr)| (shared.services[service].name.clone(), addr))
+            .map(|(&(service, _), &addr)| {
+                (
+                    shared.generation.load().services[service].name.clone(),
+                    addr,
+                )
+            })
             .collect()
     }
 
@@ -361,7 +430,7 @@ impl Switch {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
-        for pool in self.shared.pools.iter() {
+        for pool in self.shared.generation.load().pools.iter() {
             for backend in pool.backends.iter() {
                 backend.drop_idle();
             }
@@ -422,7 +491,7 @@ async fn reap_idle_connections(shared: Arc<Shared>, timeouts: Arc<Timeouts>) {
             return_free_memory();
         }
         let now_ms = timeouts.now_ms();
-        for pool in shared.pools.iter() {
+        for pool in shared.generation.load().pools.iter() {
             for backend in pool.backends.iter() {
                 backend.purge_idle(timeouts.worker(), now_ms, max_age);
             }

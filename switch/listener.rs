@@ -6,7 +6,7 @@ use crate::http::status::write_error;
 use crate::session::Session;
 use crate::shared::Shared;
 use crate::socket::{new_tcp_socket, set_defer_accept, Listener, Socket};
-use crate::stats;
+use crate::stats::{self, ServiceStats};
 use crate::stream::{write_all, Limit};
 use crate::timeouts::{Timeouts, SESSION_TIMER};
 use rustix::net::sockopt;
@@ -31,6 +31,17 @@ const DEFER_ACCEPT_SECS: u32 = 1;
 /// wake-up or ever joining epoll (socket.rs). Must run inside a tokio runtime (the listener
 /// is registered with its reactor).
 pub fn bind(addr: SocketAddr, reuse_port: bool, defer_accept: bool) -> io::Result<Listener> {
+    Listener::new(bind_socket(addr, reuse_port, defer_accept)?)
+}
+
+/// [`bind`] without the runtime: a listening socket any worker can adopt (`Listener::new` on
+/// its runtime). A reload binds new addresses this way first, so that an address that cannot
+/// be bound refuses the reload before anything changes.
+pub fn bind_socket(
+    addr: SocketAddr,
+    reuse_port: bool,
+    defer_accept: bool,
+) -> io::Result<std::net::TcpListener> {
     let socket = new_tcp_socket(addr)?;
     sockopt::set_socket_reuseaddr(&socket, true)?;
     if reuse_port {
@@ -44,28 +55,29 @@ pub fn bind(addr: SocketAddr, reuse_port: bool, defer_accept: bool) -> io::Resul
     }
     rustix::net::bind(&socket, &addr)?;
     rustix::net::listen(&socket, BACKLOG)?;
-    Listener::new(std::net::TcpListener::from(socket))
+    Ok(std::net::TcpListener::from(socket))
 }
 
 /// Keeps one client connection counted in `Shared::clients` and in its service's open
 /// connections while it lives.
 struct ClientSlot {
     shared: Arc<Shared>,
-    service: usize,
+    service: Arc<ServiceStats>,
 }
 
 impl Drop for ClientSlot {
     fn drop(&mut self) {
         self.shared.clients.fetch_sub(1, Ordering::Relaxed);
-        if let Some(service) = self.shared.services.get(self.service) {
-            service.stats.open.fetch_sub(1, Ordering::Relaxed);
-        }
+        self.service.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
+/// Accepts the connections of the listener bound to `listen` until the switch stops or a
+/// reload removes the address (the task is aborted). Each connection belongs to the service of
+/// the current configuration that listens there.
 pub async fn accept_loop(
     shared: Arc<Shared>,
-    service: usize,
+    listen: SocketAddr,
     listener: Listener,
     timeouts: Arc<Timeouts>,
 ) {
@@ -80,21 +92,29 @@ pub async fn accept_loop(
             Ok(pair) => pair,
             Err(e) => {
                 // Out of descriptors or memory: back off instead of spinning on the error.
-                tracing::warn!(service = %shared.services[service].name, "accept failed: {e}");
+                tracing::warn!(%listen, "accept failed: {e}");
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 continue;
             }
         };
-        let service_stats = &shared.services[service].stats;
+        let generation = shared.generation.load_full();
+        let Some(service) = generation.service_at(listen) else {
+            // A reload removed this address a moment ago; its listener is being closed.
+            continue;
+        };
+        let service_stats = Arc::clone(&generation.services[service].stats);
         stats::bump(&service_stats.accepted);
         let open = shared.clients.fetch_add(1, Ordering::Relaxed);
         stats::bump(&service_stats.open);
+        let refused = open >= shared.settings.max_clients;
+        if refused {
+            stats::bump(&service_stats.refused);
+        }
         let slot = ClientSlot {
             shared: Arc::clone(&shared),
-            service,
+            service: service_stats,
         };
-        if open >= shared.settings.max_clients {
-            stats::bump(&service_stats.refused);
+        if refused {
             let timer = timeouts.register();
             tokio::spawn(SESSION_TIMER.scope(timer, refuse_busy(slot, stream)));
             continue;
@@ -102,6 +122,7 @@ pub async fn accept_loop(
         let timer = timeouts.register();
         let session = Session::new(
             Arc::clone(&shared),
+            generation,
             service,
             stream,
             peer,

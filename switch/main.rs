@@ -431,7 +431,7 @@ fn run(config: Config, with_demo_servers: bool) -> ExitCode {
                 eprintln!("tcpvs demo: the monitor: http://{admin}/");
             }
         }
-        stop.wait().await;
+        stop.wait(&switch).await;
         tracing::info!("stopping: no new connections; waiting up to {grace:?} for requests in flight");
         let left = switch.shutdown(grace).await;
         if left > 0 {
@@ -441,10 +441,12 @@ fn run(config: Config, with_demo_servers: bool) -> ExitCode {
     })
 }
 
-/// SIGTERM and SIGINT, the signals that stop the switch gracefully.
+/// SIGTERM and SIGINT, the signals that stop the switch gracefully; SIGHUP, which reloads its
+/// rule file meanwhile.
 struct StopSignals {
     terminate: tokio::signal::unix::Signal,
     interrupt: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
 }
 
 impl StopSignals {
@@ -453,13 +455,21 @@ impl StopSignals {
         Ok(StopSignals {
             terminate: signal(SignalKind::terminate())?,
             interrupt: signal(SignalKind::interrupt())?,
+            hangup: signal(SignalKind::hangup())?,
         })
     }
 
-    async fn wait(mut self) {
-        tokio::select! {
-            _ = self.terminate.recv() => {}
-            _ = self.interrupt.recv() => {}
+    /// Until SIGTERM or SIGINT; each SIGHUP reloads the rule file (the outcome is logged).
+    async fn wait(mut self, switch: &Switch) {
+        loop {
+            tokio::select! {
+                _ = self.terminate.recv() => return,
+                _ = self.interrupt.recv() => return,
+                _ = self.hangup.recv() => {
+                    tracing::info!("SIGHUP: reloading the rule file");
+                    let _ = switch.reload();
+                }
+            }
         }
     }
 }

@@ -16,6 +16,7 @@ use exchange::short_reason;
 
 use crate::access_log;
 use crate::buffer::IoBuf;
+use crate::generation::{Generation, Service};
 use crate::health;
 use crate::http::chunked;
 use crate::http::rewrite::{
@@ -27,7 +28,7 @@ use crate::http::{
 };
 use crate::recycle;
 use crate::relay::RelaySettings;
-use crate::shared::{Service, Shared};
+use crate::shared::Shared;
 use crate::socket::Socket;
 use crate::stats;
 use crate::stream::{read_some, write_all, Limit};
@@ -143,7 +144,13 @@ enum ExchangeError {
 
 pub(crate) struct Session {
     shared: Arc<Shared>,
+    /// The configuration the current request runs under, and the service's index in it. A
+    /// new request takes the current generation (a reload happened meanwhile) when its service
+    /// is still there.
+    generation: Arc<Generation>,
     service: usize,
+    /// A reload removed this connection's service: it closes after the request in progress.
+    service_gone: bool,
     client: Socket,
     peer: SocketAddr,
     /// The client's address as X-Forwarded-For carries it.
@@ -192,6 +199,7 @@ impl Drop for Session {
 impl Session {
     pub(crate) fn new(
         shared: Arc<Shared>,
+        generation: Arc<Generation>,
         service: usize,
         client: Socket,
         peer: SocketAddr,
@@ -204,7 +212,9 @@ impl Session {
         };
         Session {
             shared,
+            generation,
             service,
+            service_gone: false,
             client,
             peer,
             client_text: forwarded_for(peer.ip()),
@@ -227,7 +237,25 @@ impl Session {
     }
 
     fn service(&self) -> &Service {
-        &self.shared.services[self.service]
+        &self.generation.services[self.service]
+    }
+
+    /// At a request's start: moves to the current configuration if a reload happened, by the
+    /// service's name. One atomic load when nothing changed.
+    fn follow_reloads(&mut self) {
+        let current = self.shared.generation.load();
+        if Arc::ptr_eq(&current, &self.generation) {
+            return;
+        }
+        match current.service(&self.service().name) {
+            Some((index, _)) => {
+                self.service = index;
+                self.generation = arc_swap::Guard::into_inner(current);
+            }
+            // Removed: this request still runs under the rules it came with, then the
+            // connection closes (its listener is closed already).
+            None => self.service_gone = true,
+        }
     }
 
     pub(crate) async fn run(mut self) {
@@ -301,7 +329,7 @@ impl Session {
         let started = Instant::now();
         let outcome = self.handle_request(started).await;
         self.account(&outcome, started);
-        Ok(outcome.keep_client && !self.timer.stopping())
+        Ok(outcome.keep_client && !self.timer.stopping() && !self.service_gone)
     }
 
     /// Closes the client connection without losing the last response. Closing with unread
@@ -515,6 +543,7 @@ impl Session {
 
     /// Everything after the head is read: route, pick, connect, exchange.
     async fn handle_request(&mut self, started: Instant) -> Outcome {
+        self.follow_reloads();
         stats::bump(&self.service().stats.requests);
         self.response_field = None;
         if self.shared.settings.access_log.is_on() {
@@ -531,8 +560,8 @@ impl Session {
                 .respond_locally(503, "no pool for this request", None)
                 .await;
         };
-        let shared = Arc::clone(&self.shared);
-        let pool = &shared.pools[pool_index];
+        let generation = Arc::clone(&self.generation);
+        let pool = &generation.pools[pool_index];
         self.tried.clear();
         self.retry_from = None;
         let mut attempts = 0;
@@ -579,7 +608,7 @@ impl Session {
             }
             let error = match result {
                 Ok(mut outcome) => {
-                    health::exchange_succeeded(pool, lease.server);
+                    health::exchange_succeeded(&self.shared, pool, lease.server);
                     outcome.pool = Some(pool_index);
                     return outcome;
                 }
@@ -657,7 +686,7 @@ impl Session {
             request: Some(&self.log_request),
             status: outcome.status,
             bytes: outcome.bytes_out,
-            pool: outcome.pool.map(|p| self.shared.pools[p].name.as_str()),
+            pool: outcome.pool.map(|p| self.generation.pools[p].name.as_str()),
             server: outcome.server,
             end: access_log::End::Took(elapsed),
         });

@@ -1,42 +1,29 @@
-//! What every worker shares while the switch runs: settings, services, pools, the count of
-//! client connections, the stop signal; and the snapshot of their counters and states that
-//! tests, `tcpvs list` and the admin endpoint read.
+//! What every worker shares while the switch runs: settings, the current configuration
+//! generation (services and pools), the count of client connections, the stop signal; and the
+//! snapshot of their counters and states that tests, `tcpvs list` and the admin endpoint read.
 
 use crate::access_log::AccessLog;
 use crate::config::health::CheckKind;
 use crate::config::SwitchSettings;
-use crate::rules::RuleSet;
-use crate::stats::{
-    self, CheckSnapshot, PoolSnapshot, ServerSnapshot, ServiceSnapshot, ServiceStats, Snapshot,
-};
+use crate::generation::{Generation, Service};
+use crate::stats::{self, CheckSnapshot, PoolSnapshot, ServerSnapshot, ServiceSnapshot, Snapshot};
 use crate::upstream::{Backend, Pool};
-use std::net::SocketAddr;
+use arc_swap::ArcSwap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
 use std::time::Instant;
 use tcpvs_modules::ServerState;
 use tokio::sync::watch;
 
-/// A virtual service at run time.
-#[derive(Debug)]
-pub struct Service {
-    pub name: String,
-    /// As configured, and as bound (they differ with port 0).
-    pub listen: SocketAddr,
-    pub bound: OnceLock<SocketAddr>,
-    /// Where its listen address is written (`FILE:LINE:COL`).
-    pub listen_at: String,
-    pub defer_accept: bool,
-    pub rules: RuleSet,
-    pub stats: ServiceStats,
-}
-
 /// State every worker shares.
 #[derive(Debug)]
 pub struct Shared {
+    /// As the switch started with them: a reload reports changed ones as needing a restart.
     pub settings: SwitchSettings,
-    pub pools: Box<[Pool]>,
-    pub services: Box<[Service]>,
+    /// The current services and pools; a reload swaps in the next.
+    pub generation: ArcSwap<Generation>,
+    /// Reloads: the rule file, the workers' listeners, one at a time (reload.rs); set once the
+    /// workers run.
+    pub reload: std::sync::Mutex<Option<crate::reload::Reloader>>,
     /// Client connections open now (bounded by `max_clients`).
     pub clients: AtomicUsize,
     /// Turns true when the switch stops: listeners close.
@@ -53,10 +40,11 @@ impl Shared {
     /// read once with a relaxed load: a snapshot taken under load is not one instant, but
     /// each counter in it is exact as of its read.
     pub fn snapshot(&self) -> Snapshot {
-        let services = self.services.iter().map(service_snapshot).collect();
-        let mut pools = Vec::with_capacity(self.pools.len());
+        let generation = self.generation.load();
+        let services = generation.services.iter().map(service_snapshot).collect();
+        let mut pools = Vec::with_capacity(generation.pools.len());
         let mut servers = Vec::new();
-        for pool in self.pools.iter() {
+        for pool in generation.pools.iter() {
             pools.push(PoolSnapshot {
                 name: pool.name.clone(),
                 scheduler: pool.scheduler.name().to_string(),
@@ -67,6 +55,7 @@ impl Shared {
             }
         }
         Snapshot {
+            generation: generation.number,
             clients: self.clients.load(Ordering::Relaxed),
             services,
             pools,
@@ -123,7 +112,7 @@ fn server_snapshot(pool: &Pool, state: &ServerState, backend: &Backend) -> Serve
         addr: backend.addr,
         state: shown,
         reason,
-        backup: backend.backup,
+        backup: backend.is_backup(),
         offered: state.load().is_usable(),
         weight: state.weight(),
         active: state.active(),
@@ -139,9 +128,9 @@ fn server_snapshot(pool: &Pool, state: &ServerState, backend: &Backend) -> Serve
         timeouts: stats::read(&s.timeouts),
         retries: stats::read(&s.retries),
         latency: s.latency.read(),
-        configured_weight: backend.weight,
+        configured_weight: backend.weight(),
         admin_weight,
-        max_conns: backend.max_conns,
+        max_conns: backend.max_conns(),
         since,
         check,
     }

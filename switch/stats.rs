@@ -149,6 +149,8 @@ pub struct ServiceSnapshot {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
+    /// The configuration generation read: 1 at start, one more per reload.
+    pub generation: u64,
     /// Client connections open right now.
     pub clients: usize,
     pub services: Vec<ServiceSnapshot>,

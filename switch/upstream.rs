@@ -10,7 +10,7 @@ use crate::stream::{wait, Limit};
 use rustix::net::RecvFlags;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -18,7 +18,11 @@ use tcpvs_modules::{
     BuildContext, BuildError, Clock, PoolView, RequestView, Scheduler, ServerState,
 };
 
-/// One server of a pool.
+/// One server of a pool, shared by the pools of successive configurations that keep it (same
+/// pool name, same address): its load, statistics, idle connections, health and admin state
+/// survive a reload; what its line in the rule file says (weight, `max_conns`, backup) is
+/// updated in place. It is freed, with its idle connections, when the last configuration that
+/// names it and the last request that uses it are gone (as KTCPVS freed a removed server).
 #[derive(Debug)]
 pub struct Backend {
     pub addr: SocketAddr,
@@ -29,10 +33,12 @@ pub struct Backend {
     /// readiness comes from that worker's reactor, and its age from that worker's clock).
     idle: Box<[Mutex<Vec<IdleConnection>>]>,
     pub stats: ServerStats,
-    /// As configured: weight, `max_conns`, backup.
-    pub weight: u32,
-    pub max_conns: u32,
-    pub backup: bool,
+    /// What the pool's module reads of it: load, weight, up (a handle shared with the pool).
+    pub state: ServerState,
+    /// As its line in the rule file says: weight, `max_conns`, backup.
+    weight: AtomicU32,
+    max_conns: AtomicU32,
+    backup: AtomicBool,
     /// Health, admin and agent state; written only by `control::apply`.
     pub status: Mutex<ServerStatus>,
     /// Set while a good exchange would change the status (failures counted, or on trial):
@@ -58,14 +64,41 @@ impl Backend {
             host_field: config.addr.to_string().into_bytes().into_boxed_slice(),
             idle: (0..workers.max(1)).map(|_| Mutex::default()).collect(),
             stats: ServerStats::default(),
-            weight: config.weight,
-            max_conns: config.max_conns,
-            backup: config.backup,
+            state: ServerState::with_limit(config.weight, config.max_conns),
+            weight: AtomicU32::new(config.weight),
+            max_conns: AtomicU32::new(config.max_conns),
+            backup: AtomicBool::new(config.backup),
             status: Mutex::new(ServerStatus::new(config.weight)),
             report_success: AtomicBool::new(false),
             warned_ms: AtomicU64::new(0),
             unlogged: AtomicU64::new(0),
         }
+    }
+
+    /// The weight its line in the rule file gives.
+    pub fn weight(&self) -> u32 {
+        self.weight.load(Ordering::Relaxed)
+    }
+
+    /// Most requests in flight at once (0: no limit), as its line says.
+    pub fn max_conns(&self) -> u32 {
+        self.max_conns.load(Ordering::Relaxed)
+    }
+
+    /// Used only while no other server of its pool is usable.
+    pub fn is_backup(&self) -> bool {
+        self.backup.load(Ordering::Relaxed)
+    }
+
+    /// A reload brought this line for the server: true if it differs from the last one.
+    fn reconfigure(&self, config: &crate::config::ServerConfig) -> bool {
+        let changed = self.weight() != config.weight
+            || self.max_conns() != config.max_conns
+            || self.is_backup() != config.backup;
+        self.weight.store(config.weight, Ordering::Relaxed);
+        self.max_conns.store(config.max_conns, Ordering::Relaxed);
+        self.backup.store(config.backup, Ordering::Relaxed);
+        changed
     }
 
     /// A failure worth a warning, at most one per second per server (`now_ms` on the coarse
@@ -175,8 +208,12 @@ fn still_open(stream: &Socket) -> bool {
 #[derive(Debug)]
 pub struct Pool {
     pub name: String,
+    /// The pool as configured: a reload that brings the same keeps this pool (and its module's
+    /// state) whole.
+    pub config: PoolConfig,
+    /// The servers' states in list order, for the module (handles shared with `backends`).
     pub servers: Box<[ServerState]>,
-    pub backends: Box<[Backend]>,
+    pub backends: Box<[Arc<Backend>]>,
     pub scheduler: Box<dyn Scheduler>,
     /// Checks, passive detection, queue and slow start, as configured.
     pub health: PoolHealth,
@@ -220,15 +257,43 @@ impl Pool {
         clock: Arc<dyn Clock>,
         workers: usize,
     ) -> Result<Pool, BuildError> {
-        let servers = server_states(config);
+        Pool::with_servers_of(config, clock, workers, None)
+    }
+
+    /// A pool for `config` that takes over the servers of `previous` (the pool of the same name
+    /// in the running configuration) that it keeps, with their load, statistics, idle
+    /// connections, health and admin state; a kept server whose line changed forgets the
+    /// admin's runtime changes (the rule file now says what it wants).
+    pub fn with_servers_of(
+        config: &PoolConfig,
+        clock: Arc<dyn Clock>,
+        workers: usize,
+        previous: Option<&Pool>,
+    ) -> Result<Pool, BuildError> {
+        let mut reconfigured = Vec::new();
+        let backends: Box<[Arc<Backend>]> = config
+            .servers
+            .iter()
+            .enumerate()
+            .map(|(index, server)| {
+                let kept = previous.and_then(|p| p.backends.iter().find(|b| b.addr == server.addr));
+                match kept {
+                    Some(backend) => {
+                        if backend.reconfigure(server) {
+                            reconfigured.push(index);
+                        }
+                        Arc::clone(backend)
+                    }
+                    None => Arc::new(Backend::new(server, workers)),
+                }
+            })
+            .collect();
+        let servers: Box<[ServerState]> = backends.iter().map(|b| b.state.clone()).collect();
         let scheduler = build_scheduler(config, &servers, clock)?;
         let pool = Pool {
             name: config.name.clone(),
-            backends: config
-                .servers
-                .iter()
-                .map(|s| Backend::new(s, workers))
-                .collect(),
+            config: config.clone(),
+            backends,
             servers,
             scheduler,
             health: config.health.clone(),
@@ -236,7 +301,11 @@ impl Pool {
             queue: tokio::sync::Notify::new(),
             waiting: AtomicUsize::new(0),
         };
-        // Backups start hidden from the module while a primary is usable.
+        for index in reconfigured {
+            crate::control::apply(&pool, index, crate::control::Change::LineChanged);
+        }
+        // Backups start hidden from the module while a primary is usable; kept servers are
+        // shown to the new module as they are.
         crate::control::apply(&pool, 0, crate::control::Change::Tick);
         Ok(pool)
     }
@@ -273,7 +342,7 @@ impl Pool {
         self.backends
             .iter()
             .enumerate()
-            .filter(|(i, b)| b.backup && !tried.contains(i))
+            .filter(|(i, b)| b.is_backup() && !tried.contains(i))
             .filter(|(_, b)| {
                 b.status
                     .lock()

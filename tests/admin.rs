@@ -1,7 +1,7 @@
 //! The admin endpoint over loopback: `/stats` counters equal to a scripted workload, `/metrics`
 //! read by a Prometheus text parser and agreeing with `/stats`, runtime changes of weight and
 //! state (`PUT /pools/{pool}/servers/{addr}`) seen by the scheduler, the token rules, `POST
-//! /reload` (501 until reload lands), the endpoint's HTTP (keep-alive, HEAD, bad requests), its
+//! /reload` (the reload itself is tested in tests/reload.rs), the endpoint's HTTP (keep-alive, HEAD, bad requests), its
 //! own thread with several workers, and the rule-file errors of `[admin]`.
 //!
 //! Verdicts never depend on elapsed time: each step waits for the switch's statistics or for
@@ -764,11 +764,16 @@ async fn bad_changes_are_refused_and_change_nothing() {
 }
 
 #[tokio::test]
-async fn reload_answers_501_until_reload_lands() {
+async fn reload_without_a_rule_file_answers_409() {
+    // Rules given as text (as the demo's are built in): there is no file to read again.
     let s = setup("wlc", "").await;
     let answer = call(s.admin, "POST", "/reload", &[], "").await;
-    assert_eq!(answer.status, 501);
-    assert!(answer.json()["error"].as_str().unwrap().contains("reload"));
+    assert_eq!(answer.status, 409, "{}", answer.body);
+    assert!(answer.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("no file to reload"));
+    assert_eq!(stats(s.admin).await["generation"], 1);
 }
 
 // ---------------------------------------------------------------- the token
@@ -824,7 +829,10 @@ async fn a_token_guards_changes_and_reads_stay_open() {
         "",
     )
     .await;
-    assert_eq!(reload.status, 501);
+    assert_eq!(
+        reload.status, 409,
+        "authorized: on to the reload, which has no file here"
+    );
 
     // Reads need no token.
     assert_eq!(get(s.admin, "/stats").await.status, 200);

@@ -574,7 +574,8 @@ fn path(p: &Path) -> &str {
 }
 
 /// The verbs against the real endpoint of a running `tcpvs run`: a weight and a state changed,
-/// the table showing them with the requests sent, a missing token refused, reload not there yet.
+/// the table showing them with the requests sent, a missing token refused, a reload taken and
+/// a broken one refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_verbs_drive_a_running_switch() {
     let live = common::backend().await;
@@ -645,11 +646,24 @@ async fn the_verbs_drive_a_running_switch() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("token"), "{}", text(&out.stderr));
+    // The running switch reads its rule file again: generation 2, the drain kept (the
+    // server's line did not change).
+    let out = run(verb(&["reload"]), Some("end-to-end")).await.unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "reloaded: generation 2\n");
+    let out = run(verb(&["list"]), None).await.unwrap();
+    assert!(
+        text(&out.stdout).contains("generation 2"),
+        "{}",
+        text(&out.stdout)
+    );
+    // A broken file: exit 1 with its errors, the running rules stay.
+    std::fs::write(&rules, "[virtual.web]\nlisten = 3\n").unwrap();
     let out = run(verb(&["reload"]), Some("end-to-end")).await.unwrap();
     assert_eq!(out.status.code(), Some(1));
+    let errors = text(&out.stderr);
     assert!(
-        text(&out.stderr).contains("reload"),
-        "{}",
-        text(&out.stderr)
+        errors.contains(&format!("{}:2:", rules.display())),
+        "{errors}"
     );
 }

@@ -1,5 +1,6 @@
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Case-insensitive access to the request's header fields, implemented by the switch over its
 /// parsed request head so that a module sees headers without any copy.
@@ -37,8 +38,16 @@ impl std::fmt::Debug for RequestView<'_> {
 ///
 /// Weight, health and active count share one atomic word, so a module reads a consistent
 /// [`Load`] of a server with a single load: picking among 64 servers stays a short loop.
+///
+/// A `ServerState` is a handle: its clones share one state. When the switch reloads its rule
+/// file, a server that stays in its pool keeps its state (requests still in flight under the
+/// old rules end on the same count the new rules read), so the next pool's view is made of
+/// clones of the last one's.
+#[derive(Clone, Debug)]
+pub struct ServerState(Arc<Cells>);
+
 #[derive(Debug)]
-pub struct ServerState {
+struct Cells {
     /// Bits 0..32: active requests; bits 32..48: weight; bit 48: down; bit 49: draining.
     state: AtomicU64,
     /// Most requests in flight at once; 0 means no limit. Atomic because the switch lowers it
@@ -82,15 +91,20 @@ impl ServerState {
 
     /// `weight` is capped at 65535, the rule file's maximum.
     pub fn with_limit(weight: u32, max_active: u32) -> Self {
-        ServerState {
+        ServerState(Arc::new(Cells {
             state: AtomicU64::new(u64::from(weight.min(0xffff)) << WEIGHT_SHIFT),
             max_active: AtomicU32::new(max_active),
-        }
+        }))
+    }
+
+    /// The two handles share one state.
+    pub fn same_as(&self, other: &ServerState) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
     }
 
     /// Weight, health and active count in one read.
     pub fn load(&self) -> Load {
-        let v = self.state.load(Ordering::Relaxed);
+        let v = self.0.state.load(Ordering::Relaxed);
         Load {
             active: (v & ACTIVE_MASK) as u32,
             weight: ((v & WEIGHT_MASK) >> WEIGHT_SHIFT) as u32,
@@ -101,12 +115,12 @@ impl ServerState {
 
     /// The limit of requests in flight (`max_conns`); 0 means none.
     pub fn max_active(&self) -> u32 {
-        self.max_active.load(Ordering::Relaxed)
+        self.0.max_active.load(Ordering::Relaxed)
     }
 
     /// Sets the limit of requests in flight; 0 means none.
     pub fn set_max_active(&self, limit: u32) {
-        self.max_active.store(limit, Ordering::Relaxed);
+        self.0.max_active.store(limit, Ordering::Relaxed);
     }
 
     /// At its limit: the switch skips it for new requests.
@@ -122,6 +136,7 @@ impl ServerState {
     pub fn set_weight(&self, weight: u32) {
         let w = u64::from(weight.min(0xffff)) << WEIGHT_SHIFT;
         let _ = self
+            .0
             .state
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
                 Some((v & !WEIGHT_MASK) | w)
@@ -134,17 +149,17 @@ impl ServerState {
 
     pub fn set_up(&self, up: bool) {
         if up {
-            self.state.fetch_and(!DOWN, Ordering::Relaxed);
+            self.0.state.fetch_and(!DOWN, Ordering::Relaxed);
         } else {
-            self.state.fetch_or(DOWN, Ordering::Relaxed);
+            self.0.state.fetch_or(DOWN, Ordering::Relaxed);
         }
     }
 
     pub fn set_draining(&self, draining: bool) {
         if draining {
-            self.state.fetch_or(DRAINING, Ordering::Relaxed);
+            self.0.state.fetch_or(DRAINING, Ordering::Relaxed);
         } else {
-            self.state.fetch_and(!DRAINING, Ordering::Relaxed);
+            self.0.state.fetch_and(!DRAINING, Ordering::Relaxed);
         }
     }
 
@@ -160,6 +175,7 @@ impl ServerState {
 
     pub fn add_active(&self) {
         let _ = self
+            .0
             .state
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
                 ((v & ACTIVE_MASK) < ACTIVE_MASK).then_some(v + 1)
@@ -169,7 +185,8 @@ impl ServerState {
     /// Counts one more active request unless the server is at its limit; true if counted.
     pub fn try_add_active(&self) -> bool {
         let limit = u64::from(self.max_active());
-        self.state
+        self.0
+            .state
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
                 let active = v & ACTIVE_MASK;
                 ((limit == 0 || active < limit) && active < ACTIVE_MASK).then_some(v + 1)
@@ -181,6 +198,7 @@ impl ServerState {
         // A saturating decrement: a bookkeeping slip elsewhere must not wrap the counter and
         // make the server look infinitely loaded.
         let _ = self
+            .0
             .state
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
                 (v & ACTIVE_MASK > 0).then(|| v - 1)

@@ -1,9 +1,8 @@
 //! What the admin routes read and write: the switch's shared state, the token that guards
-//! changes, the rate samples and the generation shown.
+//! changes, the rate samples.
 
 use super::rates::Sampler;
 use crate::shared::Shared;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 #[derive(Debug)]
@@ -12,8 +11,6 @@ pub struct Endpoint {
     /// `Authorization: Bearer <token>` needed for changes; `None`: loopback rules apply.
     pub token: Option<String>,
     pub sampler: Sampler,
-    /// The configuration generation shown (reloads count up from 1).
-    generation: AtomicU64,
 }
 
 impl Endpoint {
@@ -22,11 +19,6 @@ impl Endpoint {
             shared,
             token,
             sampler: Sampler::default(),
-            generation: AtomicU64::new(1),
         }
-    }
-
-    pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Relaxed)
     }
 }

@@ -290,6 +290,7 @@ fn reason(status: u16) -> &'static str {
         411 => "Length Required",
         413 => "Content Too Large",
         415 => "Unsupported Media Type",
+        409 => "Conflict",
         422 => "Unprocessable Content",
         431 => "Request Header Fields Too Large",
         501 => "Not Implemented",

@@ -36,7 +36,8 @@ pub struct ServerCounts {
 
 impl Counters {
     pub fn read(shared: &Shared) -> Counters {
-        let services = shared
+        let generation = shared.generation.load();
+        let services = generation
             .services
             .iter()
             .map(|s| {
@@ -48,7 +49,7 @@ impl Counters {
             })
             .collect();
         let mut servers = HashMap::new();
-        for pool in shared.pools.iter() {
+        for pool in generation.pools.iter() {
             for backend in pool.backends.iter() {
                 let counts = ServerCounts {
                     requests: stats::read(&backend.stats.requests),

@@ -24,10 +24,7 @@ pub fn answer(endpoint: &Endpoint, request: Request, peer: SocketAddr) -> Respon
         "/metrics" if reads => metrics(endpoint, &request),
         "/reload" if method == "POST" => match authorize(endpoint, &request, peer) {
             Err(refused) => refused,
-            Ok(()) => Response::error(
-                501,
-                "reload is not available in this version: restart tcpvs to change its rules",
-            ),
+            Ok(()) => reload(endpoint),
         },
         "/" | "/index.html" | "/stats" | "/metrics" => not_allowed("GET, HEAD"),
         "/reload" => not_allowed("POST"),
@@ -46,6 +43,24 @@ pub fn answer(endpoint: &Endpoint, request: Request, peer: SocketAddr) -> Respon
     }
 }
 
+/// `POST /reload`: 200 `{"generation": N, "restart_needed": [...]}`, or 422 `{"errors": [...]}`
+/// with the running configuration unchanged (409 when there is no file to read: the demo).
+fn reload(endpoint: &Endpoint) -> Response {
+    match crate::reload::reload(&endpoint.shared) {
+        Ok(done) => Response::json(
+            200,
+            &serde_json::json!({
+                "generation": done.generation,
+                "restart_needed": done.restart_needed,
+            }),
+        ),
+        Err(e @ (crate::reload::ReloadError::NoFile | crate::reload::ReloadError::NotRunning)) => {
+            Response::error(409, &e.to_string())
+        }
+        Err(e) => Response::json(422, &serde_json::json!({ "errors": e.messages() })),
+    }
+}
+
 fn not_allowed(allow: &str) -> Response {
     Response::error(405, &format!("method not allowed here; use {allow}"))
         .with_field(format!("Allow: {allow}"))
@@ -59,7 +74,7 @@ fn stats(endpoint: &Endpoint) -> Response {
     let json = stats_json(
         &snapshot,
         &rates,
-        endpoint.generation(),
+        snapshot.generation,
         now.saturating_duration_since(shared.started),
     );
     Response::json(200, &json)
@@ -69,12 +84,9 @@ fn metrics(endpoint: &Endpoint, request: &Request) -> Response {
     let shared = &endpoint.shared;
     let openmetrics = request.accept.contains("application/openmetrics-text");
     let uptime = shared.started.elapsed().as_secs_f64();
-    let text = super::metrics::render(
-        shared.snapshot(),
-        endpoint.generation(),
-        uptime,
-        openmetrics,
-    );
+    let snapshot = shared.snapshot();
+    let generation = snapshot.generation;
+    let text = super::metrics::render(snapshot, generation, uptime, openmetrics);
     let content_type = if openmetrics {
         "application/openmetrics-text; version=1.0.0; charset=utf-8"
     } else {
@@ -179,7 +191,8 @@ fn change_server(endpoint: &Endpoint, pool_name: &str, addr: &str, body: &[u8]) 
         return Response::error(400, "the server address is not valid %-encoded UTF-8");
     };
     let shared = &endpoint.shared;
-    let Some(pool) = shared.pools.iter().find(|p| p.name == pool_name) else {
+    let generation = shared.generation.load();
+    let Some(pool) = generation.pool(&pool_name) else {
         return Response::error(404, &format!("no pool `{pool_name}`"));
     };
     let Ok(addr) = addr_text.parse::<SocketAddr>() else {

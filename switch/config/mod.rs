@@ -138,6 +138,9 @@ pub struct PoolConfig {
 #[derive(Debug)]
 pub struct Config {
     pub file: String,
+    /// The file it was read from (`Config::load`), which a reload reads again; `None` for
+    /// rules given as text.
+    pub path: Option<std::path::PathBuf>,
     pub switch: SwitchSettings,
     pub admin: Option<admin::AdminConfig>,
     pub services: Vec<ServiceConfig>,
@@ -174,7 +177,11 @@ impl std::error::Error for LoadError {}
 
 impl Config {
     pub fn load(path: &Path) -> Result<Config, LoadError> {
-        Config::check_file(path)?.config.map_err(LoadError::Invalid)
+        let mut config = Config::check_file(path)?
+            .config
+            .map_err(LoadError::Invalid)?;
+        config.path = Some(path.to_path_buf());
+        Ok(config)
     }
 
     /// Reads and checks the file at `path`, keeping the warnings of a refused file too (for
@@ -261,6 +268,7 @@ impl Config {
         }
         Some(Config {
             file: file.to_string(),
+            path: None,
             switch,
             admin,
             services,

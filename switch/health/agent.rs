@@ -13,8 +13,7 @@ use tokio::net::TcpStream;
 /// Asks the agent every `agent_interval` until the switch goes.
 pub async fn run(place: Place) {
     loop {
-        let Some(shared) = place.get() else { return };
-        let pool = &shared.pools[place.pool];
+        let Some(pool) = place.get() else { return };
         let config = &pool.health.health;
         let (interval, timeout) = (config.agent_interval, config.timeout);
         let agent = SocketAddr::new(pool.backends[place.server].addr.ip(), config.agent_port);
@@ -23,17 +22,13 @@ pub async fn run(place: Place) {
             .lock()
             .map(|s| s.agent)
             .unwrap_or_default();
-        drop(shared);
+        drop(pool);
         match ask(agent, timeout).await {
             Ok(line) => {
                 let report = parse(&line, current);
                 if report != current {
-                    let Some(shared) = place.get() else { return };
-                    control::apply(
-                        &shared.pools[place.pool],
-                        place.server,
-                        Change::Agent(report),
-                    );
+                    let Some(pool) = place.get() else { return };
+                    control::apply(&pool, place.server, Change::Agent(report));
                 }
             }
             Err(why) => tracing::debug!(%agent, "agent not reached: {why}"),

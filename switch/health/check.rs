@@ -13,8 +13,7 @@ use tokio::net::TcpStream;
 pub async fn run(place: Place, offset: Duration) {
     tokio::time::sleep(offset).await;
     loop {
-        let Some(shared) = place.get() else { return };
-        let pool = &shared.pools[place.pool];
+        let Some(pool) = place.get() else { return };
         let server = &pool.backends[place.server];
         let config = pool.health.health.clone();
         let in_maint = server
@@ -22,14 +21,14 @@ pub async fn run(place: Place, offset: Duration) {
             .lock()
             .is_ok_and(|s| s.admin == AdminState::Maint);
         let addr = server.addr;
-        drop(shared);
+        drop(pool);
         if !in_maint {
             let change = match probe(addr, &config).await {
                 Ok(()) => Change::CheckPassed,
                 Err(why) => Change::CheckFailed(why),
             };
-            let Some(shared) = place.get() else { return };
-            control::apply(&shared.pools[place.pool], place.server, change);
+            let Some(pool) = place.get() else { return };
+            control::apply(&pool, place.server, change);
         }
         tokio::time::sleep(config.interval).await;
     }

@@ -25,22 +25,26 @@ use tokio::task::JoinHandle;
 /// their first check in the same instant.
 const FIRST_ROUND: Duration = Duration::from_millis(500);
 
-/// Starts the health tasks of every pool on the current runtime.
-pub fn spawn(shared: &Arc<Shared>) -> Vec<JoinHandle<()>> {
+/// Starts the health tasks of `pools` (new in the current generation) on the current runtime;
+/// `with_housekeeping` also starts the one task of trials and slow starts (once per switch).
+pub fn spawn(
+    shared: &Arc<Shared>,
+    pools: &[Arc<Pool>],
+    with_housekeeping: bool,
+) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
-    let checked: usize = shared
-        .pools
+    let checked: usize = pools
         .iter()
         .filter(|p| p.health.health.check != CheckKind::None)
         .map(|p| p.backends.len())
         .sum();
     let mut nth = 0usize;
-    for (pool_index, pool) in shared.pools.iter().enumerate() {
+    for pool in pools {
         let config = &pool.health.health;
         for server in 0..pool.backends.len() {
             let place = Place {
                 shared: Arc::downgrade(shared),
-                pool: pool_index,
+                pool: Arc::downgrade(pool),
                 server,
             };
             if config.check != CheckKind::None {
@@ -54,37 +58,69 @@ pub fn spawn(shared: &Arc<Shared>) -> Vec<JoinHandle<()>> {
             }
         }
     }
-    tasks.push(tokio::spawn(housekeeping(Arc::downgrade(shared))));
+    if with_housekeeping {
+        tasks.push(tokio::spawn(housekeeping(Arc::downgrade(shared))));
+    }
     tasks
 }
 
-/// Where a health task's server lives; resolved anew each round, so the task ends with the
-/// switch.
+/// Where a health task's server lives. The task ends when the switch goes, or when a reload
+/// retires its pool (the pool that replaces it has tasks of its own; a server kept across the
+/// reload keeps its counts, which live in its status).
 #[derive(Clone)]
 pub struct Place {
     shared: Weak<Shared>,
-    pool: usize,
+    pool: Weak<Pool>,
     server: usize,
 }
 
 impl Place {
-    /// The switch's state, or `None` once it is gone.
-    fn get(&self) -> Option<Arc<Shared>> {
-        self.shared.upgrade()
+    /// The server's pool while it is current, or `None`: the task is over.
+    fn get(&self) -> Option<Arc<Pool>> {
+        let shared = self.shared.upgrade()?;
+        if *shared.shutdown.borrow() {
+            return None;
+        }
+        let pool = self.pool.upgrade()?;
+        shared.generation.load().has_pool(&pool).then_some(pool)
+    }
+}
+
+/// Applies `change` to `server` of `pool` as the current generation holds it: a request that
+/// started under an earlier configuration reports to the pool that now has the server, and
+/// nothing happens if the server is gone. Every change of the data path goes through here, so
+/// a retired pool never writes the state that current one shows.
+fn apply_current(shared: &Shared, pool: &Pool, server: usize, change: Change) {
+    let generation = shared.generation.load();
+    if generation.has_pool(pool) {
+        control::apply(pool, server, change);
+        return;
+    }
+    let Some(backend) = pool.backends.get(server) else {
+        return;
+    };
+    if let Some(current) = generation.pool(&pool.name) {
+        if let Some(index) = current
+            .backends
+            .iter()
+            .position(|b| Arc::ptr_eq(b, backend))
+        {
+            control::apply(current, index, change);
+        }
     }
 }
 
 /// A request's exchange with `server` failed: connect refused or timed out, reset or closed
 /// before a complete response head, an unparsable head, no head in time.
-pub fn exchange_failed(pool: &Pool, server: usize, why: String) {
-    control::apply(pool, server, Change::ExchangeFailed(why));
+pub fn exchange_failed(shared: &Shared, pool: &Pool, server: usize, why: String) {
+    apply_current(shared, pool, server, Change::ExchangeFailed(why));
 }
 
 /// A request's exchange with `server` went well. Costs one relaxed load unless failures were
 /// counted or the server is on trial.
-pub fn exchange_succeeded(pool: &Pool, server: usize) {
+pub fn exchange_succeeded(shared: &Shared, pool: &Pool, server: usize) {
     if pool.backends[server].report_success.load(Ordering::Relaxed) {
-        control::apply(pool, server, Change::ExchangeSucceeded);
+        apply_current(shared, pool, server, Change::ExchangeSucceeded);
     }
 }
 
@@ -98,7 +134,8 @@ async fn housekeeping(shared: Weak<Shared>) {
             return;
         };
         let now = Instant::now();
-        for pool in shared.pools.iter() {
+        let generation = shared.generation.load();
+        for pool in generation.pools.iter() {
             for (index, server) in pool.backends.iter().enumerate() {
                 let due = server.status.lock().ok().map(|s| {
                     (

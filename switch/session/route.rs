@@ -24,7 +24,7 @@ impl Session {
                 tracing::warn!(pool = %pool.name, server = %backend.addr, "{why}");
             }
         }
-        health::exchange_failed(pool, server, why.to_string());
+        health::exchange_failed(&self.shared, pool, server, why.to_string());
     }
 
     /// [`Session::pick_and_connect`], and when every usable server is at its `max_conns`, a

@@ -1,0 +1,65 @@
+//! One configuration of the running switch: its virtual services (rules) and pools. A reload
+//! builds the next generation and swaps it in (`Shared::generation`, an `ArcSwap`); a session
+//! takes the current one at each request's start, so requests in flight finish under the rules
+//! they started with and a kept-alive client moves to the new rules at its next request.
+//! Servers that stay are shared between generations (upstream.rs `Backend`); so are a
+//! service's counters.
+
+use crate::rules::RuleSet;
+use crate::stats::ServiceStats;
+use crate::upstream::Pool;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+/// A virtual service at run time.
+#[derive(Debug)]
+pub struct Service {
+    pub name: String,
+    /// As configured, and as bound (they differ with port 0).
+    pub listen: SocketAddr,
+    pub bound: Arc<OnceLock<SocketAddr>>,
+    /// Where its listen address is written (`FILE:LINE:COL`).
+    pub listen_at: String,
+    pub defer_accept: bool,
+    pub rules: RuleSet,
+    /// Its counters, kept across reloads while the service keeps its name.
+    pub stats: Arc<ServiceStats>,
+}
+
+#[derive(Debug)]
+pub struct Generation {
+    /// 1 for the configuration the switch started with, one more per reload.
+    pub number: u64,
+    pub services: Box<[Service]>,
+    /// Shared with the next generation when the pool's configuration did not change.
+    pub pools: Box<[Arc<Pool>]>,
+}
+
+impl Generation {
+    /// The service named `name`, and its index.
+    pub fn service(&self, name: &str) -> Option<(usize, &Service)> {
+        self.services
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.name == name)
+    }
+
+    /// The service whose listener is bound to `bound` (port 0 in the file: the port the kernel
+    /// chose).
+    pub fn service_at(&self, bound: SocketAddr) -> Option<usize> {
+        self.services
+            .iter()
+            .position(|s| s.bound.get() == Some(&bound))
+    }
+
+    pub fn pool(&self, name: &str) -> Option<&Arc<Pool>> {
+        self.pools.iter().find(|p| p.name == name)
+    }
+
+    /// `pool` is one of this generation's.
+    pub fn has_pool(&self, pool: &Pool) -> bool {
+        self.pools
+            .iter()
+            .any(|p| std::ptr::eq(Arc::as_ptr(p), pool))
+    }
+}
