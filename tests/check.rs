@@ -86,6 +86,7 @@ fn the_shipped_rule_files_are_valid() {
         "rules/demo.toml",
         "rules/static-image-cgi.toml",
         "rules/locality.toml",
+        "deploy/rules.toml",
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_tcpvs"))
             .arg("check")
@@ -174,6 +175,20 @@ fn each_error_names_file_line_and_column() {
             "127.0.0.1:90210",
             "\"127.0.0.1:90210\"",
             "invalid server address",
+        ),
+        (
+            "server name without a port",
+            "127.0.0.1:9021",
+            "app1.internal",
+            "\"app1.internal\"",
+            "invalid server address \"app1.internal\": a port is required",
+        ),
+        (
+            "server name that does not resolve",
+            "127.0.0.1:9021",
+            "nowhere.invalid:80",
+            "\"nowhere.invalid:80\"",
+            "server address \"nowhere.invalid:80\": the name does not resolve (",
         ),
         (
             "bad listen address",

@@ -11,6 +11,7 @@ pub mod health;
 mod lint;
 mod listen;
 mod raw;
+mod server_addr;
 pub mod units;
 mod walk;
 
@@ -479,26 +480,11 @@ fn build_servers(pool_name: &str, pool: &RawPool, sink: &mut ErrorSink<'_>) -> V
     }
     let mut servers: Vec<ServerConfig> = Vec::new();
     for raw in list.get_ref() {
-        let addr = raw
-            .addr
-            .as_ref()
-            .and_then(|addr| match addr.get_ref().parse::<SocketAddr>() {
-                Ok(a) if a.port() == 0 => {
-                    sink.at(addr.span(), format!("server address {a} has port 0"));
-                    None
-                }
-                Ok(a) => Some((a, addr.span())),
-                Err(_) => {
-                    sink.at(
-                        addr.span(),
-                        format!(
-                            "invalid server address {:?}: expected IP:PORT like \"127.0.0.1:9001\"",
-                            addr.get_ref()
-                        ),
-                    );
-                    None
-                }
-            });
+        // An IP literal as written; a name resolved now (at each load and reload).
+        let addr = raw.addr.as_ref().and_then(|addr| {
+            let resolved = server_addr::server_addr(addr, sink)?;
+            Some((resolved, addr))
+        });
         let weight = match &raw.weight {
             None => Some(1),
             Some(w) => match u32::try_from(*w.get_ref()) {
@@ -525,14 +511,20 @@ fn build_servers(pool_name: &str, pool: &RawPool, sink: &mut ErrorSink<'_>) -> V
                 }
             },
         };
-        let (Some((addr, addr_span)), Some(weight), Some(max_conns)) = (addr, weight, max_conns)
+        let (Some((addr, written)), Some(weight), Some(max_conns)) = (addr, weight, max_conns)
         else {
             continue;
         };
         if servers.iter().any(|s| s.addr == addr) {
+            // A name is shown with the address it resolved to, which is the server.
+            let shown = if written.get_ref().parse::<SocketAddr>().is_ok() {
+                addr.to_string()
+            } else {
+                format!("{} ({addr})", written.get_ref())
+            };
             sink.at(
-                addr_span,
-                format!("server {addr} is listed twice in pool `{pool_name}`"),
+                written.span(),
+                format!("server {shown} is listed twice in pool `{pool_name}`"),
             );
             continue;
         }
