@@ -81,7 +81,14 @@ impl Plan {
         let mut listeners = Vec::new();
         for &(service, addr) in &self.listen {
             let service_info = &generation.services[service];
-            let listener = listener::bind(addr, self.reuse_port, service_info.defer_accept)
+            // The first worker makes sure no other process shares the address with it.
+            let unclaimed = if self.reuse_port && self.worker == 0 {
+                listener::ensure_unclaimed(addr)
+            } else {
+                Ok(())
+            };
+            let listener = unclaimed
+                .and_then(|()| listener::bind(addr, self.reuse_port, service_info.defer_accept))
                 .map_err(|e| {
                     let (at, name) = (&service_info.listen_at, &service_info.name);
                     io::Error::new(

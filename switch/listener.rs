@@ -34,6 +34,27 @@ pub fn bind(addr: SocketAddr, reuse_port: bool, defer_accept: bool) -> io::Resul
     Listener::new(bind_socket(addr, reuse_port, defer_accept)?)
 }
 
+/// Refuses an address another process listens on already. Several workers bind with
+/// SO_REUSEPORT, and the kernel would let a second tcpvs started by mistake (same user) join
+/// the group and silently take part of the traffic; a plain bind first (SO_REUSEADDR only,
+/// never listening, closed at once) fails on any listener there, with the option or without.
+pub fn ensure_unclaimed(addr: SocketAddr) -> io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let probe = new_tcp_socket(addr)?;
+    sockopt::set_socket_reuseaddr(&probe, true)?;
+    match rustix::net::bind(&probe, &addr) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::ADDRINUSE) => Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            "another process listens there already (a second tcpvs?); stop it first, or start \
+             this one with --take-over to take its listeners over",
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// [`bind`] without the runtime: a listening socket any worker can adopt (`Listener::new` on
 /// its runtime). A reload binds new addresses this way first, so that an address that cannot
 /// be bound refuses the reload before anything changes.

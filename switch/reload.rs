@@ -213,8 +213,16 @@ fn reload_locked(shared: &Arc<Shared>) -> Result<Reloaded, ReloadError> {
         }
         let mut sockets = Vec::with_capacity(workers);
         let mut addr = service.listen;
-        for _ in 0..workers {
-            let socket = listener::bind_socket(addr, reloader.reuse_port, service.defer_accept)
+        for worker in 0..workers {
+            let unclaimed = if reloader.reuse_port && worker == 0 {
+                listener::ensure_unclaimed(addr)
+            } else {
+                Ok(())
+            };
+            let socket = unclaimed
+                .and_then(|()| {
+                    listener::bind_socket(addr, reloader.reuse_port, service.defer_accept)
+                })
                 .map_err(|e| {
                     ReloadError::Listen(format!(
                         "{}: virtual service `{}`: cannot listen on {addr}: {e}",

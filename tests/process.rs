@@ -625,3 +625,41 @@ fn run_on_a_taken_address_exits_1_naming_the_listen_line() {
     }
     drop(taken);
 }
+
+/// With several workers the listeners use SO_REUSEPORT, which would let a second tcpvs started
+/// by mistake join the port and take part of the traffic. It is refused instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_tcpvs_on_the_same_address_is_refused() {
+    let backend = backend().await;
+    let scratch = Scratch::new("second_instance");
+    let addr = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap()
+    };
+    let text = rules("workers = 2", backend.addr)
+        .replace("listen = \"127.0.0.1:0\"", &format!("listen = \"{addr}\""));
+    let file = scratch.file("rules.toml", &text);
+    let (first, served, _) = start(&file).await;
+    assert_eq!(served, addr);
+    let second = tokio::task::spawn_blocking({
+        let file = file.clone();
+        move || run_to_end(&["run".as_ref(), "-c".as_ref(), file.as_os_str()])
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on {addr}")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("a second tcpvs?"), "{stderr}");
+    // The first one still serves every request.
+    let mut client = Client::connect(addr).await;
+    for _ in 0..4 {
+        assert_eq!(client.get("/bytes/8").await.status, 200);
+    }
+    drop(client);
+    let (_, status) = stop(first).await;
+    assert!(status.success());
+}
