@@ -42,10 +42,12 @@ struct Worker {
     thread: Option<(std::thread::JoinHandle<()>, oneshot::Sender<()>)>,
 }
 
-/// What a worker needs to start: the listeners to bind (service index, address).
+/// What a worker needs to start: the listeners to bind (service index, address), and the
+/// sockets taken over from an old process for some of them (upgrade.rs).
 struct Plan {
     shared: Arc<Shared>,
     listen: Vec<(usize, SocketAddr)>,
+    adopted: Vec<(usize, std::net::TcpListener)>,
     reuse_port: bool,
     /// The worker's index (its idle server connections, its share of housekeeping).
     worker: usize,
@@ -58,7 +60,7 @@ struct Launched {
     tasks: Vec<JoinHandle<()>>,
     /// What a reload needs of the worker: its runtime, its accept loops by address.
     handle: WorkerHandle,
-    listeners: Vec<(SocketAddr, tokio::task::AbortHandle)>,
+    listeners: Vec<(SocketAddr, tokio::task::AbortHandle, rustix::fd::OwnedFd)>,
 }
 
 /// A switch's shared state, its stop signal and the listeners to bind.
@@ -74,43 +76,56 @@ struct Prepared {
 
 impl Plan {
     /// Binds the listeners and spawns the worker's tasks on the current runtime.
-    fn launch(self) -> io::Result<Launched> {
+    fn launch(mut self) -> io::Result<Launched> {
         let timeouts = Timeouts::for_worker(self.worker);
         let generation = self.shared.generation.load_full();
         let mut bound = Vec::new();
         let mut listeners = Vec::new();
         for &(service, addr) in &self.listen {
             let service_info = &generation.services[service];
-            // The first worker makes sure no other process shares the address with it.
-            let unclaimed = if self.reuse_port && self.worker == 0 {
-                listener::ensure_unclaimed(addr)
-            } else {
-                Ok(())
+            let adopted: Vec<std::net::TcpListener> = extract(&mut self.adopted, service);
+            let fail = |e: io::Error| {
+                let (at, name) = (&service_info.listen_at, &service_info.name);
+                io::Error::new(
+                    e.kind(),
+                    format!("{at}: virtual service `{name}`: cannot listen on {addr}: {e}"),
+                )
             };
-            let listener = unclaimed
-                .and_then(|()| listener::bind(addr, self.reuse_port, service_info.defer_accept))
-                .map_err(|e| {
-                    let (at, name) = (&service_info.listen_at, &service_info.name);
-                    io::Error::new(
-                        e.kind(),
-                        format!("{at}: virtual service `{name}`: cannot listen on {addr}: {e}"),
-                    )
-                })?;
-            let local = listener.local_addr()?;
+            let mut mine = Vec::new();
+            if adopted.is_empty() {
+                // The first worker makes sure no other process shares the address with it.
+                let unclaimed = if self.reuse_port && self.worker == 0 {
+                    listener::ensure_unclaimed(addr)
+                } else {
+                    Ok(())
+                };
+                let listener = unclaimed
+                    .and_then(|()| listener::bind(addr, self.reuse_port, service_info.defer_accept))
+                    .map_err(fail)?;
+                mine.push(listener);
+            } else {
+                for socket in adopted {
+                    mine.push(crate::socket::Listener::new(socket).map_err(fail)?);
+                }
+            }
+            let local = mine[0].local_addr()?;
             let _ = service_info.bound.set(local);
             bound.push(local);
-            listeners.push((local, listener));
+            for listener in mine {
+                listeners.push((local, listener));
+            }
         }
         let mut tasks = Vec::new();
         let mut accepting = Vec::new();
         for (key, listener) in listeners {
+            let copy = rustix::io::fcntl_dupfd_cloexec(&listener, 0)?;
             let task = tokio::spawn(listener::accept_loop(
                 Arc::clone(&self.shared),
                 key,
                 listener,
                 Arc::clone(&timeouts),
             ));
-            accepting.push((key, task.abort_handle()));
+            accepting.push((key, task.abort_handle(), copy));
             tasks.push(task);
         }
         tasks.push(tokio::spawn(reap_idle_connections(
@@ -143,6 +158,15 @@ impl Switch {
     /// Binds every virtual service's listener and starts accepting on the current tokio runtime
     /// (one worker). Must run inside a tokio runtime.
     pub async fn start(config: Config) -> io::Result<Switch> {
+        Switch::start_inheriting(config, crate::upgrade::Inherited::default()).await
+    }
+
+    /// [`Switch::start`] with the listening sockets of an old process (upgrade.rs) for the
+    /// addresses they are bound to; the others are bound anew.
+    pub async fn start_inheriting(
+        config: Config,
+        mut inherited: crate::upgrade::Inherited,
+    ) -> io::Result<Switch> {
         let Prepared {
             shared,
             stop,
@@ -150,9 +174,11 @@ impl Switch {
             admin,
             mut reloader,
         } = Switch::prepare(config, 1)?;
+        let mut shares = share_out(&mut inherited, &shared.generation.load(), 1)?;
         let plan = Plan {
             shared: Arc::clone(&shared),
             listen: listen.clone(),
+            adopted: shares.pop().unwrap_or_default(),
             reuse_port: false,
             worker: 0,
         };
@@ -164,8 +190,9 @@ impl Switch {
             listeners,
         } = plan.launch()?;
         reloader.workers.push(handle);
-        for (key, task) in listeners {
+        for (key, task, copy) in listeners {
             reloader.listeners.entry(key).or_default().push(task);
+            reloader.sockets.entry(key).or_default().push(copy);
         }
         Switch::ready_to_reload(&shared, reloader);
         // One worker: the endpoint's tasks run beside it (admin/mod.rs says why).
@@ -196,6 +223,15 @@ impl Switch {
     /// own listening sockets (SO_REUSEPORT: the kernel spreads new connections over them).
     /// Sessions stay on the thread that accepted them, so no wake-up crosses threads.
     pub fn start_workers(config: Config, count: usize) -> io::Result<Switch> {
+        Switch::start_workers_inheriting(config, count, crate::upgrade::Inherited::default())
+    }
+
+    /// [`Switch::start_workers`] with the listening sockets of an old process (upgrade.rs).
+    pub fn start_workers_inheriting(
+        config: Config,
+        count: usize,
+        mut inherited: crate::upgrade::Inherited,
+    ) -> io::Result<Switch> {
         let Prepared {
             shared,
             stop,
@@ -204,6 +240,8 @@ impl Switch {
             mut reloader,
         } = Switch::prepare(config, count.max(1))?;
         reloader.reuse_port = true;
+        let shares = share_out(&mut inherited, &shared.generation.load(), count.max(1))?;
+        let mut shares = shares.into_iter();
         let mut workers: Vec<Worker> = Vec::with_capacity(count);
         // The first worker binds what the rules say; with port 0 the others then join the port
         // the kernel chose.
@@ -212,6 +250,7 @@ impl Switch {
             let plan = Plan {
                 shared: Arc::clone(&shared),
                 listen: addresses.clone(),
+                adopted: shares.next().unwrap_or_default(),
                 reuse_port: true,
                 worker: index,
             };
@@ -268,8 +307,9 @@ impl Switch {
                     .collect();
             }
             reloader.workers.push(handle);
-            for (key, task) in listeners {
+            for (key, task, copy) in listeners {
                 reloader.listeners.entry(key).or_default().push(task);
+                reloader.sockets.entry(key).or_default().push(copy);
             }
             workers.push(Worker {
                 timeouts,
@@ -314,6 +354,7 @@ impl Switch {
             reuse_port: false,
             workers: Vec::new(),
             listeners: Default::default(),
+            sockets: Default::default(),
         };
         let admin = match config.admin {
             Some(admin) => {
@@ -426,6 +467,13 @@ impl Switch {
     /// in flight to finish. Returns how many client connections were still open at the end.
     pub async fn shutdown(self, grace: Duration) -> usize {
         let _ = self.stop.send(true);
+        // No reload from now on; the copies of the listening sockets kept for an upgrade close
+        // with it (else the kernel would go on queueing connections nobody accepts).
+        *self
+            .shared
+            .reload
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
         for worker in &self.workers {
             worker.timeouts.stop();
         }
@@ -504,4 +552,54 @@ async fn reap_idle_connections(shared: Arc<Shared>, timeouts: Arc<Timeouts>) {
             }
         }
     }
+}
+
+/// The sockets of `service` out of `adopted`.
+fn extract(
+    adopted: &mut Vec<(usize, std::net::TcpListener)>,
+    service: usize,
+) -> Vec<std::net::TcpListener> {
+    let mut taken = Vec::new();
+    let mut index = 0;
+    while index < adopted.len() {
+        if adopted[index].0 == service {
+            taken.push(adopted.swap_remove(index).1);
+        } else {
+            index += 1;
+        }
+    }
+    taken
+}
+
+/// Shares the sockets taken over from an old process out among `workers`, by service: each
+/// worker gets its share of a service's sockets; a worker beyond their number gets a copy of
+/// one (two workers then accept from one queue). Every socket is used: one left unaccepted
+/// would hold connections nobody takes (in a SO_REUSEPORT group the kernel gives it its share).
+fn share_out(
+    inherited: &mut crate::upgrade::Inherited,
+    generation: &Generation,
+    workers: usize,
+) -> io::Result<Vec<Vec<(usize, std::net::TcpListener)>>> {
+    let mut shares: Vec<Vec<(usize, std::net::TcpListener)>> =
+        (0..workers).map(|_| Vec::new()).collect();
+    for (index, service) in generation.services.iter().enumerate() {
+        if service.listen.port() == 0 {
+            continue;
+        }
+        let sockets = inherited.take(service.listen);
+        let count = sockets.len();
+        if count == 0 {
+            continue;
+        }
+        for (worker, share) in shares.iter_mut().enumerate() {
+            if worker < count {
+                for socket in sockets.iter().skip(worker).step_by(workers) {
+                    share.push((index, socket.try_clone()?));
+                }
+            } else {
+                share.push((index, sockets[worker % count].try_clone()?));
+            }
+        }
+    }
+    Ok(shares)
 }

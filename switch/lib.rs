@@ -29,6 +29,7 @@ pub mod splice;
 pub mod stats;
 pub mod stream;
 pub mod timeouts;
+pub mod upgrade;
 pub mod upstream;
 
 pub use config::Config;

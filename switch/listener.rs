@@ -48,8 +48,8 @@ pub fn ensure_unclaimed(addr: SocketAddr) -> io::Result<()> {
         Ok(()) => Ok(()),
         Err(rustix::io::Errno::ADDRINUSE) => Err(io::Error::new(
             io::ErrorKind::AddrInUse,
-            "another process listens there already (a second tcpvs?); stop it first, or start \
-             this one with --take-over to take its listeners over",
+            "address in use: another process listens there already (a second tcpvs?); stop it \
+             first, or start this one with --take-over to take its listeners over",
         )),
         Err(e) => Err(e.into()),
     }

@@ -5,6 +5,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use tcpvs::admin::client::{self, AdminState, Endpoint};
 use tcpvs::admin::table;
 use tcpvs::config::Config;
@@ -29,6 +30,14 @@ enum Command {
         /// The rule file (TOML).
         #[arg(short, long, value_name = "FILE")]
         config: PathBuf,
+        /// Hand the listening sockets over to a new tcpvs that asks on this Unix socket
+        /// (`--take-over PATH`), then finish the requests in flight and exit.
+        #[arg(long, value_name = "PATH")]
+        upgrade_socket: Option<PathBuf>,
+        /// Take the listening sockets over from the tcpvs serving this upgrade socket; it then
+        /// stops accepting and drains. No connection is refused in between.
+        #[arg(long, value_name = "PATH")]
+        take_over: Option<PathBuf>,
     },
     /// Check rule files; print a summary of each, or every error as FILE:LINE:COL: message.
     /// Warnings (rules that can never match, unused pools) go to stderr as
@@ -145,8 +154,19 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { files, strict } => check(&files, strict),
-        Command::Run { config } => match Config::load(&config) {
-            Ok(config) => run(config, false),
+        Command::Run {
+            config,
+            upgrade_socket,
+            take_over,
+        } => match Config::load(&config) {
+            Ok(config) => run(
+                config,
+                Launch {
+                    demo_servers: false,
+                    upgrade_socket,
+                    take_over,
+                },
+            ),
             Err(e) => {
                 eprintln!("{e}");
                 ExitCode::FAILURE
@@ -166,7 +186,7 @@ fn main() -> ExitCode {
                     if let Some(endpoint) = &mut config.admin {
                         endpoint.listen = admin;
                     }
-                    run(config, true)
+                    run(config, Launch::demo())
                 }
                 Err(e) => {
                     eprintln!("{e}");
@@ -363,7 +383,25 @@ fn init_logging() {
         .init();
 }
 
-fn run(config: Config, with_demo_servers: bool) -> ExitCode {
+/// How `run` starts: with the demo's servers, and how it takes part in binary upgrades.
+struct Launch {
+    demo_servers: bool,
+    upgrade_socket: Option<PathBuf>,
+    take_over: Option<PathBuf>,
+}
+
+impl Launch {
+    fn demo() -> Launch {
+        Launch {
+            demo_servers: true,
+            upgrade_socket: None,
+            take_over: None,
+        }
+    }
+}
+
+fn run(config: Config, launch: Launch) -> ExitCode {
+    let with_demo_servers = launch.demo_servers;
     init_logging();
     config.log_warnings();
     let workers = match config.switch.workers {
@@ -403,10 +441,21 @@ fn run(config: Config, with_demo_servers: bool) -> ExitCode {
         }
         let grace = config.switch.shutdown_timeout;
         let file = config.file.clone();
+        // A binary upgrade: the old process's listening sockets, before binding anything.
+        let (inherited, takeover) = match &launch.take_over {
+            Some(path) => match tcpvs::upgrade::take_over(path) {
+                Ok((inherited, takeover)) => (inherited, Some(takeover)),
+                Err(e) => {
+                    eprintln!("tcpvs: {e}");
+                    return ExitCode::FAILURE;
+                }
+            },
+            None => Default::default(),
+        };
         let started = if workers == 1 {
-            Switch::start(config).await
+            Switch::start_inheriting(config, inherited).await
         } else {
-            Switch::start_workers(config, workers)
+            Switch::start_workers_inheriting(config, workers, inherited)
         };
         let switch = match started {
             Ok(s) => s,
@@ -414,6 +463,28 @@ fn run(config: Config, with_demo_servers: bool) -> ExitCode {
                 eprintln!("tcpvs: {e}");
                 return ExitCode::FAILURE;
             }
+        };
+        if let Some(takeover) = takeover {
+            // Serving now: the old process lets go of its listeners and drains.
+            if let Err(e) = takeover.ready() {
+                tracing::warn!("upgrade: the old tcpvs did not confirm: {e}");
+            } else {
+                tracing::info!("upgrade: took the listeners over; the old tcpvs drains");
+            }
+        }
+        let handover = match &launch.upgrade_socket {
+            Some(path) => match tcpvs::upgrade::bind(path) {
+                Ok(listener) => {
+                    let serving = tcpvs::upgrade::serve(listener, path.clone(), Arc::clone(switch.shared()));
+                    Some(tokio::spawn(serving))
+                }
+                Err(e) => {
+                    eprintln!("tcpvs: upgrade socket {}: {e}", path.display());
+                    let _ = switch.shutdown(grace).await;
+                    return ExitCode::FAILURE;
+                }
+            },
+            None => None,
         };
         for (name, addr) in switch.addresses() {
             tracing::info!("virtual service `{name}` listening on http://{addr}/ ({file}, {workers} worker{})", if workers == 1 { "" } else { "s" });
@@ -431,7 +502,7 @@ fn run(config: Config, with_demo_servers: bool) -> ExitCode {
                 eprintln!("tcpvs demo: the monitor: http://{admin}/");
             }
         }
-        stop.wait(&switch).await;
+        stop.wait(&switch, handover).await;
         tracing::info!("stopping: no new connections; waiting up to {grace:?} for requests in flight");
         let left = switch.shutdown(grace).await;
         if left > 0 {
@@ -459,15 +530,20 @@ impl StopSignals {
         })
     }
 
-    /// Until SIGTERM or SIGINT; each SIGHUP reloads the rule file (the outcome is logged).
-    async fn wait(mut self, switch: &Switch) {
+    /// Until SIGTERM or SIGINT, or a new tcpvs took the listeners over (`handover` ended);
+    /// each SIGHUP reloads the rule file (the outcome is logged).
+    async fn wait(mut self, switch: &Switch, mut handover: Option<tokio::task::JoinHandle<()>>) {
         loop {
             tokio::select! {
                 _ = self.terminate.recv() => return,
                 _ = self.interrupt.recv() => return,
+                _ = async { handover.as_mut().expect("checked").await }, if handover.is_some() => return,
                 _ = self.hangup.recv() => {
                     tracing::info!("SIGHUP: reloading the rule file");
-                    let _ = switch.reload();
+                    // Off this thread: resolving server names may wait on DNS, and with one
+                    // worker this thread serves requests.
+                    let shared = Arc::clone(switch.shared());
+                    let _ = tokio::task::spawn_blocking(move || tcpvs::reload::reload(&shared)).await;
                 }
             }
         }

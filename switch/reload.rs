@@ -24,6 +24,7 @@ use crate::listener;
 use crate::shared::Shared;
 use crate::timeouts::Timeouts;
 use crate::upstream::Pool;
+use rustix::fd::OwnedFd;
 use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
@@ -43,6 +44,8 @@ pub struct Reloader {
     pub workers: Vec<WorkerHandle>,
     /// The accept loops of each listening address (as bound), one per worker.
     pub listeners: HashMap<SocketAddr, Vec<AbortHandle>>,
+    /// A copy of each of those listening sockets, to hand over to a new process (upgrade.rs).
+    pub sockets: HashMap<SocketAddr, Vec<OwnedFd>>,
 }
 
 impl fmt::Debug for Reloader {
@@ -256,10 +259,18 @@ fn reload_locked(shared: &Arc<Shared>) -> Result<Reloaded, ReloadError> {
         for task in reloader.listeners.remove(&addr).unwrap_or_default() {
             task.abort();
         }
+        reloader.sockets.remove(&addr);
         tracing::info!("reload: no longer listening on {addr}");
     }
     for (key, sockets) in added {
         let mut tasks = Vec::with_capacity(sockets.len());
+        let mut copies = Vec::with_capacity(sockets.len());
+        for socket in &sockets {
+            if let Ok(copy) = rustix::io::fcntl_dupfd_cloexec(socket, 0) {
+                copies.push(copy);
+            }
+        }
+        reloader.sockets.insert(key, copies);
         for (worker, socket) in reloader.workers.iter().zip(sockets) {
             let (shared, timeouts) = (Arc::clone(shared), Arc::clone(&worker.timeouts));
             let task = worker.runtime.spawn(async move {

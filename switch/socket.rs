@@ -223,6 +223,12 @@ pub struct Listener {
     listener: AsyncFd<TcpListener>,
 }
 
+impl AsFd for Listener {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.listener.get_ref().as_fd()
+    }
+}
+
 impl Listener {
     /// Takes a bound, listening, non-blocking socket.
     pub fn new(listener: TcpListener) -> io::Result<Listener> {

@@ -86,7 +86,8 @@ pub async fn serve(shared: Arc<Shared>, config: AdminConfig, listener: std::net:
         connections.spawn(async move {
             let _permit = permit;
             http::serve_connection(stream, |request| {
-                std::future::ready(routes::answer(&endpoint, request, peer))
+                let endpoint = Arc::clone(&endpoint);
+                async move { routes::answer(&endpoint, request, peer).await }
             })
             .await;
         });

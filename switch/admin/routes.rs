@@ -8,11 +8,12 @@ use super::stats_json::{server_json, stats_json};
 use crate::control::{self, AdminState, Change};
 use serde::Deserialize;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 /// The monitor page: one document, no external assets (it must work offline).
 const MONITOR_PAGE: &str = include_str!("monitor.html");
 
-pub fn answer(endpoint: &Endpoint, request: Request, peer: SocketAddr) -> Response {
+pub async fn answer(endpoint: &Arc<Endpoint>, request: Request, peer: SocketAddr) -> Response {
     let method = request.method.as_str();
     let path = request.path.as_str();
     let reads = matches!(method, "GET" | "HEAD");
@@ -24,7 +25,7 @@ pub fn answer(endpoint: &Endpoint, request: Request, peer: SocketAddr) -> Respon
         "/metrics" if reads => metrics(endpoint, &request),
         "/reload" if method == "POST" => match authorize(endpoint, &request, peer) {
             Err(refused) => refused,
-            Ok(()) => reload(endpoint),
+            Ok(()) => reload(endpoint).await,
         },
         "/" | "/index.html" | "/stats" | "/metrics" => not_allowed("GET, HEAD"),
         "/reload" => not_allowed("POST"),
@@ -45,8 +46,15 @@ pub fn answer(endpoint: &Endpoint, request: Request, peer: SocketAddr) -> Respon
 
 /// `POST /reload`: 200 `{"generation": N, "restart_needed": [...]}`, or 422 `{"errors": [...]}`
 /// with the running configuration unchanged (409 when there is no file to read: the demo).
-fn reload(endpoint: &Endpoint) -> Response {
-    match crate::reload::reload(&endpoint.shared) {
+async fn reload(endpoint: &Endpoint) -> Response {
+    // Off this thread: resolving server names may wait on DNS, and with one worker the
+    // endpoint shares the worker's thread.
+    let shared = Arc::clone(&endpoint.shared);
+    let reloaded = match tokio::task::spawn_blocking(move || crate::reload::reload(&shared)).await {
+        Ok(reloaded) => reloaded,
+        Err(e) => return Response::error(500, &format!("the reload did not finish: {e}")),
+    };
+    match reloaded {
         Ok(done) => Response::json(
             200,
             &serde_json::json!({

@@ -1,0 +1,200 @@
+//! Binary upgrade: a new tcpvs takes the listening sockets over from the running one
+//! (`--take-over`, over its `--upgrade-socket`), the old one drains and exits, and clients
+//! running all along lose no request: those on new connections see nothing at all, those on
+//! kept-alive connections to the old process see their idle connection closed and open a new
+//! one, as HTTP clients do (RFC 9112, 9.3.1: a connection closed before any byte of the answer
+//! to an idempotent request is retried).
+
+mod common;
+
+use common::*;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// One GET on `stream`: `Some(status)`, or `None` when the connection was closed or reset
+/// before any byte of the answer (the request may be sent again on a new connection).
+async fn get(stream: &mut TcpStream, path: &str) -> Option<u16> {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n");
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return None;
+    }
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = match tokio::time::timeout(PATIENCE, stream.read(&mut chunk)).await {
+            Ok(Ok(n)) => n,
+            Ok(Err(_)) if buf.is_empty() => return None,
+            Ok(Err(e)) => panic!("connection broken inside an answer: {e}"),
+            Err(_) => panic!("no answer within {PATIENCE:?}"),
+        };
+        if n == 0 {
+            assert!(buf.is_empty(), "closed inside an answer: {buf:?}");
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let mut fields = [httparse::EMPTY_HEADER; 32];
+        let mut response = httparse::Response::new(&mut fields);
+        if let Ok(httparse::Status::Complete(head)) = response.parse(&buf) {
+            let length: usize = response
+                .headers
+                .iter()
+                .find(|f| f.name.eq_ignore_ascii_case("content-length"))
+                .map(|f| std::str::from_utf8(f.value).unwrap().parse().unwrap())
+                .unwrap();
+            if buf.len() >= head + length {
+                assert_eq!(buf.len(), head + length, "one answer per request");
+                return Some(response.code.unwrap());
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_tcpvs_takes_the_listeners_over_and_no_request_is_lost() {
+    let backend = backend().await;
+    let scratch = Scratch::new("upgrade");
+    let addr: SocketAddr = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap()
+    };
+    let rules = scratch.file(
+        "rules.toml",
+        &format!(
+            "[switch]\nworkers = 2\naccess_log = false\n[virtual.web]\nlisten = \"{addr}\"\n\
+             default_pool = \"p\"\n[pool.p]\nservers = [{{ addr = \"{}\" }}]\n",
+            backend.addr
+        ),
+    );
+    let socket = scratch.0.join("upgrade.sock");
+    let args = |take_over: bool| {
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "run".into(),
+            "-c".into(),
+            rules.clone().into(),
+            "--upgrade-socket".into(),
+            socket.clone().into(),
+        ];
+        if take_over {
+            args.extend(["--take-over".into(), socket.clone().into()]);
+        }
+        args
+    };
+    let old_args = args(false);
+    let old = Process::start(&old_args.iter().map(|a| a.as_os_str()).collect::<Vec<_>>());
+    let (served, _) = old.address_after("listening on ");
+    assert_eq!(served, addr);
+
+    let running = Arc::new(AtomicBool::new(true));
+    let answered = Arc::new(AtomicUsize::new(0));
+    let reconnected = Arc::new(AtomicUsize::new(0));
+    let mut clients = Vec::new();
+    for n in 0..4 {
+        let (running, answered, reconnected) = (
+            Arc::clone(&running),
+            Arc::clone(&answered),
+            Arc::clone(&reconnected),
+        );
+        clients.push(tokio::spawn(async move {
+            let keep_alive = n < 2;
+            let mut stream = TcpStream::connect(addr).await.expect("connect");
+            // Bounded: at most 100 000 requests per client.
+            for i in 0..100_000u32 {
+                if !running.load(Ordering::Relaxed) {
+                    break;
+                }
+                if !keep_alive {
+                    stream = TcpStream::connect(addr).await.expect("connect");
+                }
+                let status = match get(&mut stream, "/bytes/16").await {
+                    Some(status) => status,
+                    None => {
+                        // Only a kept-alive connection may have been let go between requests.
+                        assert!(
+                            keep_alive,
+                            "client {n}: request {i} on a new connection lost"
+                        );
+                        reconnected.fetch_add(1, Ordering::Relaxed);
+                        stream = TcpStream::connect(addr).await.expect("connect");
+                        get(&mut stream, "/bytes/16")
+                            .await
+                            .expect("answered on a new connection")
+                    }
+                };
+                assert_eq!(status, 200, "client {n}: request {i}");
+                answered.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let wait_for_traffic = |count: usize| {
+        let answered = Arc::clone(&answered);
+        async move {
+            let deadline = tokio::time::Instant::now() + PATIENCE;
+            while answered.load(Ordering::Relaxed) < count {
+                assert!(tokio::time::Instant::now() < deadline, "traffic stalled");
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+        }
+    };
+    wait_for_traffic(200).await;
+
+    let new_args = args(true);
+    let new = Process::start(&new_args.iter().map(|a| a.as_os_str()).collect::<Vec<_>>());
+    let (new, _, _) = line_with(new, "upgrade: took the listeners over").await;
+    // The old one drains and exits by itself, cleanly.
+    let (old_log, status) = log_to_end(old).await;
+    assert!(status.success(), "{status:?}: {old_log:#?}");
+    assert!(
+        old_log
+            .iter()
+            .any(|l| l.contains("a new tcpvs took the listeners over")),
+        "{old_log:#?}"
+    );
+    // Traffic goes on, served by the new process alone.
+    let before = answered.load(Ordering::Relaxed);
+    wait_for_traffic(before + 200).await;
+    running.store(false, Ordering::Relaxed);
+    join_all(clients).await;
+    assert!(
+        reconnected.load(Ordering::Relaxed) <= 2,
+        "at most one reconnection per kept-alive client"
+    );
+
+    // The new process serves upgrades in turn, and stops cleanly.
+    assert!(
+        socket.exists(),
+        "the new process listens on the upgrade socket"
+    );
+    let (_, status) = stop(new).await;
+    assert!(status.success(), "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_over_without_a_running_tcpvs_fails_clearly() {
+    let scratch = Scratch::new("upgrade_nobody");
+    let rules = scratch.file(
+        "rules.toml",
+        "[virtual.web]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"p\"\n\
+         [pool.p]\nservers = [{ addr = \"127.0.0.1:9\" }]\n",
+    );
+    let socket = scratch.0.join("none.sock");
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_tcpvs"))
+        .args([
+            "run".as_ref(),
+            "-c".as_ref(),
+            rules.as_os_str(),
+            "--take-over".as_ref(),
+            socket.as_os_str(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("taking over from the tcpvs at"), "{stderr}");
+    assert!(
+        stderr.contains("is it running with --upgrade-socket?"),
+        "{stderr}"
+    );
+}
