@@ -1,10 +1,11 @@
 //! Reloading the rule file while the switch runs (SIGHUP, `POST /reload`, `tcpvs reload`):
 //! read and check the whole file, build the next generation, then swap it in at once.
 //!
-//! - Pools whose configuration did not change are kept whole (their module's state: LARD
-//!   tables, hash rings). A changed pool is built anew over the servers it keeps (same pool
-//!   name and address), which keep their load, statistics, idle connections, health and admin
-//!   state (upstream.rs `Pool::with_servers_of`).
+//! - Pools whose configuration did not change are kept whole. A changed pool is built anew over
+//!   the servers it keeps (same pool name and address), which keep their load, statistics, idle
+//!   connections, health and admin state; if its servers and module are the same (only checks,
+//!   queue or slow start changed), it keeps its module too, with its state (LARD tables, hash
+//!   rings) (upstream.rs `Pool::with_servers_of`).
 //! - Services keep their counters by name. Listeners whose address stays are kept, never
 //!   closed; new addresses are bound (on every worker) before the swap, so one that cannot be
 //!   bound refuses the reload with nothing changed; removed ones stop accepting after the swap

@@ -214,7 +214,9 @@ pub struct Pool {
     /// The servers' states in list order, for the module (handles shared with `backends`).
     pub servers: Box<[ServerState]>,
     pub backends: Box<[Arc<Backend>]>,
-    pub scheduler: Box<dyn Scheduler>,
+    /// Shared with the pool of the next configuration when its servers and module are the same
+    /// (only checks, queue or slow start changed), so the module's state (LARD tables) stays.
+    pub scheduler: Arc<dyn Scheduler>,
     /// Checks, passive detection, queue and slow start, as configured.
     pub health: PoolHealth,
     /// Serialises `control::apply` for this pool.
@@ -289,7 +291,15 @@ impl Pool {
             })
             .collect();
         let servers: Box<[ServerState]> = backends.iter().map(|b| b.state.clone()).collect();
-        let scheduler = build_scheduler(config, &servers, clock)?;
+        let same_module = previous.filter(|p| {
+            p.config.servers == config.servers
+                && p.config.scheduler == config.scheduler
+                && p.config.options == config.options
+        });
+        let scheduler = match same_module {
+            Some(previous) => Arc::clone(&previous.scheduler),
+            None => Arc::from(build_scheduler(config, &servers, clock)?),
+        };
         let pool = Pool {
             name: config.name.clone(),
             config: config.clone(),

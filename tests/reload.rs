@@ -419,3 +419,42 @@ async fn fifty_reloads_under_load_fail_no_request() {
     );
     switch.shutdown(std::time::Duration::from_secs(5)).await;
 }
+
+/// LARD's table (which server holds which target) survives a reload that changes a pool's
+/// checks but not its servers or module; a change of a server's line builds the module anew.
+#[test]
+fn a_pool_whose_servers_and_module_stay_keeps_its_modules_state() {
+    let text = |pool_extra: &str, second_weight: u32| {
+        format!(
+            "[virtual.web]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"p\"\n[pool.p]\n\
+             scheduler = \"lard\"\nservers = [{{ addr = \"127.0.0.1:9001\" }}, \
+             {{ addr = \"127.0.0.1:9002\", weight = {second_weight} }}]\n{pool_extra}"
+        )
+    };
+    let config = |text: String| tcpvs::Config::parse("rules.toml", &text).unwrap();
+    let before = config(text("", 1));
+    let checks_only = config(text("[pool.p.health]\nmax_fails = 5\n", 1));
+    let new_weight = config(text("", 2));
+    let clock: Arc<dyn tcpvs_modules::Clock> = Arc::new(tcpvs_modules::MonotonicClock::new());
+    let old = tcpvs::upstream::Pool::new(&before.pools[0], Arc::clone(&clock), 1).unwrap();
+    let kept = tcpvs::upstream::Pool::with_servers_of(
+        &checks_only.pools[0],
+        Arc::clone(&clock),
+        1,
+        Some(&old),
+    )
+    .unwrap();
+    assert!(
+        Arc::ptr_eq(&old.scheduler, &kept.scheduler),
+        "the module and its table stay"
+    );
+    assert_eq!(kept.health.health.max_fails, 5, "the new checks apply");
+    let rebuilt =
+        tcpvs::upstream::Pool::with_servers_of(&new_weight.pools[0], clock, 1, Some(&old)).unwrap();
+    assert!(
+        !Arc::ptr_eq(&old.scheduler, &rebuilt.scheduler),
+        "a changed line builds it anew"
+    );
+    // Either way the servers themselves are the same ones, load and all.
+    assert!(rebuilt.servers[1].same_as(&old.servers[1]));
+}
