@@ -155,30 +155,6 @@ fn reload_locked(shared: &Arc<Shared>) -> Result<Reloaded, ReloadError> {
     let current = shared.generation.load_full();
     let workers = reloader.workers.len();
 
-    // Pools: the same configuration keeps the pool; another builds one over the kept servers.
-    let mut pools = Vec::with_capacity(config.pools.len());
-    let mut fresh = Vec::new();
-    for pool_config in &config.pools {
-        let previous = current.pool(&pool_config.name);
-        match previous {
-            Some(pool) if pool.config == *pool_config => pools.push(Arc::clone(pool)),
-            _ => {
-                let pool = Pool::with_servers_of(
-                    pool_config,
-                    Arc::clone(&reloader.clock),
-                    workers,
-                    previous.map(|p| &**p),
-                )
-                .map_err(|e| {
-                    ReloadError::Invalid(vec![format!("pool `{}`: {e}", pool_config.name)])
-                })?;
-                let pool = Arc::new(pool);
-                fresh.push(Arc::clone(&pool));
-                pools.push(pool);
-            }
-        }
-    }
-
     // Services: counters by name; the bound address while the listen address stays.
     let services: Box<[Service]> = config
         .services
@@ -248,6 +224,32 @@ fn reload_locked(shared: &Arc<Shared>) -> Result<Reloaded, ReloadError> {
         .filter(|addr| !services.iter().any(|s| s.bound.get() == Some(*addr)))
         .copied()
         .collect();
+
+    // Pools, last: building them updates the kept servers' lines, which must wait until
+    // nothing can refuse the reload any more. The same configuration keeps the pool; another
+    // builds one over the kept servers.
+    let mut pools = Vec::with_capacity(config.pools.len());
+    let mut fresh = Vec::new();
+    for pool_config in &config.pools {
+        let previous = current.pool(&pool_config.name);
+        match previous {
+            Some(pool) if pool.config == *pool_config => pools.push(Arc::clone(pool)),
+            _ => {
+                let pool = Pool::with_servers_of(
+                    pool_config,
+                    Arc::clone(&reloader.clock),
+                    workers,
+                    previous.map(|p| &**p),
+                )
+                .map_err(|e| {
+                    ReloadError::Invalid(vec![format!("pool `{}`: {e}", pool_config.name)])
+                })?;
+                let pool = Arc::new(pool);
+                fresh.push(Arc::clone(&pool));
+                pools.push(pool);
+            }
+        }
+    }
 
     let number = current.number + 1;
     shared.generation.store(Arc::new(Generation {

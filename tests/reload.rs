@@ -458,3 +458,36 @@ fn a_pool_whose_servers_and_module_stay_keeps_its_modules_state() {
     // Either way the servers themselves are the same ones, load and all.
     assert!(rebuilt.servers[1].same_as(&old.servers[1]));
 }
+
+/// A reload whose new listen address is taken is refused before anything changes: the kept
+/// server's line (its weight here) stays as it was.
+#[tokio::test]
+async fn a_reload_that_cannot_listen_changes_nothing() {
+    let a = backend().await;
+    let scratch = Scratch::new("reload_taken");
+    let pools: &[(&str, &[SocketAddr])] = &[("main", &[a.addr])];
+    let text = rules("127.0.0.1:0", "main", "main", pools);
+    let file = scratch.file("rules.toml", &text);
+    let switch = start(&file).await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut next = text.replacen(
+        &format!("{{ addr = \"{}\" }}", a.addr),
+        &format!("{{ addr = \"{}\", weight = 9 }}", a.addr),
+        1,
+    );
+    next.push_str(&format!(
+        "[virtual.more]\nlisten = \"{}\"\ndefault_pool = \"main\"\n",
+        taken.local_addr().unwrap()
+    ));
+    std::fs::write(&file, &next).unwrap();
+    let refused = switch.reload().expect_err("the address is taken");
+    assert!(
+        refused.to_string().contains("cannot listen on"),
+        "{refused}"
+    );
+    let snapshot = switch.stats();
+    assert_eq!(snapshot.generation, 1);
+    let server = snapshot.server(a.addr).unwrap();
+    assert_eq!((server.weight, server.configured_weight), (1, 1));
+    drop(taken);
+}
