@@ -1,0 +1,114 @@
+//! What went wrong in an exchange with the admin endpoint, worded for the operator.
+
+use super::{CONNECT_TIMEOUT, IO_TIMEOUT};
+use std::net::SocketAddr;
+
+/// What went wrong, worded for the operator.
+#[derive(Debug)]
+pub enum Error {
+    /// No connection: the switch is not running, or not with this `[admin] listen`.
+    Unreachable {
+        addr: SocketAddr,
+        error: std::io::Error,
+    },
+    /// The connection broke or stalled during the exchange.
+    Exchange {
+        addr: SocketAddr,
+        error: std::io::Error,
+    },
+    /// The answer is not HTTP, or not the JSON expected.
+    Malformed { addr: SocketAddr, what: String },
+    /// The token is not something an HTTP field can carry.
+    TokenText,
+    /// 401: the token was refused (`sent`: one was sent at all).
+    Token { sent: bool },
+    /// 501 to `POST /reload`.
+    ReloadUnsupported,
+    /// 422 to `POST /reload`: the rule file's errors; the running configuration is unchanged.
+    ReloadRefused { errors: Vec<String> },
+    /// Any other answer that is not a success (400, 404, 500, ...), with the endpoint's text.
+    Status {
+        status: u16,
+        reason: String,
+        message: String,
+    },
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Unreachable { addr, error } => {
+                let why = match error.kind() {
+                    std::io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
+                    std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
+                        format!("no answer within {}s", CONNECT_TIMEOUT.as_secs())
+                    }
+                    _ => error.to_string(),
+                };
+                write!(
+                    f,
+                    "cannot reach the admin endpoint at {addr}: {why} - is tcpvs running with \
+                     [admin] listen = \"{addr}\"?"
+                )
+            }
+            Error::Exchange { addr, error } => match error.kind() {
+                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => write!(
+                    f,
+                    "the admin endpoint at {addr} did not answer within {}s",
+                    IO_TIMEOUT.as_secs()
+                ),
+                _ => write!(
+                    f,
+                    "the exchange with the admin endpoint at {addr} failed: {error}"
+                ),
+            },
+            Error::Malformed { addr, what } => {
+                write!(
+                    f,
+                    "unexpected answer from the admin endpoint at {addr}: {what}"
+                )
+            }
+            Error::TokenText => write!(
+                f,
+                "the token must be printable ASCII without spaces (it is sent as \
+                 `Authorization: Bearer <token>`)"
+            ),
+            Error::Token { sent: true } => write!(
+                f,
+                "the admin endpoint refused the token: set TCPVS_ADMIN_TOKEN or --token-file"
+            ),
+            Error::Token { sent: false } => write!(
+                f,
+                "the admin endpoint wants a token: set TCPVS_ADMIN_TOKEN or --token-file"
+            ),
+            Error::ReloadUnsupported => write!(f, "this tcpvs does not support reload yet"),
+            Error::ReloadRefused { errors } => {
+                write!(f, "reload refused; the running configuration is unchanged")?;
+                if errors.is_empty() {
+                    return Ok(());
+                }
+                write!(f, ":")?;
+                for e in errors {
+                    write!(f, "\n{e}")?;
+                }
+                Ok(())
+            }
+            Error::Status {
+                status,
+                reason,
+                message,
+            } => {
+                write!(f, "the admin endpoint answered {status}")?;
+                if !reason.is_empty() {
+                    write!(f, " {reason}")?;
+                }
+                if !message.is_empty() {
+                    write!(f, ": {message}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {}
