@@ -4,6 +4,7 @@ use crate::config::admin::AdminConfig;
 use crate::config::Config;
 use crate::generation::Generation;
 pub use crate::generation::Service;
+use crate::limits::descriptors::Demand;
 use crate::listener;
 use crate::reload::{Reloader, WorkerHandle};
 pub use crate::shared::Shared;
@@ -384,6 +385,14 @@ impl Switch {
                 stats: Default::default(),
             })
             .collect();
+        let max_clients = crate::limits::descriptors::apply(&Demand {
+            max_clients: config.switch.max_clients,
+            max_clients_given: config.switch.max_clients_given,
+            workers,
+            listeners: listen.len(),
+            servers: pools.iter().map(|p| p.backends.len()).sum(),
+            admin: admin.is_some(),
+        });
         let shared = Arc::new(Shared {
             settings: config.switch,
             generation: arc_swap::ArcSwap::from_pointee(Generation {
@@ -393,6 +402,7 @@ impl Switch {
             }),
             reload: std::sync::Mutex::new(None),
             clients: AtomicUsize::new(0),
+            max_clients,
             shutdown,
             started: std::time::Instant::now(),
             access_log,

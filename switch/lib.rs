@@ -17,6 +17,7 @@ pub mod generation;
 pub mod health;
 pub mod http;
 pub mod import_ktcpvs;
+pub mod limits;
 pub mod listener;
 pub mod recycle;
 pub mod relay;

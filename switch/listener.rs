@@ -3,6 +3,7 @@
 
 use crate::http::rewrite::ClientConnection;
 use crate::http::status::write_error;
+use crate::limits::exhaustion;
 use crate::session::Session;
 use crate::shared::Shared;
 use crate::socket::{new_tcp_socket, set_defer_accept, Listener, Socket};
@@ -104,18 +105,28 @@ pub async fn accept_loop(
 ) {
     let mut shutdown = shared.shutdown.clone();
     loop {
+        // The stop is looked at first: a listener that keeps failing (out of descriptors, the
+        // connection left queued) is always ready and would otherwise hide it.
         let accepted = tokio::select! {
             biased;
-            accepted = listener.accept() => accepted,
             _ = shutdown.wait_for(|stop| *stop) => return,
+            accepted = listener.accept() => accepted,
         };
         let (stream, peer) = match accepted {
             Ok(pair) => pair,
+            Err(e) if exhaustion::is_per_connection(&e) => continue,
             Err(e) => {
-                // Out of descriptors or memory: back off instead of spinning on the error.
-                tracing::warn!(%listen, "accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
+                // Out of descriptors or memory: the connection stays queued in the kernel and
+                // the listener readable, so back off (waking for a stop) instead of spinning,
+                // and say so once a second at most. Open connections go on being served.
+                exhaustion::ACCEPT.warn(|held| {
+                    tracing::warn!(%listen, "accept failed: {e}; retrying in {} ms{}",
+                        exhaustion::ACCEPT_BACKOFF.as_millis(), exhaustion::held_back(held));
+                });
+                tokio::select! {
+                    _ = shutdown.wait_for(|stop| *stop) => return,
+                    _ = tokio::time::sleep(exhaustion::ACCEPT_BACKOFF) => continue,
+                }
             }
         };
         let generation = shared.generation.load_full();
@@ -127,7 +138,7 @@ pub async fn accept_loop(
         stats::bump(&service_stats.accepted);
         let open = shared.clients.fetch_add(1, Ordering::Relaxed);
         stats::bump(&service_stats.open);
-        let refused = open >= shared.settings.max_clients;
+        let refused = open >= shared.max_clients;
         if refused {
             stats::bump(&service_stats.refused);
         }

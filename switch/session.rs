@@ -140,6 +140,8 @@ enum ExchangeError {
     Client { status: u16, why: String },
     /// Failure after the response head went to the client: nothing to do but close.
     AfterResponse(String),
+    /// This process could not go on (out of descriptors): nobody's failure, a 503.
+    Local { status: u16, why: String },
 }
 
 pub(crate) struct Session {
@@ -598,9 +600,13 @@ impl Session {
                 stats::bump(&backend.stats.response_errors);
                 stats::bump(&backend.stats.retries);
                 tracing::debug!(server = %backend.addr, "reused connection failed; retrying on a new one");
-                result = match backend.connect(self.shared.settings.connect_timeout).await {
+                result = match self.open_connection(backend).await {
                     Ok(stream) => self.exchange(&lease, stream, false, started).await,
-                    Err(e) => {
+                    Err(route::ConnectFailure::OutOfDescriptors) => Err(ExchangeError::Local {
+                        status: 503,
+                        why: route::OUT_OF_DESCRIPTORS.to_string(),
+                    }),
+                    Err(route::ConnectFailure::Server(e)) => {
                         route::count_connect_error(&backend.stats, &e);
                         Err(ExchangeError::Unanswered(format!("connect failed: {e}")))
                     }
@@ -634,7 +640,9 @@ impl Session {
                     self.server_failed(pool, lease.server, &why);
                     (status, why)
                 }
-                ExchangeError::Client { status, why } => (status, why),
+                ExchangeError::Client { status, why } | ExchangeError::Local { status, why } => {
+                    (status, why)
+                }
                 ExchangeError::AfterResponse(why) => {
                     // The relay broke off; the client may be mid-request.
                     self.unread_input = true;

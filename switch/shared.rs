@@ -26,6 +26,9 @@ pub struct Shared {
     pub reload: std::sync::Mutex<Option<crate::reload::Reloader>>,
     /// Client connections open now (bounded by `max_clients`).
     pub clients: AtomicUsize,
+    /// `max_clients` in effect: the configured one, or lower if the open-file limit could not
+    /// be raised far enough (limits/descriptors.rs).
+    pub max_clients: usize,
     /// Turns true when the switch stops: listeners close.
     pub shutdown: watch::Receiver<bool>,
     /// When the switch started.

@@ -89,7 +89,12 @@ impl Socket {
     /// Connects to `addr` with TCP_NODELAY set. A connect always waits, so the socket is
     /// registered when this returns.
     pub async fn connect(addr: SocketAddr) -> io::Result<Socket> {
-        let fd = new_tcp_socket(addr)?;
+        Socket::connect_with(new_tcp_socket(addr)?, addr).await
+    }
+
+    /// [`Socket::connect`] with a socket made by [`new_tcp_socket`] (the caller tells running
+    /// out of descriptors from a failure to connect).
+    pub async fn connect_with(fd: OwnedFd, addr: SocketAddr) -> io::Result<Socket> {
         rustix::net::sockopt::set_tcp_nodelay(&fd, true)?;
         match rustix::net::connect(&fd, &addr) {
             Ok(()) | Err(rustix::io::Errno::INPROGRESS) => {}

@@ -24,7 +24,7 @@ use tokio::io::Interest;
 /// cannot be read.
 const PIPE_BYTES: usize = 64 * 1024;
 /// Empty pipes kept per thread for the next body.
-const SPARE_PIPES_PER_THREAD: usize = 16;
+pub const SPARE_PIPES_PER_THREAD: usize = 16;
 
 struct Pipe {
     read: OwnedFd,

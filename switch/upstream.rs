@@ -184,9 +184,24 @@ impl Backend {
     }
 
     pub async fn connect(&self, timeout: Duration) -> io::Result<Socket> {
+        // A socket that cannot be had (out of descriptors) is no attempt at the server.
+        let fd = crate::socket::new_tcp_socket(self.addr)?;
         stats::bump(&self.stats.connections);
         // Bounded by the session's coarse timeout slot, not a tokio timer per connect.
-        wait(Socket::connect(self.addr), Limit::Idle(timeout)).await
+        wait(Socket::connect_with(fd, self.addr), Limit::Idle(timeout)).await
+    }
+
+    /// Closes the idle connections `worker` keeps to this server, to give their descriptors
+    /// back when the process has run out; returns how many were closed.
+    pub fn shed_idle(&self, worker: usize) -> usize {
+        match self.idle_of(worker).lock() {
+            Ok(mut idle) => {
+                let closed = idle.len();
+                idle.clear();
+                closed
+            }
+            Err(_) => 0,
+        }
     }
 }
 

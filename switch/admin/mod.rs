@@ -33,7 +33,7 @@ use tokio::task::JoinSet;
 /// Connections served at once. One more is answered 503 and closed at once, so that a caller
 /// learns the endpoint is busy instead of waiting in the backlog; idle connections are closed
 /// after a few seconds (http.rs), so a full house does not last.
-const MAX_CONNECTIONS: usize = 64;
+pub const MAX_CONNECTIONS: usize = 64;
 
 /// Binds the admin listener now, so that a taken address fails the start with a clear error.
 pub fn bind(config: &AdminConfig) -> io::Result<std::net::TcpListener> {

@@ -40,6 +40,9 @@ pub struct SwitchSettings {
     /// Worker threads; 0 means one per CPU.
     pub workers: usize,
     pub max_clients: usize,
+    /// Whether the file sets `max_clients` (a default is fitted to the open-file limit quietly,
+    /// a chosen value that does not fit is lowered with a warning: limits/descriptors.rs).
+    pub max_clients_given: bool,
     pub header_timeout: Duration,
     pub idle_timeout: Duration,
     pub keepalive_timeout: Duration,
@@ -59,6 +62,7 @@ impl Default for SwitchSettings {
         SwitchSettings {
             workers: 0,
             max_clients: 10_000,
+            max_clients_given: false,
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(180),
             keepalive_timeout: Duration::from_secs(30),
@@ -314,6 +318,7 @@ fn build_switch(raw: Option<&RawSwitch>, file: &str, sink: &mut ErrorSink<'_>) -
     }
     if let Some(v) = &raw.max_clients {
         s.max_clients = int_in(v, 1, 10_000_000, "max_clients", sink).unwrap_or(s.max_clients);
+        s.max_clients_given = true;
     }
     if let Some(v) = &raw.connect_attempts {
         s.connect_attempts =

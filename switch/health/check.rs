@@ -24,28 +24,50 @@ pub async fn run(place: Place, offset: Duration) {
         drop(pool);
         if !in_maint {
             let change = match probe(addr, &config).await {
-                Ok(()) => Change::CheckPassed,
-                Err(why) => Change::CheckFailed(why),
+                Probe::Passed => Some(Change::CheckPassed),
+                Probe::Failed(why) => Some(Change::CheckFailed(why)),
+                Probe::NotMade(why) => {
+                    crate::limits::exhaustion::CONNECT.warn(|held| {
+                        tracing::warn!(server = %addr, "check not made: {why}{}", crate::limits::exhaustion::held_back(held));
+                    });
+                    None
+                }
             };
             let Some(pool) = place.get() else { return };
-            control::apply(&pool, place.server, change);
+            if let Some(change) = change {
+                control::apply(&pool, place.server, change);
+            }
         }
         tokio::time::sleep(config.interval).await;
     }
 }
 
-/// One check of `addr`; `Err` says why it failed.
-pub async fn probe(addr: SocketAddr, config: &HealthConfig) -> Result<(), String> {
+/// What came of one check.
+pub enum Probe {
+    Passed,
+    /// The server failed it; why.
+    Failed(String),
+    /// This process could not open a socket (out of descriptors): no verdict on the server.
+    NotMade(String),
+}
+
+/// One check of `addr`.
+pub async fn probe(addr: SocketAddr, config: &HealthConfig) -> Probe {
     match tokio::time::timeout(config.timeout, probe_unbounded(addr, config)).await {
-        Ok(result) => result,
-        Err(_) => Err(format!("no answer within {:?}", config.timeout)),
+        Ok(Ok(())) => Probe::Passed,
+        Ok(Err(probe)) => probe,
+        Err(_) => Probe::Failed(format!("no answer within {:?}", config.timeout)),
     }
 }
 
-async fn probe_unbounded(addr: SocketAddr, config: &HealthConfig) -> Result<(), String> {
-    let mut stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
+async fn probe_unbounded(addr: SocketAddr, config: &HealthConfig) -> Result<(), Probe> {
+    let mut stream = TcpStream::connect(addr).await.map_err(|e| {
+        if crate::limits::exhaustion::is_exhaustion(&e) {
+            Probe::NotMade(format!("connect: {e}"))
+        } else {
+            Probe::Failed(format!("connect: {e}"))
+        }
+    })?;
     if config.check != CheckKind::Http {
         return Ok(());
     }
@@ -57,12 +79,12 @@ async fn probe_unbounded(addr: SocketAddr, config: &HealthConfig) -> Result<(), 
     stream
         .write_all(request.as_bytes())
         .await
-        .map_err(|e| format!("sending the check: {e}"))?;
-    let status = read_status(&mut stream).await?;
+        .map_err(|e| Probe::Failed(format!("sending the check: {e}")))?;
+    let status = read_status(&mut stream).await.map_err(Probe::Failed)?;
     if config.expect.contains(status) {
         Ok(())
     } else {
-        Err(format!("status {status}"))
+        Err(Probe::Failed(format!("status {status}")))
     }
 }
 

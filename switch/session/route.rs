@@ -4,11 +4,13 @@
 
 use super::{Session, ALL_FULL};
 use crate::health;
+use crate::limits::exhaustion;
 use crate::socket::Socket;
 use crate::stats;
 use crate::stream::{wait, Limit};
-use crate::upstream::{Lease, Pool};
+use crate::upstream::{Backend, Lease, Pool};
 use std::pin::pin;
+use std::time::Duration;
 use tcpvs_modules::{RequestView, ResponseField};
 use tokio::time::Instant;
 
@@ -100,7 +102,6 @@ impl Session {
     ) -> Result<(Lease<'p>, Socket, bool), (u16, &'static str)> {
         let max_attempts = self.shared.settings.connect_attempts;
         let idle_age = self.shared.settings.server_idle_timeout;
-        let connect_timeout = self.shared.settings.connect_timeout;
         let mut connects = 0;
         let mut full = 0;
         // Every server can be tried at most once, full ones included.
@@ -139,9 +140,13 @@ impl Session {
             let connection =
                 match backend.take_idle(self.timer.worker(), now_ms, idle_age, !retryable) {
                     Some(stream) => Some((stream, true)),
-                    None => match backend.connect(connect_timeout).await {
+                    None => match self.open_connection(backend).await {
                         Ok(stream) => Some((stream, false)),
-                        Err(e) => {
+                        Err(ConnectFailure::OutOfDescriptors) => {
+                            // No other server would fare better, and this one did not fail.
+                            return Err((503, OUT_OF_DESCRIPTORS));
+                        }
+                        Err(ConnectFailure::Server(e)) => {
                             count_connect_error(&backend.stats, &e);
                             self.retry_from = Some(server);
                             self.server_failed(pool, server, &format!("connect failed: {e}"));
@@ -160,6 +165,43 @@ impl Session {
             (false, 0, 0) => (502, "no server answered"),
             _ => (502, "no server accepted the connection"),
         })
+    }
+
+    /// A new connection to `backend`. When this process is out of descriptors, the idle
+    /// connections this worker keeps to any server are closed to free some, and the socket is
+    /// tried again a few times over a short while before the request gets a 503; none of it
+    /// counts against the server.
+    pub(super) async fn open_connection(
+        &self,
+        backend: &Backend,
+    ) -> Result<Socket, ConnectFailure> {
+        let connect_timeout = self.shared.settings.connect_timeout;
+        for pause in EXHAUSTED_PAUSES {
+            match backend.connect(connect_timeout).await {
+                Ok(stream) => return Ok(stream),
+                Err(e) if exhaustion::is_exhaustion(&e) => {
+                    exhaustion::CONNECT.warn(|held| {
+                        tracing::warn!(server = %backend.addr, "no connection opened: {e}{}", exhaustion::held_back(held));
+                    });
+                    if self.shed_idle_connections() == 0 {
+                        tokio::time::sleep(pause).await;
+                    }
+                }
+                Err(e) => return Err(ConnectFailure::Server(e)),
+            }
+        }
+        Err(ConnectFailure::OutOfDescriptors)
+    }
+
+    /// Closes the idle server connections of this session's worker, in every pool.
+    fn shed_idle_connections(&self) -> usize {
+        let worker = self.timer.worker();
+        self.generation
+            .pools
+            .iter()
+            .flat_map(|pool| pool.backends.iter())
+            .map(|backend| backend.shed_idle(worker))
+            .sum()
     }
 
     /// The pool module's next candidate for the current request.
@@ -183,6 +225,27 @@ impl Session {
         safe.then_some(field)
     }
 }
+
+/// Why no new connection to a server was opened.
+pub(super) enum ConnectFailure {
+    /// Refused, unreachable, timed out: the server's failure.
+    Server(std::io::Error),
+    /// This process could not get a socket (descriptors or socket memory ran out), even after
+    /// freeing idle connections and waiting: nobody's failure but ours.
+    OutOfDescriptors,
+}
+
+/// The answer's reason when descriptors ran out.
+pub(super) const OUT_OF_DESCRIPTORS: &str = "out of file descriptors";
+
+/// How long to wait between tries for a socket when descriptors ran out and no idle connection
+/// could be closed: descriptors come back as other requests end. Some 300 ms in all, then 503.
+const EXHAUSTED_PAUSES: [Duration; 4] = [
+    Duration::from_millis(10),
+    Duration::from_millis(40),
+    Duration::from_millis(100),
+    Duration::from_millis(150),
+];
 
 /// A connection attempt that failed: counted, and as a timeout when it ran out of time.
 pub(super) fn count_connect_error(server: &stats::ServerStats, error: &std::io::Error) {

@@ -1029,9 +1029,26 @@ pub struct Process {
 impl Process {
     /// Starts the binary with `args` and `RUST_LOG=info`.
     pub fn start(args: &[&std::ffi::OsStr]) -> Process {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tcpvs"));
+        command.args(args);
+        Process::spawn(command)
+    }
+
+    /// [`Process::start`] under the open-file limit that `sh`'s `ulimit` sets with `options`
+    /// (`"-S -n 256"`: the soft limit only; `"-n 200"`: soft and hard).
+    pub fn start_under(ulimit_options: &str, args: &[&std::ffi::OsStr]) -> Process {
+        let mut command = std::process::Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!("ulimit {ulimit_options} && exec \"$0\" \"$@\""))
+            .arg(env!("CARGO_BIN_EXE_tcpvs"))
+            .args(args);
+        Process::spawn(command)
+    }
+
+    fn spawn(mut command: std::process::Command) -> Process {
         use std::io::BufRead;
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tcpvs"))
-            .args(args)
+        let mut child = command
             .env("RUST_LOG", "info")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
