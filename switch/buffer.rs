@@ -10,15 +10,30 @@ pub struct IoBuf {
     data: Box<[u8]>,
     start: usize,
     end: usize,
+    /// The size of the storage taken at the first read after a release.
+    first_size: usize,
 }
 
 impl IoBuf {
-    /// A buffer without storage yet: it takes a pooled one at its first read.
+    /// A buffer without storage yet: it takes a pooled one of [`recycle::BUFFER_BYTES`] at its
+    /// first read.
     pub fn unallocated() -> Self {
+        IoBuf::unallocated_of(recycle::BUFFER_BYTES)
+    }
+
+    /// A buffer for request heads: it takes [`recycle::HEAD_BUFFER_BYTES`] at its first read,
+    /// and grows when a head or a body needs more ([`IoBuf::make_room_for_head`],
+    /// [`IoBuf::make_room_for_body`]).
+    pub fn unallocated_for_heads() -> Self {
+        IoBuf::unallocated_of(recycle::HEAD_BUFFER_BYTES)
+    }
+
+    fn unallocated_of(first_size: usize) -> Self {
         IoBuf {
             data: Box::default(),
             start: 0,
             end: 0,
+            first_size,
         }
     }
 
@@ -40,6 +55,7 @@ impl IoBuf {
             data: vec![0; capacity].into_boxed_slice(),
             start: 0,
             end: 0,
+            first_size: capacity,
         }
     }
 
@@ -82,7 +98,7 @@ impl IoBuf {
     /// (and taking storage from the free list if there is none).
     pub fn spare(&mut self) -> &mut [u8] {
         if self.data.is_empty() {
-            self.data = recycle::take_buffer();
+            self.data = recycle::take_buffer(self.first_size);
         }
         if self.end == self.data.len() && self.start > 0 {
             self.data.copy_within(self.start..self.end, 0);
@@ -98,23 +114,43 @@ impl IoBuf {
         self.end = (self.end + n).min(self.data.len());
     }
 
-    /// Makes sure a head of up to `limit` bytes can sit contiguously: grows the buffer (never
-    /// past `limit`) and moves the filled bytes to the front.
+    /// Makes sure a head of up to `limit` bytes can sit contiguously: when the buffer is full,
+    /// moves the filled bytes to the front, or grows it in steps (a head buffer to the pooled
+    /// size first, then to `limit`), so a connection holds only as much as its head has
+    /// grown to.
     pub fn make_room_for_head(&mut self, limit: usize) {
         if self.data.is_empty() {
-            self.data = recycle::take_buffer();
+            self.data = recycle::take_buffer(self.first_size);
         }
         if self.start > 0 && self.end == self.data.len() {
             self.spare();
         }
         if self.end == self.data.len() && self.data.len() < limit {
-            let mut bigger = vec![0; limit].into_boxed_slice();
-            let len = self.len();
-            bigger[..len].copy_from_slice(self.filled());
-            self.data = bigger;
-            self.start = 0;
-            self.end = len;
+            let next = if self.data.len() < recycle::BUFFER_BYTES {
+                recycle::BUFFER_BYTES.min(limit)
+            } else {
+                limit
+            };
+            self.move_to(recycle::take_buffer(next));
         }
+    }
+
+    /// Gives a head buffer the pooled size before a body is relayed through it: a body moved
+    /// 4 KiB at a time would cost four times the reads and writes.
+    pub fn make_room_for_body(&mut self) {
+        if self.is_allocated() && self.data.len() < recycle::BUFFER_BYTES {
+            self.move_to(recycle::take_buffer(recycle::BUFFER_BYTES));
+        }
+    }
+
+    /// Moves the filled bytes to the front of `bigger`, which becomes the storage; the old
+    /// storage goes back to the free list.
+    fn move_to(&mut self, mut bigger: Box<[u8]>) {
+        let len = self.len();
+        bigger[..len].copy_from_slice(self.filled());
+        recycle::give_buffer(std::mem::replace(&mut self.data, bigger));
+        self.start = 0;
+        self.end = len;
     }
 }
 
@@ -153,6 +189,30 @@ mod tests {
         b.release();
         assert!(!b.is_allocated());
         assert_eq!(b.filled(), b"");
+    }
+
+    #[test]
+    fn a_head_buffer_grows_by_steps() {
+        use crate::recycle::{BUFFER_BYTES, HEAD_BUFFER_BYTES};
+        let mut b = IoBuf::unallocated_for_heads();
+        assert_eq!(b.spare().len(), HEAD_BUFFER_BYTES);
+        b.fill(HEAD_BUFFER_BYTES);
+        b.make_room_for_head(64 * 1024);
+        assert_eq!(b.capacity(), BUFFER_BYTES, "the pooled size next");
+        assert_eq!(b.len(), HEAD_BUFFER_BYTES);
+        b.fill(b.spare_len());
+        b.make_room_for_head(64 * 1024);
+        assert_eq!(b.capacity(), 64 * 1024, "then the limit");
+        assert_eq!(b.len(), BUFFER_BYTES);
+        // Back to the small size once released empty.
+        b.consume(b.len());
+        b.release();
+        assert_eq!(b.spare().len(), HEAD_BUFFER_BYTES);
+        // A body gets the pooled size, its bytes kept.
+        b.spare()[..3].copy_from_slice(b"abc");
+        b.fill(3);
+        b.make_room_for_body();
+        assert_eq!((b.capacity(), b.filled()), (BUFFER_BYTES, &b"abc"[..]));
     }
 
     #[test]

@@ -9,11 +9,17 @@ use std::cell::RefCell;
 /// Size of a pooled read buffer (a connection's normal buffer; larger ones, grown for a big
 /// head, are freed instead of pooled).
 pub const BUFFER_BYTES: usize = 16 * 1024;
+/// Size of the buffer a client's request head is first read into. A connection waiting for
+/// the rest of its head holds only this (slow clients are the cheapest attack there is: 1500
+/// of them cost 27.5 KiB each with a 16 KiB buffer, BENCHMARKS.md); a head that outgrows it
+/// moves to a [`BUFFER_BYTES`] one, and so does a request body relayed through it.
+pub const HEAD_BUFFER_BYTES: usize = 4 * 1024;
 /// Free objects kept per thread, per kind; beyond, they go back to the allocator.
 const KEEP: usize = 256;
 
 thread_local! {
     static BUFFERS: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
+    static HEAD_BUFFERS: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
     static BYTES: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
     static FIELDS: RefCell<Vec<Vec<Field>>> = const { RefCell::new(Vec::new()) };
 }
@@ -31,14 +37,22 @@ fn give<T>(list: &'static std::thread::LocalKey<RefCell<Vec<T>>>, item: T) {
     });
 }
 
-/// A read buffer of [`BUFFER_BYTES`].
-pub fn take_buffer() -> Box<[u8]> {
-    take(&BUFFERS).unwrap_or_else(|| vec![0; BUFFER_BYTES].into_boxed_slice())
+/// A read buffer of `size` bytes: [`BUFFER_BYTES`] or [`HEAD_BUFFER_BYTES`] come from the
+/// thread's free lists.
+pub fn take_buffer(size: usize) -> Box<[u8]> {
+    let pooled = match size {
+        BUFFER_BYTES => take(&BUFFERS),
+        HEAD_BUFFER_BYTES => take(&HEAD_BUFFERS),
+        _ => None,
+    };
+    pooled.unwrap_or_else(|| vec![0; size].into_boxed_slice())
 }
 
 pub fn give_buffer(buffer: Box<[u8]>) {
-    if buffer.len() == BUFFER_BYTES {
-        give(&BUFFERS, buffer);
+    match buffer.len() {
+        BUFFER_BYTES => give(&BUFFERS, buffer),
+        HEAD_BUFFER_BYTES => give(&HEAD_BUFFERS, buffer),
+        _ => {}
     }
 }
 

@@ -220,7 +220,7 @@ impl Session {
             client,
             peer,
             client_text: forwarded_for(peer.ip()),
-            inbuf: IoBuf::unallocated(),
+            inbuf: IoBuf::unallocated_for_heads(),
             head: RequestHead::default(),
             upstream_head: Vec::new(),
             server_buf: IoBuf::unallocated(),
@@ -278,10 +278,27 @@ impl Session {
                     break;
                 }
             }
+            // The head is read before the box below: a slow client still sending it holds
+            // only its buffer, its field table and a small box (not the exchange's state),
+            // and an idle connection's task does not carry the state of reading a head.
+            let mut progress = HeadProgress::default();
+            let head = match self.head_in_buffer(&mut progress) {
+                Some(head) => head,
+                None => Box::pin(self.read_request_head(head_deadline, progress)).await,
+            };
+            head_deadline = None;
+            match head {
+                Ok(()) => {}
+                Err(NoRequest::Closed) => return,
+                Err(NoRequest::Refuse(status, why)) => {
+                    Box::pin(self.refuse(status, why)).await;
+                    break;
+                }
+            }
             // Boxed: carrying out requests takes several kilobytes of state, which an idle
             // connection should not keep in its task (BENCHMARKS.md, "memory"). One box serves
             // a whole burst of requests, so a busy connection allocates nothing per request.
-            match Box::pin(self.serve_burst(head_deadline.take())).await {
+            match Box::pin(self.serve_burst()).await {
                 Burst::Idle => {
                     wait = keepalive.saturating_sub(BURST_GRACE);
                     self.tried = Vec::new();
@@ -300,16 +317,13 @@ impl Session {
         Box::pin(self.linger()).await;
     }
 
-    /// Serves requests as long as the next one comes within [`BURST_GRACE`].
-    async fn serve_burst(&mut self, head_deadline: Option<Instant>) -> Burst {
+    /// Serves requests, the first one's head read already, as long as the next one comes
+    /// within [`BURST_GRACE`].
+    async fn serve_burst(&mut self) -> Burst {
         let keepalive = self.shared.settings.keepalive_timeout;
-        let mut head_deadline = head_deadline;
         loop {
-            match self.serve_request(head_deadline.take()).await {
-                Ok(true) => {}
-                Ok(false) => return Burst::Close,
-                Err(NoRequest::Closed) => return Burst::Gone,
-                Err(NoRequest::Refuse(status, why)) => return Burst::Refuse(status, why),
+            if !self.serve_request().await {
+                return Burst::Close;
             }
             match self
                 .wait_for_request(Await::Grace(keepalive.min(BURST_GRACE)))
@@ -321,17 +335,21 @@ impl Session {
                 Err(Waited::GraceOver) => return Burst::Idle,
                 Err(Waited::Closed | Waited::Refuse(..)) => return Burst::Gone,
             }
+            match self.read_request_head(None, HeadProgress::default()).await {
+                Ok(()) => {}
+                Err(NoRequest::Closed) => return Burst::Gone,
+                Err(NoRequest::Refuse(status, why)) => return Burst::Refuse(status, why),
+            }
         }
     }
 
-    /// Reads the rest of a request head and carries the request out. `Ok(true)`: the client
-    /// connection may carry another request.
-    async fn serve_request(&mut self, head_deadline: Option<Instant>) -> Result<bool, NoRequest> {
-        self.read_request_head(head_deadline).await?;
+    /// Carries out the request whose head was read. `true`: the client connection may carry
+    /// another request.
+    async fn serve_request(&mut self) -> bool {
         let started = Instant::now();
         let outcome = self.handle_request(started).await;
         self.account(&outcome, started);
-        Ok(outcome.keep_client && !self.timer.stopping() && !self.service_gone)
+        outcome.keep_client && !self.timer.stopping() && !self.service_gone
     }
 
     /// Closes the client connection without losing the last response. Closing with unread
@@ -450,19 +468,20 @@ impl Session {
     /// Reads until `self.head` holds a complete, valid request head; the first bytes are in
     /// `inbuf` already. The head must be complete by `head_deadline`, or header_timeout after
     /// its first byte.
-    async fn read_request_head(&mut self, head_deadline: Option<Instant>) -> Result<(), NoRequest> {
+    async fn read_request_head(
+        &mut self,
+        head_deadline: Option<Instant>,
+        mut progress: HeadProgress,
+    ) -> Result<(), NoRequest> {
         let deadline =
             head_deadline.unwrap_or_else(|| Instant::now() + self.shared.settings.header_timeout);
-        self.take_workspace();
-        let mut progress = HeadProgress::default();
         loop {
-            if progress.worth_parsing(self.inbuf.filled()) {
-                match parse_request(self.inbuf.filled_mut(), &mut self.head) {
-                    Ok(true) => return self.check_received_body(),
-                    Ok(false) => {}
-                    Err(e) => return Err(NoRequest::Refuse(e.status, e.reason)),
-                }
+            if let Some(head) = self.head_in_buffer(&mut progress) {
+                return head;
             }
+            // Not complete: the field table goes back to the thread while the client takes
+            // its time (a slow client holds its buffer and little else).
+            recycle::give_fields(&mut self.head.fields);
             self.inbuf.make_room_for_head(MAX_HEAD_BYTES);
             match read_some(&self.client, &mut self.inbuf, Limit::Until(deadline)).await {
                 Ok(0) => return Err(NoRequest::Closed),
@@ -472,12 +491,41 @@ impl Session {
         }
     }
 
-    /// The per-request memory: buffers and tables from the thread's free lists.
+    /// The request head if `inbuf` holds all of it (usually it came in one read), parsed
+    /// without waiting for anything; `None` while more bytes are needed.
+    fn head_in_buffer(&mut self, progress: &mut HeadProgress) -> Option<Result<(), NoRequest>> {
+        self.take_workspace();
+        if !progress.worth_parsing(self.inbuf.filled()) {
+            return None;
+        }
+        match parse_request(self.inbuf.filled_mut(), &mut self.head) {
+            Ok(true) => {
+                self.take_exchange_workspace();
+                Some(self.check_received_body())
+            }
+            Ok(false) => None,
+            Err(e) => Some(Err(NoRequest::Refuse(e.status, e.reason))),
+        }
+    }
+
+    /// The head's field table, from the thread's free list (the buffer takes its storage at
+    /// its first read).
     fn take_workspace(&mut self) {
         if self.head.fields.capacity() == 0 {
             self.head.fields = recycle::take_fields();
+        }
+    }
+
+    /// The memory the rest of the exchange uses, taken once the head is complete: a client
+    /// still sending its head holds only its buffer and the head's field table.
+    fn take_exchange_workspace(&mut self) {
+        if self.response.fields.capacity() == 0 {
             self.response.fields = recycle::take_fields();
+        }
+        if self.upstream_head.capacity() == 0 {
             self.upstream_head = recycle::take_bytes();
+        }
+        if self.out.capacity() == 0 {
             self.out = recycle::take_bytes();
         }
     }

@@ -291,6 +291,7 @@ impl Session {
         write_all(&self.client, &self.out, Limit::Idle(self.relay.idle))
             .await
             .map_err(|e| ExchangeError::AfterResponse(e.to_string()))?;
+        self.inbuf.make_room_for_body();
         let (moved, ended) = tunnel(
             &self.client,
             &mut self.inbuf,
@@ -345,9 +346,13 @@ async fn upload_body(
     match framing {
         BodyFraming::Empty | BodyFraming::UntilClose => Ok(()),
         BodyFraming::Length(n) => {
+            if n > inbuf.len() as u64 {
+                inbuf.make_room_for_body();
+            }
             relay_length(client, inbuf, server, &[], n, Then::Push, relay, meter).await
         }
         BodyFraming::Chunked => {
+            inbuf.make_room_for_body();
             scratch.clear();
             relay_chunked(
                 client,
