@@ -188,7 +188,7 @@ pub async fn relay_chunked(
                     buf.consume(used);
                     if output == ChunkedOutput::Chunked {
                         out.extend_from_slice(b"0\r\n");
-                        out.extend_from_slice(decoder.trailers());
+                        crate::http::chunked::put_trailers(out, decoder.trailers());
                         out.extend_from_slice(b"\r\n");
                     }
                     return flush(dst, out, &mut unmetered, settings, meter).await;

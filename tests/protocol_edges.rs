@@ -2642,3 +2642,191 @@ async fn garbage_inputs_no_panic_no_leak() {
         failures.join("\n")
     );
 }
+
+// ---------------------------------------------------------------------------------
+// Framing nobody can misread (issue 13): what a strict or a lenient server could read
+// differently from the switch is refused, or goes on in its one canonical form
+// ---------------------------------------------------------------------------------
+
+/// RFC 9110 §5.6.1.1 (no empty list elements), RFC 9112 §7.1 (chunked has no parameters),
+/// RFC 9110 §8.6 (lengths a server cannot hold), RFC 9110 §9.3.6 (CONNECT has no content),
+/// and field names a CGI-style server reads as framing or forwarding fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn framing_a_server_could_misread_is_400() {
+    run_refused(
+        &[
+            ("chunked,", post("Transfer-Encoding: chunked,\r\n", "0\r\n\r\n")),
+            (", chunked", post("Transfer-Encoding: , chunked\r\n", "0\r\n\r\n")),
+            ("chunked;q=1", post("Transfer-Encoding: chunked;q=1\r\n", "0\r\n\r\n")),
+            (
+                "CL 2^63",
+                post("Content-Length: 9223372036854775808\r\n", ""),
+            ),
+            (
+                "CL 20 digits",
+                post("Content-Length: 18446744073709551615\r\n", ""),
+            ),
+            ("Content_Length", post("Content_Length: 5\r\n", "hello")),
+            (
+                "Transfer_Encoding",
+                post("Transfer_Encoding: chunked\r\n", "0\r\n\r\n"),
+            ),
+            (
+                "CONNECT with a body",
+                b"CONNECT a.example:443 HTTP/1.1\r\nHost: a.example:443\r\nContent-Length: 5\r\n\r\nhello"
+                    .to_vec(),
+            ),
+        ],
+        400,
+    )
+    .await;
+}
+
+/// RFC 9112 §6.1: a coding the switch does not decode is 501 (as nginx answers), not
+/// forwarded for a server that may ignore it and read the chunked body as requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transfer_codings_other_than_chunked_are_501() {
+    run_refused(
+        &[
+            (
+                "gzip, chunked",
+                post("Transfer-Encoding: gzip, chunked\r\n", "0\r\n\r\n"),
+            ),
+            (
+                "two fields",
+                post(
+                    "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n",
+                    "0\r\n\r\n",
+                ),
+            ),
+        ],
+        501,
+    )
+    .await;
+}
+
+/// What the server receives: `Transfer-Encoding: chunked` in that one form whatever the
+/// client's spelling, and trailer fields rebuilt without the ones that must not be trailers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn framing_and_trailers_reach_the_server_rebuilt() {
+    let backend = Backend::start(echo()).await;
+    let (switch, addr) = simple_switch(&backend, &OPTS).await;
+    let mut c = Client::connect(addr).await;
+    c.send(&post(
+        "Transfer-Encoding: \t CHUNKED \t\r\n",
+        "b\r\nhello world\r\n0\r\nX-Sum:  7 \r\nHost: evil.example\r\nX-Forwarded-For: 6.6.6.6\r\nContent-Length: 99\r\n\r\n",
+    ))
+    .await
+    .unwrap();
+    let r = c.try_response(false).await.expect("a response");
+    assert_eq!(r.status, 200);
+    let seen = backend.all_bytes();
+    let head_end = find(&seen, b"\r\n\r\n").expect("a head") + 4;
+    let head = &seen[..head_end];
+    assert!(
+        contains(head, b"\r\nTransfer-Encoding: chunked\r\n"),
+        "{}",
+        lossy(head)
+    );
+    assert!(!contains(head, b"CHUNKED"), "{}", lossy(head));
+    let body = &seen[head_end..];
+    assert_eq!(
+        body,
+        b"b\r\nhello world\r\n0\r\nX-Sum: 7\r\n\r\n",
+        "{}",
+        lossy(body)
+    );
+    switch.shutdown(Duration::from_millis(200)).await;
+}
+
+/// RFC 9110 §10.1.1: a server that answers before it has the whole request body may not
+/// read the rest as this request's; the switch does not reuse that connection, even when
+/// the upload ends while the answer is still coming down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_answered_before_the_body_is_not_reused() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut tmp = [0u8; 4096];
+                loop {
+                    // A head: answered at once, its body (if any) not waited for; the answer's
+                    // last bytes go once 20 more bytes have come.
+                    while find(&buf, b"\r\n\r\n").is_none() {
+                        match s.read(&mut tmp).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&tmp[..n]),
+                        }
+                    }
+                    let end = find(&buf, b"\r\n\r\n").unwrap() + 4;
+                    let early = buf.starts_with(b"POST");
+                    buf.drain(..end);
+                    if !early {
+                        let _ = s.write_all(&ok_response(b"second")).await;
+                        continue;
+                    }
+                    let _ = s
+                        .write_all(
+                            b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 10\r\n\r\n01234",
+                        )
+                        .await;
+                    while buf.len() < 20 {
+                        match s.read(&mut tmp).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&tmp[..n]),
+                        }
+                    }
+                    buf.drain(..20);
+                    let _ = s.write_all(b"56789").await;
+                }
+            });
+        }
+    });
+    let (switch, addr) = start_switch(&config_one_pool(&[server], &OPTS)).await;
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    client
+        .write_all(b"POST /up HTTP/1.1\r\nHost: h\r\nContent-Length: 20\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let mut tmp = [0u8; 4096];
+    while find(&answer, b"\r\n\r\n").is_none_or(|at| answer.len() < at + 4 + 5) {
+        let n = tokio::time::timeout(WAIT, client.read(&mut tmp))
+            .await
+            .expect("the early answer")
+            .unwrap();
+        assert!(n > 0, "closed early: {}", lossy(&answer));
+        answer.extend_from_slice(&tmp[..n]);
+    }
+    assert!(answer.starts_with(b"HTTP/1.1 413"), "{}", lossy(&answer));
+    client
+        .write_all(b"GET /smuggled HTTP/1.1\r\nH: x\r\n")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(WAIT, client.read_to_end(&mut rest))
+        .await
+        .expect("the rest, then the close");
+    answer.extend_from_slice(&rest);
+    assert!(answer.ends_with(b"0123456789"), "{}", lossy(&answer));
+    sessions_ended(&switch).await;
+
+    let mut second = Client::connect(addr).await;
+    second
+        .send(b"GET /second HTTP/1.1\r\nHost: h\r\n\r\n")
+        .await
+        .unwrap();
+    let r = second.try_response(false).await.expect("a response");
+    assert_eq!((r.status, &r.body[..]), (200, &b"second"[..]));
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        2,
+        "the second request went on a new server connection"
+    );
+    switch.shutdown(Duration::from_millis(200)).await;
+}

@@ -219,6 +219,68 @@ fn hex_value(b: u8) -> Option<u8> {
     }
 }
 
+/// Appends a trailer section (as [`ChunkedDecoder::trailers`] holds it, validated) as it goes
+/// on: each field rebuilt as `name: value` and CRLF, and the fields that must not be trailers
+/// left out (RFC 9110 section 6.5.1: framing, routing, authentication, request modifiers,
+/// content metadata, and the hop-by-hop fields). A recipient that merges trailers into the
+/// header section (RFC 9110 section 6.5.2 forbids it, some do) would otherwise let a trailer
+/// change Host or X-Forwarded-For after the switch has routed and stamped the request.
+pub fn put_trailers(out: &mut Vec<u8>, section: &[u8]) {
+    if section.is_empty() {
+        return;
+    }
+    let mut terminated = Vec::with_capacity(section.len() + 2);
+    terminated.extend_from_slice(section);
+    terminated.extend_from_slice(b"\r\n");
+    let mut fields = [httparse::EMPTY_HEADER; 64];
+    let Ok(httparse::Status::Complete(_)) = httparse::parse_headers(&terminated, &mut fields)
+    else {
+        return;
+    };
+    for field in fields.iter().take_while(|f| !f.name.is_empty()) {
+        if may_be_trailer(field.name.as_bytes()) {
+            out.extend_from_slice(field.name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(field.value);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
+/// Whether a field may travel in a trailer section.
+fn may_be_trailer(name: &[u8]) -> bool {
+    const NEVER: &[&[u8]] = &[
+        b"trailer",
+        b"authorization",
+        b"proxy-authorization",
+        b"proxy-authenticate",
+        b"www-authenticate",
+        b"cookie",
+        b"set-cookie",
+        b"content-type",
+        b"content-encoding",
+        b"content-range",
+        b"expect",
+        b"range",
+        b"max-forwards",
+        b"cache-control",
+        b"pragma",
+        b"age",
+        b"expires",
+        b"date",
+        b"location",
+        b"retry-after",
+        b"vary",
+        b"warning",
+    ];
+    super::fields::role_of(name) == super::fields::FieldRole::Forward
+        && !super::fields::is_underscore_lookalike(name)
+        && !name
+            .get(..3)
+            .is_some_and(|prefix| prefix.eq_ignore_ascii_case(b"if-"))
+        && !NEVER.iter().any(|never| never.eq_ignore_ascii_case(name))
+}
+
 /// Trailer lines must be well-formed field lines, like header fields.
 fn validate_trailers(section: &[u8]) -> Result<(), ChunkError> {
     if section.is_empty() {
@@ -327,5 +389,18 @@ mod tests {
         assert_eq!((used, what), (18, Decoded::NeedMore));
         let (used, what) = d.decode(b"abc").unwrap();
         assert_eq!((used, what), (3, Decoded::Data(0..3)));
+    }
+
+    #[test]
+    fn trailers_are_rebuilt_and_filtered() {
+        let mut out = Vec::new();
+        put_trailers(
+            &mut out,
+            b"X-Checksum:   abc  \r\nHost: evil\r\nContent-Length: 0\r\nX-Forwarded-For: 6.6.6.6\r\nSet-Cookie: a=b\r\nIf-Match: x\r\nX_Forwarded_For: 1\r\nTransfer-Encoding: chunked\r\nX-Other: 1\r\n",
+        );
+        assert_eq!(out, b"X-Checksum: abc\r\nX-Other: 1\r\n");
+        out.clear();
+        put_trailers(&mut out, b"");
+        assert!(out.is_empty());
     }
 }

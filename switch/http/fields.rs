@@ -236,16 +236,35 @@ pub(crate) fn drop_fields_named_in_connection(fields: &mut [Field], buf: &[u8]) 
     }
 }
 
+/// The largest Content-Length accepted: 2^63 - 1. Many servers keep lengths in a signed 64-bit
+/// integer (nginx's `ngx_atoof` refuses more); a larger one forwarded could be read as a
+/// negative or wrapped length there, a desynchronisation of the two ends.
+pub(crate) const MAX_CONTENT_LENGTH: u64 = i64::MAX as u64;
+
 /// Parses a Content-Length value: digits only, or a list of identical digit strings (RFC 9110
-/// section 8.6). `None` for anything else, including overflow.
+/// section 8.6), at most [`MAX_CONTENT_LENGTH`]. `None` for anything else.
 pub(crate) fn parse_content_length(value: &[u8]) -> Option<u64> {
     let mut result: Option<u64> = None;
     let mut any = false;
     for item in value.split(|&b| b == b',').map(trim_ows) {
-        if item.is_empty() || item.len() > 19 || !item.iter().all(u8::is_ascii_digit) {
+        if item.is_empty() || !item.iter().all(u8::is_ascii_digit) {
             return None;
         }
-        let n = item.iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
+        // Leading zeros change nothing (the length goes on in its canonical decimal form).
+        let first_digit = item
+            .iter()
+            .position(|&d| d != b'0')
+            .unwrap_or(item.len() - 1);
+        let digits = &item[first_digit..];
+        if digits.len() > 19 {
+            return None;
+        }
+        let n = digits
+            .iter()
+            .fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
+        if n > MAX_CONTENT_LENGTH {
+            return None;
+        }
         if result.is_some_and(|r| r != n) {
             return None;
         }
@@ -268,6 +287,84 @@ pub(crate) enum TransferCoding {
     NotChunkedFinal,
     /// An empty value, or chunked applied twice: the message is malformed.
     Invalid,
+}
+
+/// Why a request's Transfer-Encoding is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CodingRefusal {
+    /// Malformed (an empty list element, parameters on chunked, chunked twice or not last, a
+    /// byte that is no token): 400.
+    Malformed(&'static str),
+    /// Well formed, but a coding other than chunked, which the switch does not decode: 501
+    /// (RFC 9112 section 6.1), as nginx answers.
+    Unsupported,
+}
+
+/// A request's Transfer-Encoding fields must say exactly `chunked` (in any case, with optional
+/// whitespace), once: the one form every server reads alike. Lists with empty elements
+/// (`chunked,`), parameters (`chunked;q=1`) or other codings (`gzip, chunked`) are refused,
+/// as HAProxy refuses the malformed ones and nginx everything but `chunked`; what is accepted
+/// goes on as `Transfer-Encoding: chunked`.
+pub(crate) fn request_transfer_coding<'a>(
+    values: impl Iterator<Item = &'a [u8]>,
+) -> Result<(), CodingRefusal> {
+    let mut chunked = 0;
+    let mut others = 0;
+    for value in values {
+        for item in value.split(|&b| b == b',').map(trim_ows) {
+            if item.is_empty() {
+                return Err(CodingRefusal::Malformed(
+                    "empty element in Transfer-Encoding",
+                ));
+            }
+            let name = trim_ows(item.split(|&b| b == b';').next().unwrap_or_default());
+            if name.is_empty() || !name.iter().all(|&b| is_token_byte(b)) {
+                return Err(CodingRefusal::Malformed("invalid Transfer-Encoding"));
+            }
+            if name.eq_ignore_ascii_case(b"chunked") {
+                if item.len() != name.len() {
+                    return Err(CodingRefusal::Malformed("parameters on the chunked coding"));
+                }
+                if chunked > 0 {
+                    return Err(CodingRefusal::Malformed("chunked applied twice"));
+                }
+                chunked += 1;
+            } else if chunked > 0 {
+                return Err(CodingRefusal::Malformed(
+                    "Transfer-Encoding without final chunked",
+                ));
+            } else {
+                others += 1;
+            }
+        }
+    }
+    match (chunked, others) {
+        (1, 0) => Ok(()),
+        (0, _) => Err(CodingRefusal::Malformed(
+            "Transfer-Encoding without final chunked",
+        )),
+        _ => Err(CodingRefusal::Unsupported),
+    }
+}
+
+/// tchar (RFC 9110 section 5.6.2).
+pub(crate) fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// A field name written with `_` where a field the switch acts on has `-`
+/// (`Content_Length`, `X_Forwarded_For`): many applications (CGI, PHP, WSGI) see both
+/// spellings as one, so such a field could carry framing or a forged client address past the
+/// switch. nginx drops names with `_` by default; the switch refuses these few.
+pub(crate) fn is_underscore_lookalike(name: &[u8]) -> bool {
+    if !name.contains(&b'_') || name.len() > 32 {
+        return false;
+    }
+    let mut dashed = [0u8; 32];
+    for (d, &b) in dashed.iter_mut().zip(name) {
+        *d = if b == b'_' { b'-' } else { b };
+    }
+    role_of(&dashed[..name.len()]) != FieldRole::Forward
 }
 
 pub(crate) fn transfer_coding<'a>(values: impl Iterator<Item = &'a [u8]>) -> TransferCoding {
@@ -320,10 +417,58 @@ mod tests {
         assert_eq!(parse_content_length(b"42,"), None);
         assert_eq!(parse_content_length(b"0x10"), None);
         assert_eq!(parse_content_length(b"18446744073709551615"), None);
+        assert_eq!(parse_content_length(b"9999999999999999999"), None);
+        assert_eq!(parse_content_length(b"9223372036854775808"), None, "2^63");
         assert_eq!(
-            parse_content_length(b"9999999999999999999"),
-            Some(9_999_999_999_999_999_999)
+            parse_content_length(b"9223372036854775807"),
+            Some(9_223_372_036_854_775_807)
         );
+        assert_eq!(parse_content_length(b"00000000000000000000005"), Some(5));
+        assert_eq!(parse_content_length(b"000"), Some(0));
+    }
+
+    #[test]
+    fn request_codings_are_chunked_alone() {
+        let check = |values: &[&[u8]]| request_transfer_coding(values.iter().copied());
+        assert_eq!(check(&[b"chunked"]), Ok(()));
+        assert_eq!(check(&[b"CHUNKED"]), Ok(()));
+        assert_eq!(check(&[b" chunked\t"]), Ok(()));
+        for malformed in [
+            &b"chunked,"[..],
+            b", chunked",
+            b"chunked\t,",
+            b"chunked;q=1",
+            b"chunked, chunked",
+            b"chunked, gzip",
+            b"",
+            b"a b, chunked",
+            b"\xff, chunked",
+            b"gzip",
+        ] {
+            assert!(
+                matches!(check(&[malformed]), Err(CodingRefusal::Malformed(_))),
+                "{:?}",
+                String::from_utf8_lossy(malformed)
+            );
+        }
+        assert_eq!(check(&[b"gzip, chunked"]), Err(CodingRefusal::Unsupported));
+        assert_eq!(
+            check(&[b"gzip", b"chunked"]),
+            Err(CodingRefusal::Unsupported)
+        );
+        assert!(matches!(
+            check(&[b"chunked", b"chunked"]),
+            Err(CodingRefusal::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn underscore_lookalikes() {
+        assert!(is_underscore_lookalike(b"Content_Length"));
+        assert!(is_underscore_lookalike(b"TRANSFER_ENCODING"));
+        assert!(is_underscore_lookalike(b"X_Forwarded_For"));
+        assert!(!is_underscore_lookalike(b"X_Custom_Thing"));
+        assert!(!is_underscore_lookalike(b"Content-Length"));
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Request heads: parsing (httparse), validation and the facts routing needs.
 
 use super::fields::{
-    fold_content_length, read_connection, record_fields, transfer_coding_of, Field, FieldRole,
-    Span, TransferCoding, Version,
+    fold_content_length, is_underscore_lookalike, list_items, read_connection, record_fields,
+    request_transfer_coding, CodingRefusal, Field, FieldRole, Span, Version,
 };
 use super::{BodyFraming, HeadError, MAX_HEADER_FIELDS, MAX_HEAD_BYTES};
 use std::mem::MaybeUninit;
@@ -299,7 +299,8 @@ fn read_fields(buf: &[u8], head: &mut RequestHead) -> Result<(), HeadError> {
     let mut has_transfer_encoding = false;
     let mut host_fields = 0;
     let mut host_value: &[u8] = &[];
-    let mut has_upgrade_field = false;
+    let mut upgrade_fields = 0;
+    let mut upgrade_to_websocket = true;
 
     for field in &head.fields {
         let value = field.value.get(buf);
@@ -312,7 +313,15 @@ fn read_fields(buf: &[u8], head: &mut RequestHead) -> Result<(), HeadError> {
                 host_fields += 1;
                 host_value = value;
             }
-            FieldRole::Upgrade => has_upgrade_field = true,
+            FieldRole::Upgrade => {
+                upgrade_fields += 1;
+                upgrade_to_websocket &= is_websocket_only(value);
+            }
+            FieldRole::Forward if is_underscore_lookalike(field.name.get(buf)) => {
+                return Err(HeadError::bad_request(
+                    "field name with `_` in place of `-` of a framing or forwarding field",
+                ));
+            }
             _ => {}
         }
     }
@@ -332,7 +341,21 @@ fn read_fields(buf: &[u8], head: &mut RequestHead) -> Result<(), HeadError> {
 
     let (connection, persistent) = read_connection(&mut head.fields, buf, head.version);
     head.keep_alive = persistent;
-    head.upgrade = connection.upgrade && has_upgrade_field && !head.is_connect;
+    // Only WebSocket, and only from HTTP/1.1 clients (a server must ignore Upgrade in an
+    // HTTP/1.0 request, RFC 9110 section 7.8): an `h2c` upgrade would tunnel HTTP/2 straight
+    // to one server, past per-request routing (design.md, "Decided"). Any other Upgrade field
+    // is dropped and the request served as it is, as nginx does.
+    head.upgrade = connection.upgrade
+        && upgrade_fields > 0
+        && upgrade_to_websocket
+        && head.version == Version::Http11
+        && !head.is_connect;
+
+    if head.is_connect && (has_transfer_encoding || content_length.is_some()) {
+        // A CONNECT request has no content (RFC 9110 section 9.3.6): bytes sent after its
+        // head would be read by a server that refused the tunnel as its next request.
+        return Err(HeadError::bad_request("CONNECT with a body"));
+    }
 
     head.framing = if has_transfer_encoding {
         if head.version == Version::Http10 {
@@ -345,12 +368,19 @@ fn read_fields(buf: &[u8], head: &mut RequestHead) -> Result<(), HeadError> {
                 "both Content-Length and Transfer-Encoding",
             ));
         }
-        match transfer_coding_of(&head.fields, buf) {
-            TransferCoding::Chunked => BodyFraming::Chunked,
-            _ => {
-                return Err(HeadError::bad_request(
-                    "Transfer-Encoding without final chunked",
-                ))
+        let codings = head
+            .fields
+            .iter()
+            .filter(|f| f.role == FieldRole::TransferEncoding)
+            .map(|f| f.value.get(buf));
+        match request_transfer_coding(codings) {
+            Ok(()) => BodyFraming::Chunked,
+            Err(CodingRefusal::Malformed(why)) => return Err(HeadError::bad_request(why)),
+            Err(CodingRefusal::Unsupported) => {
+                return Err(HeadError {
+                    status: 501,
+                    reason: "transfer coding not implemented",
+                })
             }
         }
     } else {
@@ -360,6 +390,12 @@ fn read_fields(buf: &[u8], head: &mut RequestHead) -> Result<(), HeadError> {
         }
     };
     Ok(())
+}
+
+/// Whether an Upgrade value names WebSocket and nothing else (`websocket`, any case).
+fn is_websocket_only(value: &[u8]) -> bool {
+    let mut protocols = list_items(value).peekable();
+    protocols.peek().is_some() && protocols.all(|p| p.eq_ignore_ascii_case(b"websocket"))
 }
 
 fn starts_with_ignore_case(s: &[u8], prefix: &[u8]) -> bool {
@@ -473,10 +509,49 @@ mod tests {
         )
         .unwrap();
         assert_eq!(h.framing, BodyFraming::Length(7));
-        let h = parse(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n")
-            .unwrap();
+        let h = parse(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n\r\n").unwrap();
         assert_eq!(h.framing, BodyFraming::Chunked);
         assert!(!h.idempotent);
+        // A coding the switch does not decode: 501, as nginx answers.
+        let e = parse(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n")
+            .unwrap_err();
+        assert_eq!(e.status, 501);
+    }
+
+    #[test]
+    fn what_a_server_could_read_otherwise_is_refused() {
+        for raw in [
+            &b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked,\r\n\r\n"[..],
+            b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: , chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked;q=1\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 9223372036854775808\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent_Length: 5\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX_Forwarded_For: 6.6.6.6\r\n\r\n",
+            b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\nContent-Length: 5\r\n\r\n",
+        ] {
+            let e = parse(raw).unwrap_err();
+            assert_eq!(e.status, 400, "{}", String::from_utf8_lossy(raw));
+        }
+        let h = parse(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 9223372036854775807\r\n\r\n")
+            .unwrap();
+        assert_eq!(h.framing, BodyFraming::Length(i64::MAX as u64));
+        // Other underscored names pass.
+        assert!(parse(b"GET / HTTP/1.1\r\nHost: a\r\nX_Custom: 1\r\n\r\n").is_ok());
+    }
+
+    #[test]
+    fn only_websocket_upgrades_from_http11() {
+        let upgrade = |raw: &[u8]| parse(raw).unwrap().upgrade;
+        assert!(upgrade(
+            b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: WebSocket\r\nConnection: upgrade\r\n\r\n"
+        ));
+        assert!(!upgrade(b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: h2c\r\nConnection: upgrade, HTTP2-Settings\r\n\r\n"));
+        assert!(!upgrade(
+            b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket, h2c\r\nConnection: upgrade\r\n\r\n"
+        ));
+        assert!(!upgrade(
+            b"GET / HTTP/1.0\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n"
+        ));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! client sees it. Connection-specific fields are dropped and replaced by the switch's own,
 //! Content-Length is normalised, everything else is copied byte for byte in its order.
 
-use super::fields::{FieldRole, Version};
+use super::fields::{list_items, FieldRole, Version};
 use super::request::{RequestHead, TargetForm};
 use super::response::ResponseHead;
 use super::BodyFraming;
@@ -48,11 +48,19 @@ pub fn write_request_head(
         .rposition(|f| f.role == FieldRole::ForwardedFor);
     let mut wrote_length = false;
     let mut wrote_host = false;
+    let mut wrote_coding = false;
     for (i, field) in head.fields.iter().enumerate() {
         let name = field.name.get(buf);
         let value = field.value.get(buf);
         match field.role {
-            FieldRole::Forward | FieldRole::TransferEncoding => put_field(out, name, value),
+            FieldRole::Forward => put_field(out, name, value),
+            // Checked to say exactly `chunked` (request.rs): sent in that one form, once.
+            FieldRole::TransferEncoding => {
+                if !wrote_coding && head.framing == BodyFraming::Chunked {
+                    wrote_coding = true;
+                    out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+                }
+            }
             FieldRole::Drop => {}
             FieldRole::Upgrade => {
                 if head.upgrade {
@@ -76,8 +84,11 @@ pub fn write_request_head(
                 if Some(i) == last_forwarded_for {
                     out.extend_from_slice(name);
                     out.extend_from_slice(b": ");
-                    out.extend_from_slice(value);
-                    out.extend_from_slice(b", ");
+                    // An empty value gets no empty list element before the client's address.
+                    if !value.is_empty() {
+                        out.extend_from_slice(value);
+                        out.extend_from_slice(b", ");
+                    }
                     out.extend_from_slice(client);
                     out.extend_from_slice(b"\r\n");
                 } else {
@@ -179,6 +190,13 @@ pub fn write_response_head(
     out.extend_from_slice(head.reason.get(buf));
     out.extend_from_slice(b"\r\n");
     let mut wrote_length = false;
+    // 1xx and 204 have no content to frame (RFC 9110 sections 8.6, 15.2, 15.3.5): a length or
+    // coding there only misleads. An HTTP/1.0 server's Transfer-Encoding is faulty framing
+    // (RFC 9112 section 6.1): its body is read until the close and goes on without one.
+    let frames_content = head.status >= 200 && head.status != 204;
+    let codings_to_client =
+        frames_content && client == Version::Http11 && head.version == Version::Http11;
+    let mut wrote_coding = false;
     for field in &head.fields {
         let name = field.name.get(buf);
         let value = field.value.get(buf);
@@ -188,8 +206,9 @@ pub fn write_response_head(
             }
             FieldRole::Drop => {}
             FieldRole::TransferEncoding => {
-                if client == Version::Http11 {
-                    put_field(out, name, value);
+                if codings_to_client && !wrote_coding {
+                    wrote_coding = true;
+                    put_codings(out, head, buf);
                 }
             }
             FieldRole::Upgrade => {
@@ -198,7 +217,7 @@ pub fn write_response_head(
                 }
             }
             FieldRole::ContentLength => {
-                if !wrote_length {
+                if !wrote_length && frames_content {
                     wrote_length = true;
                     put_length(out, name, head.content_length.unwrap_or(0));
                 }
@@ -206,6 +225,28 @@ pub fn write_response_head(
         }
     }
     out.extend_from_slice(connection.field());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The codings of all of a response's Transfer-Encoding fields as one field, each coding as
+/// the server wrote it and without empty list elements (`gzip,, chunked` and a second field
+/// become `Transfer-Encoding: gzip, chunked`).
+fn put_codings(out: &mut Vec<u8>, head: &ResponseHead, buf: &[u8]) {
+    out.extend_from_slice(b"Transfer-Encoding: ");
+    let mut first = true;
+    for field in head
+        .fields
+        .iter()
+        .filter(|f| f.role == FieldRole::TransferEncoding)
+    {
+        for coding in list_items(field.value.get(buf)) {
+            if !first {
+                out.extend_from_slice(b", ");
+            }
+            first = false;
+            out.extend_from_slice(coding);
+        }
+    }
     out.extend_from_slice(b"\r\n");
 }
 
@@ -367,6 +408,48 @@ mod tests {
         assert_eq!(
             client_head(raw, ClientConnection::KeepAlive10, Version::Http10),
             "HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\nConnection: keep-alive\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn framing_goes_on_in_its_one_canonical_form() {
+        let got = upstream(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:  CHUNKED \r\n\r\n");
+        assert!(got.contains("\r\nTransfer-Encoding: chunked\r\n"), "{got}");
+        let got = upstream(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 007, 7\r\n\r\n");
+        assert!(got.contains("\r\nContent-Length: 7\r\n"), "{got}");
+    }
+
+    #[test]
+    fn an_empty_forwarded_for_gets_no_empty_element() {
+        let got = upstream(b"GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-For:\r\n\r\n");
+        assert!(got.contains("\r\nX-Forwarded-For: 10.0.0.7\r\n"), "{got}");
+    }
+
+    #[test]
+    fn response_framing_is_rebuilt() {
+        // Codings joined in one field, empty elements gone.
+        let raw =
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip,,\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(
+            client_head(raw, ClientConnection::Persistent, Version::Http11),
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+        );
+        // 204 and 1xx frame nothing: no length, no coding.
+        let raw = b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\nX-A: 1\r\n\r\n";
+        assert_eq!(
+            client_head(raw, ClientConnection::Persistent, Version::Http11),
+            "HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n"
+        );
+        let raw = b"HTTP/1.1 100 Continue\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(
+            client_head(raw, ClientConnection::Persistent, Version::Http11),
+            "HTTP/1.1 100 Continue\r\n\r\n"
+        );
+        // An HTTP/1.0 server's coding is faulty framing: read until close, announced as none.
+        let raw = b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(
+            client_head(raw, ClientConnection::Close, Version::Http11),
+            "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n"
         );
     }
 }

@@ -141,6 +141,10 @@ impl Session {
             }
             stats::bump(&backend.stats.responses);
             backend.stats.latency.record(started.elapsed());
+            // A server that answered before it had the whole body may not read the rest as
+            // this request's (an early error, or a bug): the rest could be read as the next
+            // request, so such a connection is not reused, however the upload ends.
+            let uploaded_before_answer = upload_complete;
 
             let status = response.status;
             if status == 101 || (head.is_connect && (200..300).contains(&status)) {
@@ -215,6 +219,7 @@ impl Session {
                     relayed,
                     keep_client,
                     upload_complete,
+                    uploaded_before_answer,
                     head_bytes,
                 })
             }
@@ -228,6 +233,7 @@ impl Session {
             relayed,
             keep_client,
             upload_complete,
+            uploaded_before_answer,
             head_bytes,
         } = match phase {
             Phase::Tunnel => {
@@ -247,7 +253,11 @@ impl Session {
         // 4. The server connection goes back to the idle list if the exchange ended cleanly
         //    on both sides with nothing extra pending.
         self.unread_input |= !upload_complete;
-        if self.response.server_keep_alive && upload_complete && self.server_buf.is_empty() {
+        if self.response.server_keep_alive
+            && upload_complete
+            && uploaded_before_answer
+            && self.server_buf.is_empty()
+        {
             backend.park(
                 self.timer.worker(),
                 server,
@@ -330,6 +340,8 @@ struct Relayed {
     relayed: Result<(), RelayError>,
     keep_client: bool,
     upload_complete: bool,
+    /// The request body had all gone up when the response head came.
+    uploaded_before_answer: bool,
     head_bytes: u64,
 }
 
