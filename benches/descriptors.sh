@@ -33,15 +33,8 @@ D=$(mktemp -d /tmp/descriptors.XXXX); chmod 755 "$D"; mkdir -p "$D/www" "$D/logs
 head -c 100 /dev/zero | tr '\0' 'a' > "$D/www/small.html"; chmod -R a+rX "$D/www"
 PIDS=(); PROXY=""; CLIENT=""; SAMPLER=""
 cleanup() {
-  local p
-  # SIGTERM first (an nginx master takes its workers along; SIGKILL would orphan them), SIGKILL
-  # whatever is left after 5 s
-  for p in $SAMPLER $CLIENT $PROXY "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in $SAMPLER $CLIENT $PROXY "${PIDS[@]}"; do
-    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$p" 2>/dev/null || true
-  done
-  wait 2>/dev/null || true
+  # shellcheck disable=SC2086
+  stop_gracefully $SAMPLER $CLIENT $PROXY "${PIDS[@]}"
   [ -n "${KEEP:-}" ] && echo "kept $D" >&2 || rm -rf "$D"
 }
 trap cleanup EXIT

@@ -194,3 +194,15 @@ print_medians() {
     printf "%-13s rps=%s cpu_us_per_req=%s\n" "$name" "$rps" "$cpu"
   done
 }
+
+# stop_gracefully PID...: SIGTERM first (an nginx master takes its workers along; SIGKILL would
+# orphan them), SIGKILL whatever is left after 5 s.
+stop_gracefully() {
+  local p
+  for p in "$@"; do kill "$p" 2>/dev/null || true; done
+  for p in "$@"; do
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$p" 2>/dev/null || true
+  done
+  wait 2>/dev/null || true
+}
