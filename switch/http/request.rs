@@ -247,7 +247,8 @@ fn split_target(buf: &[u8], head: &mut RequestHead, method: &str) -> Result<(), 
         head.target_form = TargetForm::Authority;
         let host =
             host_without_port(target).ok_or(HeadError::bad_request("invalid CONNECT target"))?;
-        if target.len() == host.len() {
+        // `host:port` with a port: `host` alone or `host:` names no place to connect to.
+        if target.len() <= host.len() + 1 {
             return Err(HeadError::bad_request("CONNECT target without port"));
         }
         head.host = Some(Span::of(buf, host));
@@ -408,13 +409,11 @@ pub(crate) fn host_without_port(authority: &[u8]) -> Option<&[u8]> {
     let (host, port) = if authority.first() == Some(&b'[') {
         let close = authority.iter().position(|&b| b == b']')?;
         let literal = &authority[1..close];
-        if literal.is_empty()
-            || !literal
-                .iter()
-                .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
-        {
-            return None;
-        }
+        // An IPv6 address, as std reads it (`[.:1]` is none; IPvFuture is not accepted).
+        std::str::from_utf8(literal)
+            .ok()?
+            .parse::<std::net::Ipv6Addr>()
+            .ok()?;
         (&authority[..=close], &authority[close + 1..])
     } else {
         match authority.iter().rposition(|&b| b == b':') {
@@ -427,8 +426,20 @@ pub(crate) fn host_without_port(authority: &[u8]) -> Option<&[u8]> {
         [b':', digits @ ..] => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
         _ => false,
     };
-    let host_ok = host.first() == Some(&b'[') || host.iter().all(|&b| is_reg_name_byte(b));
+    let host_ok = host.first() == Some(&b'[') || is_reg_name(host);
     (port_ok && host_ok).then_some(host)
+}
+
+/// A reg-name: its bytes, and each `%` followed by two hexadecimal digits (RFC 3986 section
+/// 3.2.2; `Host: %x` is refused, as RFC 9112 section 3.2 asks for an invalid Host).
+fn is_reg_name(host: &[u8]) -> bool {
+    host.iter().all(|&b| is_reg_name_byte(b))
+        && host.iter().enumerate().all(|(i, &b)| {
+            b != b'%'
+                || host
+                    .get(i + 1..i + 3)
+                    .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+        })
 }
 
 /// unreserved / pct-encoded / sub-delims (RFC 3986 reg-name).
@@ -681,5 +692,30 @@ mod tests {
         assert_eq!(host_without_port(b"[::1"), None);
         assert_eq!(host_without_port(b"a:b:c"), None);
         assert_eq!(host_without_port(b"a:123456"), None);
+    }
+
+    #[test]
+    fn hosts_a_server_would_refuse_are_refused() {
+        for raw in [
+            &b"GET / HTTP/1.1\r\nHost: %x\r\n\r\n"[..],
+            b"GET / HTTP/1.1\r\nHost: a%4\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: [.:1]\r\n\r\n",
+            b"GET http://[.:1]/ HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"CONNECT exa344: HTTP/1.1\r\nHost: exa344:\r\n\r\n",
+        ] {
+            assert_eq!(
+                parse(raw).unwrap_err().status,
+                400,
+                "{}",
+                String::from_utf8_lossy(raw)
+            );
+        }
+        for raw in [
+            &b"GET / HTTP/1.1\r\nHost: a%41b\r\n\r\n"[..],
+            b"GET / HTTP/1.1\r\nHost: [::1]:80\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a:\r\n\r\n",
+        ] {
+            assert!(parse(raw).is_ok(), "{}", String::from_utf8_lossy(raw));
+        }
     }
 }

@@ -88,11 +88,29 @@ pub fn parse_response(
     }
     head.len = len;
     head.status = status;
-    head.reason = Span::of(buf, response.reason.unwrap_or("").as_bytes());
+    head.reason = reason_phrase(buf);
     head.version = Version::from_minor(minor);
     record_fields(buf, response.headers, &mut head.fields);
     read_fields(buf, request, head)?;
     Ok(true)
+}
+
+/// The reason phrase of a status line httparse accepted, cut from the line itself: httparse
+/// gives a phrase that is not UTF-8 (obs-text, RFC 9112 section 4) or absent as a static `""`
+/// outside `buf`, which has no span there (found by fuzzing: fuzz/REPORT.md, C1).
+fn reason_phrase(buf: &[u8]) -> Span {
+    let start = buf
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(buf.len());
+    let line = &buf[start..];
+    let end = line.iter().position(|&b| b == b'\n').unwrap_or(line.len());
+    let line = line[..end].strip_suffix(b"\r").unwrap_or(&line[..end]);
+    // "HTTP/1.1 200 " is 13 bytes; a line of 12 has no reason.
+    match line.get(13..) {
+        Some(reason) if line[12] == b' ' => Span::of(buf, reason),
+        _ => Span::default(),
+    }
 }
 
 fn read_fields(
@@ -246,6 +264,23 @@ mod tests {
                 "{:?}",
                 String::from_utf8_lossy(raw)
             );
+        }
+    }
+
+    #[test]
+    fn a_reason_phrase_missing_or_not_utf8_is_cut_from_the_line() {
+        for (raw, reason) in [
+            (&b"HTTP/1.1 200\r\n\r\n"[..], &b""[..]),
+            (b"HTTP/1.1 200 \xffOK\r\n\r\n", b"\xffOK"),
+            (
+                b"HTTP/1.1 204 No Con\xdbent\nConnection: close\n\n",
+                b"No Con\xdbent",
+            ),
+            (b"HTTP/1.1 404 Not Found\r\n\r\n", b"Not Found"),
+        ] {
+            let head = parse(raw, GET).unwrap();
+            assert_eq!(head.reason.get(raw), reason);
+            assert!(head.reason.range().end <= head.len);
         }
     }
 }
