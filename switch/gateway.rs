@@ -381,6 +381,7 @@ impl Switch {
                 bound: Default::default(),
                 listen_at: s.listen_at,
                 defer_accept: s.defer_accept,
+                proxy_protocol: s.proxy_protocol,
                 rules: s.rules,
                 stats: Default::default(),
             })

@@ -21,6 +21,8 @@ pub struct Service {
     /// Where its listen address is written (`FILE:LINE:COL`).
     pub listen_at: String,
     pub defer_accept: bool,
+    /// Connections start with a PROXY protocol header (edge/proxy_protocol.rs).
+    pub proxy_protocol: bool,
     pub rules: RuleSet,
     /// Its counters, kept across reloads while the service keeps its name.
     pub stats: Arc<ServiceStats>,

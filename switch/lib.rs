@@ -12,6 +12,7 @@ pub mod buffer;
 pub mod config;
 pub mod control;
 pub mod demo;
+pub mod edge;
 pub mod gateway;
 pub mod generation;
 pub mod health;

@@ -176,6 +176,7 @@ fn reload_locked(shared: &Arc<Shared>) -> Result<Reloaded, ReloadError> {
                 listen: s.listen,
                 listen_at: s.listen_at,
                 defer_accept: s.defer_accept,
+                proxy_protocol: s.proxy_protocol,
                 rules: s.rules,
             }
         })

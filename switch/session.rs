@@ -16,6 +16,7 @@ use exchange::short_reason;
 
 use crate::access_log;
 use crate::buffer::IoBuf;
+use crate::edge::proxy_protocol;
 use crate::generation::{Generation, Service};
 use crate::health;
 use crate::http::chunked;
@@ -155,6 +156,8 @@ pub(crate) struct Session {
     service_gone: bool,
     client: Socket,
     peer: SocketAddr,
+    /// The address the client connected to, when a PROXY protocol header named it.
+    destination: Option<SocketAddr>,
     /// The client's address as X-Forwarded-For carries it.
     client_text: ForwardedFor,
     inbuf: IoBuf,
@@ -219,6 +222,7 @@ impl Session {
             service_gone: false,
             client,
             peer,
+            destination: None,
             client_text: forwarded_for(peer.ip()),
             inbuf: IoBuf::unallocated_for_heads(),
             head: RequestHead::default(),
@@ -264,6 +268,13 @@ impl Session {
         let keepalive = self.shared.settings.keepalive_timeout;
         let mut head_deadline = Some(Instant::now() + self.shared.settings.header_timeout);
         let mut wait = keepalive;
+        if self.service().proxy_protocol {
+            // Boxed: read once, its state need not stay in the connection's task.
+            let deadline = head_deadline.unwrap_or_else(Instant::now);
+            if !Box::pin(self.read_proxy_header(deadline)).await {
+                return;
+            }
+        }
         loop {
             // Waiting for a request: nothing but the socket is held (see wait_for_request).
             let waiting = match head_deadline {
@@ -315,6 +326,40 @@ impl Session {
         // Boxed, like refusals: closing happens once, and its state need not sit in every
         // idle connection's task.
         Box::pin(self.linger()).await;
+    }
+
+    /// Reads the PROXY protocol header the connection starts with (edge/proxy_protocol.rs) by
+    /// `deadline`, and takes the client it names as this connection's: for X-Forwarded-For,
+    /// `source-hash`, the log and the servers' PROXY headers. `false`: none came, or a broken
+    /// one; the connection is counted and closed without a word, never routed.
+    async fn read_proxy_header(&mut self, deadline: Instant) -> bool {
+        loop {
+            match proxy_protocol::read_header(self.inbuf.filled()) {
+                proxy_protocol::Received::Header {
+                    len,
+                    client,
+                    destination,
+                } => {
+                    self.inbuf.consume(len);
+                    if let Some(client) = client {
+                        self.peer = client;
+                        self.client_text = forwarded_for(client.ip());
+                    }
+                    self.destination = destination;
+                    return true;
+                }
+                proxy_protocol::Received::Incomplete => {
+                    match read_some(&self.client, &mut self.inbuf, Limit::Until(deadline)).await {
+                        Ok(n) if n > 0 => continue,
+                        _ => {}
+                    }
+                }
+                proxy_protocol::Received::Invalid => {}
+            }
+            stats::bump(&self.service().stats.proxy_refused);
+            tracing::debug!(client = %self.peer, "no valid PROXY protocol header; closed");
+            return false;
+        }
     }
 
     /// Serves requests, the first one's head read already, as long as the next one comes

@@ -75,6 +75,7 @@ fn service_snapshot(service: &Service) -> ServiceSnapshot {
         accepted: stats::read(&s.accepted),
         open: stats::read(&s.open),
         refused: stats::read(&s.refused),
+        proxy_refused: stats::read(&s.proxy_refused),
         requests: stats::read(&s.requests),
         local_errors: stats::read(&s.local_errors),
         classes: s.classes.read(),

@@ -216,6 +216,13 @@ impl Socket {
     }
 }
 
+impl Socket {
+    /// The address this end of the connection is bound to.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.stream.local_addr()
+    }
+}
+
 impl AsFd for Socket {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.stream.as_fd()

@@ -43,6 +43,9 @@ pub struct ServiceStats {
     pub open: AtomicU64,
     /// Connections refused with 503 because `max_clients` were connected.
     pub refused: AtomicU64,
+    /// Connections closed because they did not start with a valid PROXY protocol header
+    /// (`proxy_protocol = true`).
+    pub proxy_refused: AtomicU64,
     pub requests: AtomicU64,
     /// Responses the switch produced itself (4xx refusals, 502, 503, 504).
     pub local_errors: AtomicU64,
@@ -141,6 +144,7 @@ pub struct ServiceSnapshot {
     pub accepted: u64,
     pub open: u64,
     pub refused: u64,
+    pub proxy_refused: u64,
     pub requests: u64,
     pub local_errors: u64,
     pub classes: [u64; 5],

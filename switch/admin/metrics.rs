@@ -156,6 +156,12 @@ impl Collector for Scrape {
         )?;
         family(
             e,
+            "tcpvs_service_proxy_refused",
+            "Client connections closed for a missing or invalid PROXY protocol header",
+            by_service(|s| s.proxy_refused),
+        )?;
+        family(
+            e,
             "tcpvs_service_requests",
             "Requests read",
             by_service(|s| s.requests),

@@ -117,6 +117,8 @@ pub struct ServiceConfig {
     pub listen_at: String,
     /// Accept a connection only once its first bytes arrived (TCP_DEFER_ACCEPT).
     pub defer_accept: bool,
+    /// Every connection starts with a PROXY protocol header naming the client (edge/).
+    pub proxy_protocol: bool,
     pub rules: RuleSet,
 }
 
@@ -138,6 +140,8 @@ pub struct PoolConfig {
     pub servers: Vec<ServerConfig>,
     /// Health checks, passive detection, queue and slow start.
     pub health: health::PoolHealth,
+    /// A PROXY protocol header of this version starts each server connection (`send_proxy`).
+    pub send_proxy: Option<crate::edge::proxy_protocol::Version>,
 }
 
 /// A checked rule file.

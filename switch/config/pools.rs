@@ -36,12 +36,27 @@ pub(super) fn build_pools(
             .iter()
             .map(|(k, v, _)| (k.clone(), v.clone()))
             .collect();
+        let send_proxy = pool
+            .send_proxy
+            .as_ref()
+            .and_then(|v| match v.get_ref().as_str() {
+                "v1" => Some(crate::edge::proxy_protocol::Version::V1),
+                "v2" => Some(crate::edge::proxy_protocol::Version::V2),
+                other => {
+                    sink.at(
+                        v.span(),
+                        format!("`send_proxy`: expected \"v1\" or \"v2\", found \"{other}\""),
+                    );
+                    None
+                }
+            });
         let config = PoolConfig {
             name: name.clone(),
             scheduler,
             options: plain,
             servers,
             health: pool_health,
+            send_proxy,
         };
         // Build the module once now, so an unknown name or a bad option is refused at load.
         let states = crate::upstream::server_states(&config);

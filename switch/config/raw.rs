@@ -27,7 +27,13 @@ pub(crate) const SWITCH_KEYS: &[&str] = &[
     "server_idle_timeout",
 ];
 const ADMIN_KEYS: &[&str] = &["listen", "token", "token_file"];
-const SERVICE_KEYS: &[&str] = &["listen", "default_pool", "defer_accept", "rule"];
+const SERVICE_KEYS: &[&str] = &[
+    "listen",
+    "default_pool",
+    "defer_accept",
+    "proxy_protocol",
+    "rule",
+];
 const RULE_KEYS: &[&str] = &["path", "host", "method", "header", "pool"];
 const HEADER_KEYS: &[&str] = &["name", "value"];
 const SERVER_KEYS: &[&str] = &["addr", "weight", "max_conns", "backup"];
@@ -37,6 +43,7 @@ pub(crate) const POOL_KEYS: &[&str] = &[
     "servers",
     "queue_timeout",
     "slow_start",
+    "send_proxy",
     "health",
 ];
 const HEALTH_KEYS: &[&str] = &[
@@ -104,6 +111,7 @@ pub(crate) struct RawService {
     pub listen: Option<Spanned<String>>,
     pub default_pool: Option<Spanned<String>>,
     pub defer_accept: Option<bool>,
+    pub proxy_protocol: Option<bool>,
     pub rule: Vec<Spanned<RawRule>>,
 }
 
@@ -156,6 +164,7 @@ pub(crate) struct RawPool {
     pub servers: Option<Spanned<Vec<RawServer>>>,
     pub queue_timeout: Option<Spanned<String>>,
     pub slow_start: Option<Spanned<String>>,
+    pub send_proxy: Option<Spanned<String>>,
     pub health: Option<RawHealth>,
     /// In name order, as the module sees them.
     pub options: Vec<(Spanned<String>, Spanned<Scalar>)>,
@@ -302,6 +311,7 @@ fn read_service(name: &str, t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawS
         listen,
         default_pool,
         defer_accept: t.boolean("defer_accept", sink),
+        proxy_protocol: t.boolean("proxy_protocol", sink),
         rule: rules,
     }
 }
@@ -380,6 +390,7 @@ fn read_pool(name: &str, t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawPool
         scheduler: t.string("scheduler", "a module name like \"wlc\"", sink),
         queue_timeout: t.duration("queue_timeout", sink),
         slow_start: t.duration("slow_start", sink),
+        send_proxy: t.string("send_proxy", "\"v1\" or \"v2\"", sink),
         health: t
             .table(
                 "health",

@@ -52,6 +52,7 @@ pub(super) fn build_services(
                 listen,
                 listen_at: sink.position(listen_span),
                 defer_accept: service.defer_accept.unwrap_or(true),
+                proxy_protocol: service.proxy_protocol.unwrap_or(false),
                 rules: RuleSet::new(rules, default_pool),
             });
         }

@@ -4,6 +4,7 @@
 
 use super::{ExchangeError, Outcome, Session};
 use crate::buffer::IoBuf;
+use crate::edge::proxy_protocol;
 use crate::http::response::RequestKind;
 use crate::http::rewrite::{
     add_field_to_head, client_connection, write_response_head, ClientConnection,
@@ -26,6 +27,19 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 impl Session {
+    /// The request head preceded by a PROXY protocol header naming this connection's client and
+    /// the address it connected to (the one a PROXY header in named, else this socket's).
+    fn with_proxy_header(&self, version: proxy_protocol::Version) -> Vec<u8> {
+        let destination = self
+            .destination
+            .or_else(|| self.client.local_addr().ok())
+            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let mut out = Vec::with_capacity(self.upstream_head.len() + 64);
+        proxy_protocol::write_header(&mut out, version, self.peer, destination);
+        out.extend_from_slice(&self.upstream_head);
+        out
+    }
+
     /// Sends the request to the server on `server` and relays the response to the client.
     pub(super) async fn exchange(
         &mut self,
@@ -54,17 +68,20 @@ impl Session {
                 body_left = BodyFraming::Empty;
             }
         }
+        // A pool with `send_proxy` starts each new connection with a PROXY header naming the
+        // client; its connections serve that client only (never parked for reuse).
+        let send_proxy = lease.pool().config.send_proxy;
+        let proxied;
+        let head: &[u8] = match send_proxy {
+            Some(version) if !reused => {
+                proxied = self.with_proxy_header(version);
+                &proxied
+            }
+            _ => &self.upstream_head,
+        };
         // Pushed at once even when a body follows: the client may wait for 100 Continue
         // before sending it, and MSG_MORE would hold the head back for up to 200 ms.
-        if let Err(e) = write_both(
-            &server,
-            &self.upstream_head,
-            with_head,
-            Then::Push,
-            Limit::Idle(idle),
-        )
-        .await
-        {
+        if let Err(e) = write_both(&server, head, with_head, Then::Push, Limit::Idle(idle)).await {
             return Err(if reused {
                 ExchangeError::Stale
             } else {
@@ -254,6 +271,7 @@ impl Session {
         //    on both sides with nothing extra pending.
         self.unread_input |= !upload_complete;
         if self.response.server_keep_alive
+            && send_proxy.is_none()
             && upload_complete
             && uploaded_before_answer
             && self.server_buf.is_empty()

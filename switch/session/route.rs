@@ -137,23 +137,28 @@ impl Session {
             let backend = lease.backend();
             let retryable = self.head.retryable();
             let now_ms = self.timer.now_ms();
-            let connection =
-                match backend.take_idle(self.timer.worker(), now_ms, idle_age, !retryable) {
-                    Some(stream) => Some((stream, true)),
-                    None => match self.open_connection(backend).await {
-                        Ok(stream) => Some((stream, false)),
-                        Err(ConnectFailure::OutOfDescriptors) => {
-                            // No other server would fare better, and this one did not fail.
-                            return Err((503, OUT_OF_DESCRIPTORS));
-                        }
-                        Err(ConnectFailure::Server(e)) => {
-                            count_connect_error(&backend.stats, &e);
-                            self.retry_from = Some(server);
-                            self.server_failed(pool, server, &format!("connect failed: {e}"));
-                            None
-                        }
-                    },
-                };
+            // A `send_proxy` pool's connections belong to one client each: never reused
+            // (idle ones may remain from before a reload turned it on).
+            let idle = match pool.config.send_proxy {
+                None => backend.take_idle(self.timer.worker(), now_ms, idle_age, !retryable),
+                Some(_) => None,
+            };
+            let connection = match idle {
+                Some(stream) => Some((stream, true)),
+                None => match self.open_connection(backend).await {
+                    Ok(stream) => Some((stream, false)),
+                    Err(ConnectFailure::OutOfDescriptors) => {
+                        // No other server would fare better, and this one did not fail.
+                        return Err((503, OUT_OF_DESCRIPTORS));
+                    }
+                    Err(ConnectFailure::Server(e)) => {
+                        count_connect_error(&backend.stats, &e);
+                        self.retry_from = Some(server);
+                        self.server_failed(pool, server, &format!("connect failed: {e}"));
+                        None
+                    }
+                },
+            };
             if let Some((stream, reused)) = connection {
                 self.response_field = self.module_response_field(pool, server);
                 return Ok((lease, stream, reused));
