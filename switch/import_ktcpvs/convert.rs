@@ -56,15 +56,18 @@ pub(super) struct Lowering<'a> {
     pub(super) service_names: HashSet<String>,
 }
 
+/// `text` with control characters (but tabs) shown as `?`: fit for a TOML comment.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() && c != '\t' { '?' } else { c })
+        .collect()
+}
+
 impl Lowering<'_> {
     /// `# ktcpvs line N: <the line>`: where a part came from.
     fn source(&self, line: usize) -> String {
         let text = self.lines.get(line - 1).map_or("", |l| l.trim());
-        let text: String = text
-            .chars()
-            .map(|c| if c.is_control() && c != '\t' { '?' } else { c })
-            .collect();
-        format!("ktcpvs line {line}: {text}")
+        format!("ktcpvs line {line}: {}", printable(text))
     }
 
     pub(super) fn run(mut self, services: &[KService]) -> Out {
@@ -119,9 +122,13 @@ impl Lowering<'_> {
             let total: u64 = limits.iter().map(|(_, v, _)| u64::from(*v)).sum();
             let parts: Vec<String> = limits
                 .iter()
-                .map(|(name, v, line)| match line {
-                    Some(line) => format!("`{name}` {v} (line {line})"),
-                    None => format!("`{name}` {v} (startservers, no maxclients)"),
+                .map(|(name, v, line)| {
+                    // Into a comment: control characters as `?` (found by fuzzing, I2).
+                    let name = printable(name);
+                    match line {
+                        Some(line) => format!("`{name}` {v} (line {line})"),
+                        None => format!("`{name}` {v} (startservers, no maxclients)"),
+                    }
                 })
                 .collect();
             for (name, value, line) in &limits {

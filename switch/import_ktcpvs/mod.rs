@@ -205,6 +205,14 @@ pub fn import(file: &str, source: &str) -> Report {
         service_names: HashSet::new(),
     }
     .run(&services);
+    if services.is_empty() && !d.has_errors() {
+        // An empty file, or comments only: nothing to convert (found by fuzzing, I1).
+        d.error(
+            Pos { line: 1, col: 1 },
+            "no virtual service: a KTCPVS configuration has at least one `virtual NAME { ... }`"
+                .to_string(),
+        );
+    }
     let mut rules = String::new();
     if !d.has_errors() {
         rules = render(&out);
