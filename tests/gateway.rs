@@ -365,11 +365,11 @@ async fn upgrade_becomes_a_tunnel() {
     let switch = one_pool(&server, "").await;
     let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
     client
-        .send(b"GET /upgrade HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\nearly")
+        .send(b"GET /upgrade HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nearly")
         .await;
     let r = client.response(true).await;
     assert_eq!(r.status, 101);
-    assert_eq!(r.header("upgrade"), Some("echo"));
+    assert_eq!(r.header("upgrade"), Some("websocket"));
     assert_eq!(r.header("connection"), Some("upgrade"));
     // Bytes sent right behind the head, then 1 MiB both ways, all echoed in order.
     let data = pattern(1 << 20, 99);

@@ -823,7 +823,7 @@ async fn a_tunnel_with_no_byte_moving_for_idle_timeout_is_closed() {
     let switch = one_pool(server.addr, "idle_timeout = \"300ms\"").await;
     let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
     client
-        .send(b"GET /upgrade HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+        .send(b"GET /upgrade HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
         .await;
     let (head, already) = read_raw_head(&mut client.stream).await;
     assert!(head.starts_with(b"HTTP/1.1 101 "));

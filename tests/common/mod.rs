@@ -496,7 +496,7 @@ async fn serve_connection(
             }
             ["upgrade"] => {
                 stream
-                    .write_all(format!("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n{served_by}\r\n").as_bytes())
+                    .write_all(format!("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n{served_by}\r\n").as_bytes())
                     .await?;
                 if !buf.is_empty() {
                     stream.write_all(&buf).await?;
