@@ -267,3 +267,29 @@ fn a_control_character_in_a_service_name_gives_a_valid_rule_file() {
         );
     }
 }
+
+/// P1 (`proxy_header`): a version 1 header read from fewer bytes than arrived later gave a
+/// shorter header: `ppp` took `PROXY UNKNOWN ` up to a bare LF, or up to the end of what had
+/// arrived, as a whole line, so the length of the header depended on how its bytes were split
+/// over reads. The line now ends at its CRLF, and only there.
+#[test]
+fn a_proxy_header_has_one_length_however_its_bytes_arrive() {
+    use tcpvs::edge::proxy_protocol::{read_header, Received};
+    let inputs: [&[u8]; 2] = [
+        b"PROXY UNKNOWN \n\r\n\0\r\nQUIT\n!\x11\x00\x0c2 \xbf\x80\xff\xff 8/\r\n",
+        b"PROXY UNKNOWN 1\xd8\x80\x001\xd8\x80\x000.1\xd8\x80\x00 \n\x00\r\nQUI\x84\n!\x11\x00\x0e\xc01U\xee\nQ",
+    ];
+    for input in inputs {
+        let Received::Header { len, .. } = read_header(input) else {
+            panic!("{input:?}: no header")
+        };
+        assert!(input[..len].ends_with(b"\r\n"));
+        for cut in 0..len {
+            assert_eq!(
+                read_header(&input[..cut]),
+                Received::Incomplete,
+                "{input:?} cut at {cut}"
+            );
+        }
+    }
+}

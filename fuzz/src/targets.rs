@@ -567,3 +567,74 @@ pub fn check_import_ktcpvs(data: &[u8]) {
         assert!(report.rules.is_empty(), "rules printed for a refused file");
     }
 }
+
+/// Target `proxy_header`: `read_header` never panics; a header's length lies inside the input;
+/// every shorter prefix of an accepted header is incomplete or invalid, never a header (so the
+/// switch never acts on a header before it is whole); without a header, at most
+/// `MAX_HEADER_BYTES` are waited for. Then what the switch writes for a server reads back as
+/// the same client, for addresses taken from the input.
+pub fn check_proxy_header(data: &[u8]) {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+    use tcpvs::edge::proxy_protocol::{
+        read_header, write_header, Received, Version, MAX_HEADER_BYTES,
+    };
+    match read_header(data) {
+        Received::Header { len, .. } => {
+            assert!(
+                len > 0 && len <= data.len(),
+                "length {len} of {}",
+                data.len()
+            );
+            for cut in 0..len {
+                assert!(
+                    !matches!(read_header(&data[..cut]), Received::Header { .. }),
+                    "a header in a prefix of {cut} bytes"
+                );
+            }
+        }
+        Received::Incomplete => assert!(data.len() < MAX_HEADER_BYTES),
+        Received::Invalid => {}
+    }
+    if data.len() >= 37 {
+        let port = |i: usize| u16::from_be_bytes([data[i], data[i + 1]]);
+        let v4 = |i: usize| {
+            IpAddr::V4(Ipv4Addr::new(
+                data[i],
+                data[i + 1],
+                data[i + 2],
+                data[i + 3],
+            ))
+        };
+        let v6 = |i: usize| {
+            let mut octets = [0u8; 16];
+            octets.copy_from_slice(&data[i..i + 16]);
+            IpAddr::V6(Ipv6Addr::from(octets))
+        };
+        let (client, destination) = if data[0] & 1 == 0 {
+            (
+                SocketAddr::new(v4(1), port(5)),
+                SocketAddr::new(v4(7), port(11)),
+            )
+        } else {
+            (
+                SocketAddr::new(v6(1), port(17)),
+                SocketAddr::new(v6(19), port(35)),
+            )
+        };
+        for version in [Version::V1, Version::V2] {
+            let mut out = Vec::new();
+            write_header(&mut out, version, client, destination);
+            match read_header(&out) {
+                Received::Header {
+                    len,
+                    client: Some(c),
+                    destination: Some(d),
+                } => {
+                    assert_eq!(len, out.len());
+                    assert_eq!((c, d), (client, destination), "{version:?}");
+                }
+                other => panic!("{version:?}: {out:?} read as {other:?}"),
+            }
+        }
+    }
+}

@@ -56,3 +56,8 @@ fn rule_file() {
 fn import_ktcpvs() {
     run("import_ktcpvs", tcpvs_fuzz::targets::check_import_ktcpvs);
 }
+
+#[test]
+fn proxy_header() {
+    run("proxy_header", tcpvs_fuzz::targets::check_proxy_header);
+}

@@ -10,6 +10,9 @@ use std::net::SocketAddr;
 /// complete header, the connection is refused.
 pub const MAX_HEADER_BYTES: usize = 1024;
 
+/// The longest version 1 line, CRLF included (proxy-protocol.txt, section 2.1).
+const MAX_V1_LINE: usize = 107;
+
 /// What the bytes at the start of a connection say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Received {
@@ -31,7 +34,19 @@ pub enum Received {
 
 /// Reads a header at the start of `bytes`.
 pub fn read_header(bytes: &[u8]) -> Received {
-    use ppp::{v1, v2, HeaderResult, PartialResult};
+    use ppp::{v2, HeaderResult, PartialResult};
+    if bytes.starts_with(b"PROXY") || b"PROXY".starts_with(bytes) {
+        // Version 1 ends at its first CRLF, and only there: `ppp` takes a line without one
+        // (a bare LF, or what arrived so far after `UNKNOWN`) as a whole header, so the same
+        // bytes would give a header of another length depending on how they arrived
+        // (found by fuzzing). The line is cut here first.
+        let window = &bytes[..bytes.len().min(MAX_V1_LINE)];
+        return match window.windows(2).position(|w| w == b"\r\n") {
+            Some(end) => read_v1_line(&bytes[..end + 2]),
+            None if bytes.len() < MAX_V1_LINE => Received::Incomplete,
+            None => Received::Invalid,
+        };
+    }
     let result = HeaderResult::parse(bytes);
     if result.is_incomplete() {
         return if bytes.len() >= MAX_HEADER_BYTES {
@@ -41,30 +56,8 @@ pub fn read_header(bytes: &[u8]) -> Received {
         };
     }
     match result {
-        HeaderResult::V1(Ok(header)) => {
-            let (client, destination) = match header.addresses {
-                v1::Addresses::Tcp4(a) => (
-                    Some(SocketAddr::from((a.source_address, a.source_port))),
-                    Some(SocketAddr::from((
-                        a.destination_address,
-                        a.destination_port,
-                    ))),
-                ),
-                v1::Addresses::Tcp6(a) => (
-                    Some(SocketAddr::from((a.source_address, a.source_port))),
-                    Some(SocketAddr::from((
-                        a.destination_address,
-                        a.destination_port,
-                    ))),
-                ),
-                v1::Addresses::Unknown => (None, None),
-            };
-            Received::Header {
-                len: header.header.len(),
-                client,
-                destination,
-            }
-        }
+        // Version 1 is read above; `ppp` falls back to it only for bytes that are not one.
+        HeaderResult::V1(Ok(_)) => Received::Invalid,
         HeaderResult::V2(Ok(header)) => {
             let len = header.len();
             if len > bytes.len() {
@@ -96,6 +89,37 @@ pub fn read_header(bytes: &[u8]) -> Received {
             }
         }
         HeaderResult::V1(Err(_)) | HeaderResult::V2(Err(_)) => Received::Invalid,
+    }
+}
+
+/// A complete version 1 line, CRLF included.
+fn read_v1_line(line: &[u8]) -> Received {
+    match ppp::v1::Header::try_from(line) {
+        Ok(header) if header.header.len() == line.len() => {
+            let (client, destination) = match header.addresses {
+                ppp::v1::Addresses::Tcp4(a) => (
+                    Some(SocketAddr::from((a.source_address, a.source_port))),
+                    Some(SocketAddr::from((
+                        a.destination_address,
+                        a.destination_port,
+                    ))),
+                ),
+                ppp::v1::Addresses::Tcp6(a) => (
+                    Some(SocketAddr::from((a.source_address, a.source_port))),
+                    Some(SocketAddr::from((
+                        a.destination_address,
+                        a.destination_port,
+                    ))),
+                ),
+                ppp::v1::Addresses::Unknown => (None, None),
+            };
+            Received::Header {
+                len: line.len(),
+                client,
+                destination,
+            }
+        }
+        _ => Received::Invalid,
     }
 }
 
@@ -247,6 +271,35 @@ mod tests {
         out.clear();
         write_header(&mut out, Version::V1, addr("192.0.2.7:5"), addr("[::1]:80"));
         assert_eq!(out, b"PROXY TCP6 ::ffff:192.0.2.7 ::1 5 80\r\n");
+    }
+
+    #[test]
+    fn a_version_1_header_ends_at_its_crlf_however_it_arrives() {
+        let input = b"PROXY UNKNOWN \n\r\nGET / HTTP/1.1\r\n";
+        let whole = read_header(input);
+        assert_eq!(
+            whole,
+            Received::Header {
+                len: 17,
+                client: None,
+                destination: None
+            }
+        );
+        for cut in 0..17 {
+            assert_eq!(
+                read_header(&input[..cut]),
+                Received::Incomplete,
+                "cut at {cut}"
+            );
+        }
+        assert_eq!(
+            read_header(b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\n"),
+            Received::Incomplete
+        );
+        assert_eq!(
+            read_header(b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\nGET"),
+            Received::Incomplete
+        );
     }
 
     #[test]
