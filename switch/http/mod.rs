@@ -8,6 +8,7 @@
 pub mod chunked;
 pub mod fields;
 pub mod head_progress;
+pub mod host;
 pub mod request;
 pub mod response;
 pub mod rewrite;
