@@ -22,7 +22,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tcpvs::config::Config;
-use tcpvs::http::rewrite::{forwarded_for, write_request_head, ForwardedFor};
+use tcpvs::http::rewrite::{forwarded_for, write_request_head, ForwardedFor, Scheme};
 use tcpvs::http::{parse_request, RequestHead};
 use tcpvs::upstream::Pool;
 use tcpvs_modules::{MonotonicClock, RequestView};
@@ -211,7 +211,10 @@ impl HotPath {
             headers: &headers,
             client: IpAddr::V4(Ipv4Addr::new(198, 51, 100, 7)),
         };
-        let pool_index = self.config.services[0].rules.route(&view).expect("a pool");
+        let pool_index = self.config.services[0]
+            .rules
+            .route(&view, None)
+            .expect("a pool");
         let server = self.pools[pool_index].pick(&view, &[]).expect("a server");
         write_request_head(
             &mut self.out,
@@ -219,6 +222,7 @@ impl HotPath {
             buf,
             self.client.as_bytes(),
             b"10.0.0.1:80",
+            Scheme::Http,
         );
         (pool_index, server)
     }
@@ -238,7 +242,7 @@ impl HotPath {
             client: IpAddr::V4(Ipv4Addr::new(198, 51, 100, 7)),
         };
         let rules = &self.config.services[0].rules;
-        let rule = rules.rules().iter().position(|r| r.matches(&view));
+        let rule = rules.rules().iter().position(|r| r.matches(&view, None));
         let expected_pool = match rule {
             Some(i) => Some(rules.rules()[i].pool),
             None => rules.default_pool(),

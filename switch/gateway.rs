@@ -348,10 +348,13 @@ impl Switch {
             .map(|p| Pool::new(p, Arc::clone(&clock), workers).map(Arc::new))
             .collect::<Result<Box<[Arc<Pool>]>, _>>()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        // Ticket keys and session cache for every generation's TLS services (reloads too).
+        let resumption = crate::edge::tls::Resumption::new();
         let reloader = Reloader {
             file: config.path.clone(),
             admin: config.admin.clone(),
             clock: Arc::clone(&clock),
+            resumption: resumption.clone(),
             reuse_port: false,
             workers: Vec::new(),
             listeners: Default::default(),
@@ -375,17 +378,9 @@ impl Switch {
         let services: Box<[Service]> = config
             .services
             .into_iter()
-            .map(|s| Service {
-                name: s.name,
-                listen: s.listen,
-                bound: Default::default(),
-                listen_at: s.listen_at,
-                defer_accept: s.defer_accept,
-                proxy_protocol: s.proxy_protocol,
-                rules: s.rules,
-                stats: Default::default(),
-            })
-            .collect();
+            .map(|s| Service::new(s, Default::default(), Default::default(), &resumption))
+            .collect::<Result<_, _>>()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let max_clients = crate::limits::descriptors::apply(&Demand {
             max_clients: config.switch.max_clients,
             max_clients_given: config.switch.max_clients_given,

@@ -5,6 +5,8 @@
 //! Servers that stay are shared between generations (upstream.rs `Backend`); so are a
 //! service's counters.
 
+use crate::config::{ServiceConfig, ServiceMode};
+use crate::edge::tls;
 use crate::rules::RuleSet;
 use crate::stats::ServiceStats;
 use crate::upstream::Pool;
@@ -23,9 +25,43 @@ pub struct Service {
     pub defer_accept: bool,
     /// Connections start with a PROXY protocol header (edge/proxy_protocol.rs).
     pub proxy_protocol: bool,
+    pub mode: ServiceMode,
+    /// TLS termination with this generation's certificates (edge/tls/).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
     pub rules: RuleSet,
     /// Its counters, kept across reloads while the service keeps its name.
     pub stats: Arc<ServiceStats>,
+}
+
+impl Service {
+    /// The running service of `config`, with the counters and the bound address of the one it
+    /// follows (or new ones), and TLS resuming the process's sessions.
+    pub fn new(
+        config: ServiceConfig,
+        stats: Arc<ServiceStats>,
+        bound: Arc<OnceLock<SocketAddr>>,
+        resumption: &tls::Resumption,
+    ) -> Result<Service, String> {
+        let tls = if config.certificates.is_empty() {
+            None
+        } else {
+            let made = tls::server_config(&config.certificates, resumption)
+                .map_err(|e| format!("virtual service `{}`: TLS: {e}", config.name))?;
+            Some(made)
+        };
+        Ok(Service {
+            name: config.name,
+            listen: config.listen,
+            bound,
+            listen_at: config.listen_at,
+            defer_accept: config.defer_accept,
+            proxy_protocol: config.proxy_protocol,
+            mode: config.mode,
+            tls,
+            rules: config.rules,
+            stats,
+        })
+    }
 }
 
 #[derive(Debug)]

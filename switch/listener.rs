@@ -1,6 +1,7 @@
 //! Accepting client connections: one listener per virtual service, one task per connection,
 //! `max_clients` enforced at the door.
 
+use crate::config::ServiceMode;
 use crate::http::rewrite::ClientConnection;
 use crate::http::status::write_error;
 use crate::limits::exhaustion;
@@ -147,6 +148,12 @@ pub async fn accept_loop(
             service: service_stats,
         };
         if refused {
+            let service = &generation.services[service];
+            if service.tls.is_some() || service.mode == ServiceMode::TlsPassthrough {
+                // A plain-text 503 would be garbage to a TLS client: the connection is closed
+                // (counted as refused), as a TLS server at its limit does.
+                continue;
+            }
             let timer = timeouts.register();
             tokio::spawn(SESSION_TIMER.scope(timer, refuse_busy(slot, stream)));
             continue;

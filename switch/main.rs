@@ -486,9 +486,17 @@ fn run(config: Config, launch: Launch) -> ExitCode {
             },
             None => None,
         };
+        let generation = switch.shared().generation.load();
         for (name, addr) in switch.addresses() {
-            tracing::info!("virtual service `{name}` listening on http://{addr}/ ({file}, {workers} worker{})", if workers == 1 { "" } else { "s" });
+            let plural = if workers == 1 { "" } else { "s" };
+            let service = generation.service(name).map(|(_, service)| service);
+            match service.map(|s| (s.mode, s.tls.is_some())) {
+                Some((tcpvs::config::ServiceMode::TlsPassthrough, _)) => tracing::info!("virtual service `{name}` listening on {addr} (TLS passthrough by server name; {file}, {workers} worker{plural})"),
+                Some((_, true)) => tracing::info!("virtual service `{name}` listening on https://{addr}/ ({file}, {workers} worker{plural})"),
+                _ => tracing::info!("virtual service `{name}` listening on http://{addr}/ ({file}, {workers} worker{plural})"),
+            }
         }
+        drop(generation);
         if let Some(admin) = switch.admin_addr() {
             tracing::info!("admin endpoint on http://{admin}/ (monitor page; /stats, /metrics)");
         }

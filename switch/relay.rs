@@ -4,9 +4,8 @@
 
 use crate::buffer::IoBuf;
 use crate::http::chunked::{ChunkError, ChunkedDecoder, Decoded};
-use crate::socket::Socket;
 use crate::splice::{splice_between, PipeLease};
-use crate::stream::{read_some, send_all, write_all, write_both, Limit, Then};
+use crate::stream::{read_some, send_all, write_all, write_both, Io, Limit, Then};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -72,9 +71,9 @@ impl RelaySettings {
 /// FIN leaves with them; a spliced body is always pushed.
 #[allow(clippy::too_many_arguments)]
 pub async fn relay_length(
-    src: &Socket,
+    src: &impl Io,
     buf: &mut IoBuf,
-    dst: &Socket,
+    dst: &impl Io,
     head: &[u8],
     len: u64,
     last: Then,
@@ -96,11 +95,14 @@ pub async fn relay_length(
         return Ok(());
     }
     if settings.splice_from.is_some_and(|from| len >= from) {
-        if let Ok(mut pipe) = PipeLease::take() {
-            splice_between(&mut pipe, src, dst, Some(left), settings.limit(), meter).await?;
-            return Ok(());
+        // Only between plain TCP sockets: TLS bytes must be decrypted or encrypted here.
+        if let (Some(from), Some(to)) = (src.spliceable(), dst.spliceable()) {
+            if let Ok(mut pipe) = PipeLease::take() {
+                splice_between(&mut pipe, from, to, Some(left), settings.limit(), meter).await?;
+                return Ok(());
+            }
         }
-        // No pipe (descriptor limit): the copy path below still works.
+        // No pipe (descriptor limit), or TLS: the copy path below still works.
     }
     while left > 0 {
         if read_some(src, buf, settings.limit())
@@ -155,9 +157,9 @@ const CHUNK_FLUSH_BYTES: usize = 32 * 1024;
 /// `out` is the output buffer, reused between calls. What it holds on entry (a response head,
 /// or nothing) goes out with the first body bytes and is not counted by `meter`.
 pub async fn relay_chunked(
-    src: &Socket,
+    src: &impl Io,
     buf: &mut IoBuf,
-    dst: &Socket,
+    dst: &impl Io,
     output: ChunkedOutput,
     settings: &RelaySettings,
     out: &mut Vec<u8>,
@@ -230,7 +232,7 @@ fn push_hex(out: &mut Vec<u8>, n: usize) {
 
 /// Writes `out`, counting all but its first `unmetered` bytes (a head sent with the body).
 async fn flush(
-    dst: &Socket,
+    dst: &impl Io,
     out: &mut Vec<u8>,
     unmetered: &mut usize,
     settings: &RelaySettings,
@@ -249,9 +251,9 @@ async fn flush(
 
 /// Moves everything from `src` to `dst` until `src` closes (a response without length).
 pub async fn relay_until_close(
-    src: &Socket,
+    src: &impl Io,
     buf: &mut IoBuf,
-    dst: &Socket,
+    dst: &impl Io,
     settings: &RelaySettings,
     meter: &Meter,
 ) -> Result<(), RelayError> {
@@ -268,9 +270,9 @@ pub async fn relay_until_close(
 
 /// Sends what `buf` holds, then everything `src` sends until end of stream, spliced or copied.
 async fn pump(
-    src: &Socket,
+    src: &impl Io,
     buf: &mut IoBuf,
-    dst: &Socket,
+    dst: &impl Io,
     use_splice: bool,
     limit: Limit,
     meter: &Meter,
@@ -282,9 +284,9 @@ async fn pump(
         meter.add(buf.len() as u64);
         buf.consume(buf.len());
     }
-    if use_splice {
+    if let (true, Some(from), Some(to)) = (use_splice, src.spliceable(), dst.spliceable()) {
         if let Ok(mut pipe) = PipeLease::take() {
-            splice_between(&mut pipe, src, dst, None, limit, meter).await?;
+            splice_between(&mut pipe, from, to, None, limit, meter).await?;
             return Ok(());
         }
     }
@@ -314,9 +316,9 @@ pub struct TunnelBytes {
 /// The bytes moved are returned however the tunnel ended; going quiet for `idle` is a normal
 /// end (a WebSocket nobody uses), a failed read or write is the error beside them.
 pub async fn tunnel(
-    client: &Socket,
+    client: &impl Io,
     client_buf: &mut IoBuf,
-    server: &Socket,
+    server: &impl Io,
     server_buf: &mut IoBuf,
     use_splice: bool,
     idle: Duration,
@@ -325,12 +327,12 @@ pub async fn tunnel(
     let down = Meter::default();
     let upstream = async {
         let result = pump(client, client_buf, server, use_splice, Limit::Never, &up).await;
-        let _ = rustix::net::shutdown(server, rustix::net::Shutdown::Write);
+        let _ = server.shutdown_write().await;
         result
     };
     let downstream = async {
         let result = pump(server, server_buf, client, use_splice, Limit::Never, &down).await;
-        let _ = rustix::net::shutdown(client, rustix::net::Shutdown::Write);
+        let _ = client.shutdown_write().await;
         result
     };
     let watchdog = async {

@@ -41,6 +41,8 @@ pub struct Reloader {
     pub file: Option<PathBuf>,
     pub admin: Option<AdminConfig>,
     pub clock: Arc<dyn Clock>,
+    /// TLS resumption state shared by every generation (edge/tls/server_config.rs).
+    pub resumption: crate::edge::tls::Resumption,
     pub reuse_port: bool,
     pub workers: Vec<WorkerHandle>,
     /// The accept loops of each listening address (as bound), one per worker.
@@ -167,20 +169,14 @@ fn reload_locked(shared: &Arc<Shared>) -> Result<Reloaded, ReloadError> {
                 .services
                 .iter()
                 .find(|o| o.listen == s.listen && (s.listen.port() != 0 || o.name == s.name));
-            Service {
-                stats: previous.map(|p| Arc::clone(&p.stats)).unwrap_or_default(),
-                bound: kept_listen
-                    .map(|o| Arc::clone(&o.bound))
-                    .unwrap_or_default(),
-                name: s.name,
-                listen: s.listen,
-                listen_at: s.listen_at,
-                defer_accept: s.defer_accept,
-                proxy_protocol: s.proxy_protocol,
-                rules: s.rules,
-            }
+            let stats = previous.map(|p| Arc::clone(&p.stats)).unwrap_or_default();
+            let bound = kept_listen
+                .map(|o| Arc::clone(&o.bound))
+                .unwrap_or_default();
+            Service::new(s, stats, bound, &reloader.resumption)
         })
-        .collect();
+        .collect::<Result<_, _>>()
+        .map_err(|e| ReloadError::Invalid(vec![e]))?;
 
     // New addresses are bound on every worker before anything changes.
     let mut added = Vec::new();

@@ -19,6 +19,10 @@ pub struct Rule {
     /// Exact method.
     pub method: Option<String>,
     pub header: Option<HeaderCondition>,
+    /// Case-insensitive regex on the TLS server name (SNI) of the connection: a TLS service's
+    /// handshake, or a passthrough service's ClientHello. A connection without one does not
+    /// match.
+    pub sni: Option<Regex>,
     /// Index into the switch's pools.
     pub pool: usize,
 }
@@ -31,13 +35,20 @@ pub struct HeaderCondition {
 }
 
 impl Rule {
-    pub fn matches(&self, request: &RequestView<'_>) -> bool {
+    /// Whether the rule holds for `request` on a connection whose TLS server name is `sni`.
+    pub fn matches(&self, request: &RequestView<'_>, sni: Option<&[u8]>) -> bool {
         self.path.as_ref().is_none_or(|p| p.is_match(request.path))
-            && self.matches_besides_path(request)
+            && self.matches_besides_path(request, sni)
     }
 
-    /// The method, host and header conditions.
-    fn matches_besides_path(&self, request: &RequestView<'_>) -> bool {
+    /// The method, host, header and SNI conditions.
+    fn matches_besides_path(&self, request: &RequestView<'_>, sni: Option<&[u8]>) -> bool {
+        if let Some(pattern) = &self.sni {
+            match sni {
+                Some(name) if pattern.is_match(name) => {}
+                _ => return false,
+            }
+        }
         if let Some(method) = &self.method {
             if method != request.method {
                 return false;
@@ -102,10 +113,11 @@ impl RuleSet {
         self.default_pool
     }
 
-    /// The pool for `request`, or `None` when no rule matches and there is no default pool.
-    pub fn route(&self, request: &RequestView<'_>) -> Option<usize> {
+    /// The pool for `request` on a connection whose TLS server name is `sni`, or `None` when
+    /// no rule matches and there is no default pool.
+    pub fn route(&self, request: &RequestView<'_>, sni: Option<&[u8]>) -> Option<usize> {
         let Some(paths) = &self.paths else {
-            return self.first_match(request, |_, rule| {
+            return self.first_match(request, sni, |_, rule| {
                 rule.path.as_ref().is_none_or(|p| p.is_match(request.path))
             });
         };
@@ -118,7 +130,7 @@ impl RuleSet {
             paths
                 .set
                 .which_overlapping_matches(&Input::new(request.path), &mut matched);
-            self.first_match(request, |rule_index, _| {
+            self.first_match(request, sni, |rule_index, _| {
                 match paths.pattern_of_rule[rule_index] {
                     Some(pattern) => matched.contains(pattern),
                     None => true,
@@ -131,12 +143,13 @@ impl RuleSet {
     fn first_match(
         &self,
         request: &RequestView<'_>,
+        sni: Option<&[u8]>,
         path_holds: impl Fn(usize, &Rule) -> bool,
     ) -> Option<usize> {
         self.rules
             .iter()
             .enumerate()
-            .find(|(i, rule)| path_holds(*i, rule) && rule.matches_besides_path(request))
+            .find(|(i, rule)| path_holds(*i, rule) && rule.matches_besides_path(request, sni))
             .map_or(self.default_pool, |(_, rule)| Some(rule.pool))
     }
 }
@@ -224,6 +237,7 @@ mod tests {
                     host: None,
                     method: None,
                     header: None,
+                    sni: None,
                     pool: 2,
                 },
                 Rule {
@@ -231,6 +245,7 @@ mod tests {
                     host: None,
                     method: None,
                     header: None,
+                    sni: None,
                     pool: 1,
                 },
                 Rule {
@@ -246,6 +261,7 @@ mod tests {
                         name: "X-Pool".into(),
                         value: Regex::new("^images$").unwrap(),
                     }),
+                    sni: None,
                     pool: 1,
                 },
             ],
@@ -258,12 +274,15 @@ mod tests {
         let r = rules();
         let none = Headers(&[]);
         assert_eq!(
-            r.route(&request("GET", b"/cgi-bin/a.png", None, &none)),
+            r.route(&request("GET", b"/cgi-bin/a.png", None, &none), None),
             Some(2)
         );
-        assert_eq!(r.route(&request("GET", b"/x/a.jpeg", None, &none)), Some(1));
         assert_eq!(
-            r.route(&request("GET", b"/index.html", None, &none)),
+            r.route(&request("GET", b"/x/a.jpeg", None, &none), None),
+            Some(1)
+        );
+        assert_eq!(
+            r.route(&request("GET", b"/index.html", None, &none), None),
             Some(0)
         );
     }
@@ -274,18 +293,18 @@ mod tests {
         let pool = Headers(&[("x-pool", b"images")]);
         let none = Headers(&[]);
         assert_eq!(
-            r.route(&request("GET", b"/", Some(b"IMG.example"), &pool)),
+            r.route(&request("GET", b"/", Some(b"IMG.example"), &pool), None),
             Some(1)
         );
         assert_eq!(
-            r.route(&request("POST", b"/", Some(b"img.example"), &pool)),
+            r.route(&request("POST", b"/", Some(b"img.example"), &pool), None),
             Some(0)
         );
         assert_eq!(
-            r.route(&request("GET", b"/", Some(b"img.example"), &none)),
+            r.route(&request("GET", b"/", Some(b"img.example"), &none), None),
             Some(0)
         );
-        assert_eq!(r.route(&request("GET", b"/", None, &pool)), Some(0));
+        assert_eq!(r.route(&request("GET", b"/", None, &pool), None), Some(0));
     }
 
     /// The combined automaton must route exactly as rule-by-rule matching does.
@@ -310,6 +329,7 @@ mod tests {
                     host: None,
                     method: (i == 2).then(|| "POST".to_string()),
                     header: None,
+                    sni: None,
                     pool: i + 1,
                 })
                 .collect::<Vec<_>>()
@@ -337,10 +357,10 @@ mod tests {
                 let expected = with
                     .rules()
                     .iter()
-                    .find(|r| r.matches(&req))
+                    .find(|r| r.matches(&req, None))
                     .map_or(Some(0), |r| Some(r.pool));
                 assert_eq!(
-                    with.route(&req),
+                    with.route(&req, None),
                     expected,
                     "{method} {:?}",
                     String::from_utf8_lossy(path)
@@ -350,8 +370,35 @@ mod tests {
     }
 
     #[test]
+    fn sni_conditions_need_a_server_name() {
+        let api = Rule {
+            path: None,
+            host: None,
+            method: None,
+            header: None,
+            sni: Some(
+                regex::bytes::RegexBuilder::new(r"^api\.")
+                    .case_insensitive(true)
+                    .build()
+                    .unwrap(),
+            ),
+            pool: 1,
+        };
+        let r = RuleSet::new(vec![api], Some(0));
+        let none = Headers(&[]);
+        let get = request("GET", b"/", None, &none);
+        assert_eq!(r.route(&get, Some(b"api.example.com")), Some(1));
+        assert_eq!(r.route(&get, Some(b"API.example.com")), Some(1));
+        assert_eq!(r.route(&get, Some(b"www.example.com")), Some(0));
+        assert_eq!(r.route(&get, None), Some(0));
+    }
+
+    #[test]
     fn no_default_pool() {
         let r = RuleSet::new(vec![], None);
-        assert_eq!(r.route(&request("GET", b"/", None, &Headers(&[]))), None);
+        assert_eq!(
+            r.route(&request("GET", b"/", None, &Headers(&[])), None),
+            None
+        );
     }
 }

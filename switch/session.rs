@@ -11,19 +11,23 @@
 //! connects, `exchange.rs` talks to the server.
 
 mod exchange;
+mod passthrough;
 mod read_head;
 mod route;
+mod tls;
 
 use exchange::short_reason;
 
 use crate::access_log;
 use crate::buffer::IoBuf;
+use crate::config::ServiceMode;
+use crate::edge::client_stream::ClientStream;
 use crate::edge::proxy_protocol;
 use crate::generation::{Generation, Service};
 use crate::health;
 use crate::http::chunked;
 use crate::http::rewrite::{
-    client_connection, forwarded_for, write_request_head, ClientConnection, ForwardedFor,
+    client_connection, forwarded_for, write_request_head, ClientConnection, ForwardedFor, Scheme,
 };
 use crate::http::status::write_error;
 use crate::http::{
@@ -34,7 +38,7 @@ use crate::relay::RelaySettings;
 use crate::shared::Shared;
 use crate::socket::Socket;
 use crate::stats;
-use crate::stream::{read_some, write_all, Limit};
+use crate::stream::{read_some, write_all, Io, Limit};
 use crate::timeouts::Slot;
 use std::io;
 use std::net::SocketAddr;
@@ -156,10 +160,12 @@ pub(crate) struct Session {
     service: usize,
     /// A reload removed this connection's service: it closes after the request in progress.
     service_gone: bool,
-    client: Socket,
+    client: ClientStream,
     peer: SocketAddr,
     /// The address the client connected to, when a PROXY protocol header named it.
     destination: Option<SocketAddr>,
+    /// The TLS server name the client asked for (SNI), for `sni` rules.
+    sni: Option<Box<str>>,
     /// The client's address as X-Forwarded-For carries it.
     client_text: ForwardedFor,
     inbuf: IoBuf,
@@ -222,9 +228,10 @@ impl Session {
             generation,
             service,
             service_gone: false,
-            client,
+            client: ClientStream::plain(client),
             peer,
             destination: None,
+            sni: None,
             client_text: forwarded_for(peer.ip()),
             inbuf: IoBuf::unallocated_for_heads(),
             head: RequestHead::default(),
@@ -270,10 +277,20 @@ impl Session {
         let keepalive = self.shared.settings.keepalive_timeout;
         let mut head_deadline = Some(Instant::now() + self.shared.settings.header_timeout);
         let mut wait = keepalive;
+        let connection_deadline = head_deadline.unwrap_or_else(Instant::now);
         if self.service().proxy_protocol {
             // Boxed: read once, its state need not stay in the connection's task.
-            let deadline = head_deadline.unwrap_or_else(Instant::now);
-            if !Box::pin(self.read_proxy_header(deadline)).await {
+            if !Box::pin(self.read_proxy_header(connection_deadline)).await {
+                return;
+            }
+        }
+        if self.service().mode == ServiceMode::TlsPassthrough {
+            Box::pin(self.pass_through(connection_deadline)).await;
+            return;
+        }
+        if let Some(config) = self.service().tls.clone() {
+            // The handshake shares the first request's deadline (header_timeout).
+            if !Box::pin(self.start_tls(config, connection_deadline)).await {
                 return;
             }
         }
@@ -373,11 +390,14 @@ impl Session {
     async fn linger(&mut self) {
         const LINGER_TIME: Duration = Duration::from_secs(2);
         const LINGER_BYTES: usize = 1 << 20;
-        let shutdown = || rustix::net::shutdown(&self.client, rustix::net::Shutdown::Write);
-        if self.response_corked {
+        // Under TLS the close always starts with a close_notify: a client reading a body
+        // delimited by the close learns that it ended, not that it was cut.
+        let mut shut = false;
+        if self.response_corked || self.client.tls().is_some() {
             // The held-back answer leaves now, with the FIN in the same segment, before
             // anything the client sends meanwhile could turn the close into a reset.
-            let _ = shutdown();
+            let _ = self.client.shutdown_write().await;
+            shut = true;
         }
         // Asked of the kernel, not of the reactor's readiness: bytes may have arrived since the
         // reactor last looked (or the socket never joined it).
@@ -385,8 +405,8 @@ impl Session {
             // Nothing unread: a plain close cannot reset the connection.
             return;
         }
-        if !self.response_corked {
-            let _ = shutdown();
+        if !shut {
+            let _ = self.client.shutdown_write().await;
         }
         let deadline = Instant::now() + LINGER_TIME;
         self.inbuf.consume(self.inbuf.len());
@@ -476,12 +496,17 @@ impl Session {
             };
             let backend = lease.backend();
             if !head_written {
+                let scheme = match self.client.tls() {
+                    None => Scheme::Http,
+                    Some(_) => Scheme::Https,
+                };
                 write_request_head(
                     &mut self.upstream_head,
                     &self.head,
                     self.inbuf.filled(),
                     self.client_text.as_bytes(),
                     &backend.host_field,
+                    scheme,
                 );
                 self.release_head();
                 head_written = true;

@@ -46,6 +46,12 @@ pub struct ServiceStats {
     /// Connections closed because they did not start with a valid PROXY protocol header
     /// (`proxy_protocol = true`).
     pub proxy_refused: AtomicU64,
+    /// TLS handshakes completed (`tls`), and how many of them resumed a session.
+    pub tls_handshakes: AtomicU64,
+    pub tls_resumed: AtomicU64,
+    /// Connections closed because their TLS handshake failed (`tls`), or their ClientHello
+    /// could not be read (`mode = "tls-passthrough"`).
+    pub tls_handshake_failures: AtomicU64,
     pub requests: AtomicU64,
     /// Responses the switch produced itself (4xx refusals, 502, 503, 504).
     pub local_errors: AtomicU64,
@@ -145,6 +151,9 @@ pub struct ServiceSnapshot {
     pub open: u64,
     pub refused: u64,
     pub proxy_refused: u64,
+    pub tls_handshakes: u64,
+    pub tls_resumed: u64,
+    pub tls_handshake_failures: u64,
     pub requests: u64,
     pub local_errors: u64,
     pub classes: [u64; 5],

@@ -2,10 +2,12 @@
 //! task's timer slot (timeouts.rs). Every task of the switch that does socket I/O runs with a
 //! slot: client sessions, the busy refusals, the demo servers.
 //!
-//! The switch works on `&Socket` (readiness + non-blocking system calls, see socket.rs) instead
-//! of tokio's `AsyncRead`/`AsyncWrite`, so one task can read a client and write its server
-//! concurrently without splitting the streams, and the splice path uses the same readiness as
-//! the copy path.
+//! The switch works on shared references to an [`Io`] (readiness + non-blocking calls: a TCP
+//! [`Socket`], see socket.rs, or a client connection with TLS over one, edge/client_stream.rs)
+//! instead of tokio's `AsyncRead`/`AsyncWrite`, so one task can read a client and write its
+//! server concurrently without splitting the streams, and the splice path uses the same
+//! readiness as the copy path. The helpers here are generic: a plain connection's code is the
+//! socket's own calls, with no dispatch left after monomorphisation.
 
 use crate::buffer::IoBuf;
 use crate::socket::Socket;
@@ -17,6 +19,34 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::Interest;
 use tokio::time::Instant;
+
+/// A byte stream moved by readiness and non-blocking calls.
+pub trait Io: Sync {
+    /// Receives what is there into `spare`, without waiting: `Ok(0)` is the end of the
+    /// stream, `WouldBlock` that nothing is there now (and readiness was cleared).
+    fn try_recv(&self, spare: &mut [u8]) -> io::Result<usize>;
+
+    /// Takes as much of `parts` as it can without waiting and returns how much; `WouldBlock`
+    /// when it took nothing. What was taken may still wait in the stream ([`Io::try_flush`]).
+    fn try_send(&self, parts: &[IoSlice<'_>], then: Then) -> io::Result<usize>;
+
+    /// Pushes out what [`Io::try_send`] took but could not send yet (TLS records):
+    /// `WouldBlock` while some remain. A socket keeps nothing back.
+    fn try_flush(&self, then: Then) -> io::Result<()>;
+
+    /// Waits until the stream may be readable.
+    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send + '_;
+
+    /// Waits until the stream may be writable.
+    fn writable(&self) -> impl Future<Output = io::Result<()>> + Send + '_;
+
+    /// The TCP socket, when bytes cross it unchanged so that splice(2) may move them (not
+    /// under TLS).
+    fn spliceable(&self) -> Option<&Socket>;
+
+    /// Ends this side's direction of the stream (under TLS, with a close_notify first).
+    fn shutdown_write(&self) -> impl Future<Output = io::Result<()>> + Send + '_;
+}
 
 /// A time limit for one step of an exchange.
 #[derive(Clone, Copy, Debug)]
@@ -64,7 +94,7 @@ pub(crate) async fn wait<T>(
 }
 
 /// Reads once into the spare room of `buf`; `Ok(0)` is end of stream (or a full buffer).
-pub async fn read_some(stream: &Socket, buf: &mut IoBuf, limit: Limit) -> io::Result<usize> {
+pub async fn read_some(stream: &impl Io, buf: &mut IoBuf, limit: Limit) -> io::Result<usize> {
     loop {
         let spare = buf.spare();
         if spare.is_empty() {
@@ -101,7 +131,7 @@ impl Then {
         }
     }
 
-    fn flags(self) -> SendFlags {
+    pub(crate) fn flags(self) -> SendFlags {
         match self {
             Then::Push => SendFlags::NOSIGNAL,
             Then::More => SendFlags::NOSIGNAL | SendFlags::MORE,
@@ -110,22 +140,19 @@ impl Then {
 }
 
 /// Writes all of `bytes` and pushes them out.
-pub async fn write_all(stream: &Socket, bytes: &[u8], limit: Limit) -> io::Result<()> {
+pub async fn write_all(stream: &impl Io, bytes: &[u8], limit: Limit) -> io::Result<()> {
     send_all(stream, bytes, Then::Push, limit).await
 }
 
 /// Writes all of `bytes`.
 pub async fn send_all(
-    stream: &Socket,
+    stream: &impl Io,
     mut bytes: &[u8],
     then: Then,
     limit: Limit,
 ) -> io::Result<()> {
     while !bytes.is_empty() {
-        let sent = stream.try_io(Interest::WRITABLE, |fd| {
-            rustix::net::send(fd, bytes, then.flags()).map_err(io::Error::from)
-        });
-        match sent {
+        match stream.try_send(&[IoSlice::new(bytes)], then) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => bytes = &bytes[n..],
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -134,13 +161,26 @@ pub async fn send_all(
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    flush(stream, then, limit).await
+}
+
+/// Waits until what the stream took has left it (nothing to wait for on a socket).
+async fn flush(stream: &impl Io, then: Then, limit: Limit) -> io::Result<()> {
+    loop {
+        match stream.try_flush(then) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                wait(stream.writable(), limit).await?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Writes `first` then `second` with as few system calls as possible (one sendmsg when the
 /// socket takes it all).
 pub async fn write_both(
-    stream: &Socket,
+    stream: &impl Io,
     first: &[u8],
     second: &[u8],
     then: Then,
@@ -152,16 +192,7 @@ pub async fn write_both(
     let mut written = 0usize;
     while written < first.len() {
         let parts = [IoSlice::new(&first[written..]), IoSlice::new(second)];
-        let sent = stream.try_io(Interest::WRITABLE, |fd| {
-            rustix::net::sendmsg(
-                fd,
-                &parts,
-                &mut SendAncillaryBuffer::default(),
-                then.flags(),
-            )
-            .map_err(io::Error::from)
-        });
-        match sent {
+        match stream.try_send(&parts, then) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => written += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -173,6 +204,52 @@ pub async fn write_both(
     let rest = written - first.len();
     if rest < second.len() {
         send_all(stream, &second[rest..], then, limit).await?;
+    } else {
+        flush(stream, then, limit).await?;
     }
     Ok(())
+}
+
+/// A plain TCP socket: its own calls.
+impl Io for Socket {
+    fn try_recv(&self, spare: &mut [u8]) -> io::Result<usize> {
+        Socket::try_recv(self, spare)
+    }
+
+    fn try_send(&self, parts: &[IoSlice<'_>], then: Then) -> io::Result<usize> {
+        send_parts(self, parts, then)
+    }
+
+    fn try_flush(&self, _then: Then) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send + '_ {
+        self.ready(Interest::READABLE)
+    }
+
+    fn writable(&self) -> impl Future<Output = io::Result<()>> + Send + '_ {
+        self.ready(Interest::WRITABLE)
+    }
+
+    fn spliceable(&self) -> Option<&Socket> {
+        Some(self)
+    }
+
+    fn shutdown_write(&self) -> impl Future<Output = io::Result<()>> + Send + '_ {
+        std::future::ready(
+            rustix::net::shutdown(self, rustix::net::Shutdown::Write).map_err(io::Error::from),
+        )
+    }
+}
+
+/// One non-blocking send of `parts` on a socket: `send` for one part, `sendmsg` for more.
+pub(crate) fn send_parts(socket: &Socket, parts: &[IoSlice<'_>], then: Then) -> io::Result<usize> {
+    socket.try_io(Interest::WRITABLE, |fd| {
+        let sent = match parts {
+            [one] => rustix::net::send(fd, one, then.flags()),
+            _ => rustix::net::sendmsg(fd, parts, &mut SendAncillaryBuffer::default(), then.flags()),
+        };
+        sent.map_err(io::Error::from)
+    })
 }

@@ -5,7 +5,7 @@
 //! --include-ignored` shows them).
 
 use tcpvs::http::request::TargetForm;
-use tcpvs::http::rewrite::write_request_head;
+use tcpvs::http::rewrite::{write_request_head, Scheme};
 use tcpvs::http::{parse_request, BodyFraming, HeadError, RequestHead};
 
 const CLIENT: &[u8] = b"192.0.2.7";
@@ -25,7 +25,7 @@ fn rebuilt(raw: &[u8]) -> String {
     let (buf, head, result) = parse(raw);
     assert_eq!(result, Ok(true), "{:?}", String::from_utf8_lossy(raw));
     let mut out = Vec::new();
-    write_request_head(&mut out, &head, &buf, CLIENT, DEFAULT_HOST);
+    write_request_head(&mut out, &head, &buf, CLIENT, DEFAULT_HOST, Scheme::Http);
     String::from_utf8_lossy(&out).into_owned()
 }
 
@@ -173,7 +173,7 @@ fn targets_outside_rfc3986_are_forwarded_as_sent_today() {
             continue; // now refused: a decision was taken, update this test
         }
         let mut out = Vec::new();
-        write_request_head(&mut out, &head, &buf, CLIENT, DEFAULT_HOST);
+        write_request_head(&mut out, &head, &buf, CLIENT, DEFAULT_HOST, Scheme::Http);
         let mut line = b"GET ".to_vec();
         line.extend_from_slice(target);
         line.extend_from_slice(b" HTTP/1.1\r\n");

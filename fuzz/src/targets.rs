@@ -6,7 +6,7 @@ use tcpvs::http::chunked::{check_received, ChunkedDecoder, Decoded};
 use tcpvs::http::fields::{Field, FieldRole};
 use tcpvs::http::request::TargetForm;
 use tcpvs::http::response::RequestKind;
-use tcpvs::http::rewrite::{write_request_head, write_response_head, ClientConnection};
+use tcpvs::http::rewrite::{write_request_head, write_response_head, ClientConnection, Scheme};
 use tcpvs::http::{
     parse_request, parse_response, BodyFraming, RequestHead, ResponseHead, Span, Version,
     MAX_HEAD_BYTES,
@@ -39,7 +39,7 @@ fn span_ok(s: Span, len: usize) -> bool {
 fn rebuild(head: &RequestHead, buf: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     bounded("write_request_head", head_heap_bound(buf.len()), || {
-        write_request_head(&mut out, head, buf, CLIENT, DEFAULT_HOST)
+        write_request_head(&mut out, head, buf, CLIENT, DEFAULT_HOST, Scheme::Http)
     });
     out
 }

@@ -162,6 +162,24 @@ impl Collector for Scrape {
         )?;
         family(
             e,
+            "tcpvs_service_tls_handshakes",
+            "TLS handshakes completed",
+            by_service(|s| s.tls_handshakes),
+        )?;
+        family(
+            e,
+            "tcpvs_service_tls_resumed",
+            "TLS handshakes that resumed a session (ticket or session ID)",
+            by_service(|s| s.tls_resumed),
+        )?;
+        family(
+            e,
+            "tcpvs_service_tls_handshake_failures",
+            "Client connections closed for a failed TLS handshake or an unreadable ClientHello",
+            by_service(|s| s.tls_handshake_failures),
+        )?;
+        family(
+            e,
             "tcpvs_service_requests",
             "Requests read",
             by_service(|s| s.requests),

@@ -79,6 +79,7 @@ struct Conditions<'a> {
     host: Option<&'a str>,
     method: Option<&'a str>,
     header: Option<(String, &'a str)>,
+    sni: Option<&'a str>,
 }
 
 impl<'a> Conditions<'a> {
@@ -87,6 +88,7 @@ impl<'a> Conditions<'a> {
             path: raw.path.as_ref().map(|p| p.get_ref().as_str()),
             host: raw.host.as_ref().map(|h| h.get_ref().as_str()),
             method: raw.method.as_ref().map(|m| m.get_ref().as_str()),
+            sni: raw.sni.as_ref().map(|m| m.get_ref().as_str()),
             header: raw.header.as_ref().and_then(|h| {
                 let h = h.get_ref();
                 Some((
@@ -99,7 +101,11 @@ impl<'a> Conditions<'a> {
 
     /// Why a rule with these conditions matches every request, if it does.
     fn catches_all(&self) -> Option<String> {
-        if self.host.is_some() || self.method.is_some() || self.header.is_some() {
+        if self.host.is_some()
+            || self.method.is_some()
+            || self.header.is_some()
+            || self.sni.is_some()
+        {
             return None;
         }
         match self.path {

@@ -6,6 +6,7 @@
 //! rules that can never match, pools nothing uses.
 
 pub mod admin;
+mod certificates;
 mod error;
 pub mod health;
 mod lint;
@@ -119,7 +120,30 @@ pub struct ServiceConfig {
     pub defer_accept: bool,
     /// Every connection starts with a PROXY protocol header naming the client (edge/).
     pub proxy_protocol: bool,
+    pub mode: ServiceMode,
+    /// `tls`: its certificates, read and checked; empty for a service without TLS.
+    pub certificates: Vec<crate::edge::tls::Certificate>,
     pub rules: RuleSet,
+}
+
+/// What a virtual service's connections carry, `mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServiceMode {
+    /// `"http"`: HTTP/1.x, every request routed (over TLS when the service has `tls`).
+    Http,
+    /// `"tls-passthrough"`: TLS, routed by the ClientHello's server name and relayed to the
+    /// server undecrypted.
+    TlsPassthrough,
+}
+
+impl ServiceMode {
+    /// What a pool's servers take from a service of this mode, for messages.
+    pub fn protocol(self) -> &'static str {
+        match self {
+            ServiceMode::Http => "HTTP",
+            ServiceMode::TlsPassthrough => "TLS passthrough",
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -265,7 +289,7 @@ impl Config {
             .map(|(i, p)| (p.name.as_str(), i))
             .collect();
         let mut listens = ListenRegistry::default();
-        let services = build_services(&raw.services, &pool_index, &mut listens, sink);
+        let services = build_services(&raw.services, &pools, &pool_index, &mut listens, file, sink);
         let admin = raw
             .admin
             .as_ref()

@@ -32,9 +32,12 @@ const SERVICE_KEYS: &[&str] = &[
     "default_pool",
     "defer_accept",
     "proxy_protocol",
+    "tls",
+    "mode",
     "rule",
 ];
-const RULE_KEYS: &[&str] = &["path", "host", "method", "header", "pool"];
+const RULE_KEYS: &[&str] = &["path", "host", "method", "header", "sni", "pool"];
+const CERTIFICATE_KEYS: &[&str] = &["cert", "key"];
 const HEADER_KEYS: &[&str] = &["name", "value"];
 const SERVER_KEYS: &[&str] = &["addr", "weight", "max_conns", "backup"];
 /// The switch's own keys of a pool table; any other key is an option of the module.
@@ -66,6 +69,8 @@ const POOL_NAME: &str = "a pool name like \"static\"";
 const REGEX: &str = "a regex like \"^/images/\"";
 const SERVERS: &str = "a list of servers like [{ addr = \"127.0.0.1:9001\" }]";
 const SERVER: &str = "a server like { addr = \"127.0.0.1:9001\" }";
+const CERTIFICATES: &str = "a list like [{ cert = \"site.pem\", key = \"site.key\" }]";
+const CERTIFICATE: &str = "a certificate like { cert = \"site.pem\", key = \"site.key\" }";
 
 #[derive(Default)]
 pub(crate) struct RawFile {
@@ -112,7 +117,17 @@ pub(crate) struct RawService {
     pub default_pool: Option<Spanned<String>>,
     pub defer_accept: Option<bool>,
     pub proxy_protocol: Option<bool>,
+    /// `tls`: the certificates, in file order; `None` when missing or not a list.
+    pub tls: Option<Spanned<Vec<RawCertificate>>>,
+    pub mode: Option<Spanned<String>>,
     pub rule: Vec<Spanned<RawRule>>,
+}
+
+/// One `{ cert, key }` of a `tls` list.
+pub(crate) struct RawCertificate {
+    pub span: std::ops::Range<usize>,
+    pub cert: Option<Spanned<String>>,
+    pub key: Option<Spanned<String>>,
 }
 
 pub(crate) struct RawRule {
@@ -120,6 +135,8 @@ pub(crate) struct RawRule {
     pub host: Option<Spanned<String>>,
     pub method: Option<Spanned<String>>,
     pub header: Option<Spanned<RawHeaderCondition>>,
+    /// Regex on the TLS server name (SNI).
+    pub sni: Option<Spanned<String>>,
     pub pool: Option<Spanned<String>>,
     /// Every key of the rule was known and read: its conditions are the ones meant (a rule
     /// with a misspelt condition is no catch-all, whatever it looks like without it).
@@ -306,13 +323,47 @@ fn read_service(name: &str, t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawS
             }
         }
     }
+    let tls = t.array("tls", CERTIFICATES, sink).map(|(list, span)| {
+        let place = format!("a certificate of [virtual.{name}]");
+        let certificates = list
+            .iter()
+            .filter_map(|v| {
+                let entry = Table::of(v, "tls", CERTIFICATE, place.as_str(), sink)?;
+                Some(read_certificate(&entry, sink))
+            })
+            .collect();
+        Spanned::new(span, certificates)
+    });
     RawService {
         whole: keys_known && (default_pool.is_some() || t.get("default_pool").is_none()),
         listen,
         default_pool,
         defer_accept: t.boolean("defer_accept", sink),
         proxy_protocol: t.boolean("proxy_protocol", sink),
+        tls,
+        mode: t.string("mode", "\"http\" or \"tls-passthrough\"", sink),
         rule: rules,
+    }
+}
+
+fn read_certificate(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawCertificate {
+    t.check_keys(CERTIFICATE_KEYS, sink);
+    let cert = t.string("cert", "a PEM file path like \"site.pem\"", sink);
+    let key = t.string("key", "a PEM file path like \"site.key\"", sink);
+    for (name, got) in [("cert", t.get("cert")), ("key", t.get("key"))] {
+        if got.is_none() {
+            sink.at(
+                t.span.clone(),
+                format!(
+                    "a certificate has no `{name}`: write {{ cert = \"site.pem\", key = \"site.key\" }}"
+                ),
+            );
+        }
+    }
+    RawCertificate {
+        span: t.span.clone(),
+        cert,
+        key,
     }
 }
 
@@ -346,6 +397,8 @@ fn read_rule(
             .as_ref()
             .is_some_and(|h| h.get_ref().name.is_some() && h.get_ref().value.is_some()),
     );
+    let sni = t.string("sni", "a regex like \"^api\\\\.\"", sink);
+    read("sni", sni.is_some());
     let pool = t.string("pool", POOL_NAME, sink);
     if t.get("pool").is_none() {
         sink.at(
@@ -362,6 +415,7 @@ fn read_rule(
             host,
             method,
             header,
+            sni,
             pool,
             whole,
         },

@@ -1,23 +1,28 @@
 //! The virtual services of a rule file: each `[virtual.NAME]` with its listen address, its
 //! default pool and its rules (conditions compiled, pools resolved by name).
 
+use super::certificates::load_certificates;
 use super::error::ErrorSink;
+use super::health::CheckKind;
 use super::listen::{parse_listen, ListenRegistry};
 use super::raw::{RawRule, RawService};
-use super::{valid_name, ServiceConfig};
+use super::{valid_name, PoolConfig, ServiceConfig, ServiceMode};
 use crate::rules::{HeaderCondition, Rule, RuleSet};
 use regex::bytes::{Regex, RegexBuilder};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use toml::Spanned;
 
 pub(super) fn build_services(
     raw: &[(Spanned<String>, RawService)],
+    pool_configs: &[PoolConfig],
     pools: &HashMap<&str, usize>,
     listens: &mut ListenRegistry,
+    file: &str,
     sink: &mut ErrorSink<'_>,
 ) -> Vec<ServiceConfig> {
     // In file order, so that "already used" points at the later address.
     let mut services = Vec::with_capacity(raw.len());
+    let mut protocols = PoolProtocols::default();
     for (name, service) in raw {
         let service_name = name.get_ref();
         if !valid_name(service_name) {
@@ -41,10 +46,28 @@ pub(super) fn build_services(
             .default_pool
             .as_ref()
             .and_then(|p| resolve_pool(p, pools, sink));
+        let mode = build_mode(service, sink);
+        let certificates = match (&service.tls, mode) {
+            (Some(list), ServiceMode::TlsPassthrough) => {
+                sink.at(
+                    list.span(),
+                    "`tls` and mode = \"tls-passthrough\" exclude each other: passthrough \
+                     relays TLS without decrypting it, so it needs no certificate",
+                );
+                Vec::new()
+            }
+            (Some(list), ServiceMode::Http) => load_certificates(list, file, sink),
+            (None, _) => Vec::new(),
+        };
+        protocols.check(service_name, service, mode, pool_configs, pools, sink);
+        let sees = Sees {
+            http: mode == ServiceMode::Http,
+            sni: mode == ServiceMode::TlsPassthrough || service.tls.is_some(),
+        };
         let rules = service
             .rule
             .iter()
-            .filter_map(|r| build_rule(r, pools, sink))
+            .filter_map(|r| build_rule(r, pools, sees, sink))
             .collect();
         if let Some((listen, listen_span)) = listen {
             services.push(ServiceConfig {
@@ -53,6 +76,8 @@ pub(super) fn build_services(
                 listen_at: sink.position(listen_span),
                 defer_accept: service.defer_accept.unwrap_or(true),
                 proxy_protocol: service.proxy_protocol.unwrap_or(false),
+                mode,
+                certificates,
                 rules: RuleSet::new(rules, default_pool),
             });
         }
@@ -84,12 +109,130 @@ fn resolve_pool(
     }
 }
 
+/// Which protocol each pool's servers are spoken to in, by the first service that uses it:
+/// HTTP, or TLS relayed undecrypted. A pool cannot be both, and a passthrough pool's servers
+/// cannot be checked with HTTP.
+#[derive(Default)]
+struct PoolProtocols {
+    first_user: HashMap<usize, (ServiceMode, String)>,
+    reported: HashSet<usize>,
+}
+
+impl PoolProtocols {
+    fn check(
+        &mut self,
+        service_name: &str,
+        service: &RawService,
+        mode: ServiceMode,
+        pool_configs: &[PoolConfig],
+        pools: &HashMap<&str, usize>,
+        sink: &mut ErrorSink<'_>,
+    ) {
+        let references = service.default_pool.iter().chain(
+            service
+                .rule
+                .iter()
+                .filter_map(|r| r.get_ref().pool.as_ref()),
+        );
+        for reference in references {
+            let Some(&index) = pools.get(reference.get_ref().as_str()) else {
+                continue; // reported as unknown
+            };
+            let name = reference.get_ref();
+            let (first_mode, first_service) = self
+                .first_user
+                .entry(index)
+                .or_insert_with(|| (mode, service_name.to_string()))
+                .clone();
+            if first_mode != mode && self.reported.insert(index) {
+                sink.at(
+                    reference.span(),
+                    format!(
+                        "pool `{name}` takes {} from [virtual.{first_service}] and {} here: its \
+                         servers speak one protocol; give each service its own pool",
+                        first_mode.protocol(),
+                        mode.protocol()
+                    ),
+                );
+            }
+            let checked_by_http = pool_configs
+                .get(index)
+                .is_some_and(|p| p.health.health.check == CheckKind::Http);
+            if mode == ServiceMode::TlsPassthrough && checked_by_http && self.reported.insert(index)
+            {
+                sink.at(
+                    reference.span(),
+                    format!(
+                        "pool `{name}` has check = \"http\", but its servers take TLS passthrough \
+                         here: check them with check = \"tcp\""
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// `mode`: "http" (the default) or "tls-passthrough".
+fn build_mode(service: &RawService, sink: &mut ErrorSink<'_>) -> ServiceMode {
+    let Some(mode) = &service.mode else {
+        return ServiceMode::Http;
+    };
+    match mode.get_ref().as_str() {
+        "http" => ServiceMode::Http,
+        "tls-passthrough" => ServiceMode::TlsPassthrough,
+        other => {
+            sink.at(
+                mode.span(),
+                format!("unknown mode {other:?}: \"http\" or \"tls-passthrough\""),
+            );
+            ServiceMode::Http
+        }
+    }
+}
+
+/// What the rules of a service can look at.
+#[derive(Clone, Copy)]
+struct Sees {
+    /// The HTTP request: path, host, method, headers.
+    http: bool,
+    /// A TLS server name: a TLS service's handshake, or a passthrough ClientHello.
+    sni: bool,
+}
+
 fn build_rule(
     rule: &Spanned<RawRule>,
     pools: &HashMap<&str, usize>,
+    sees: Sees,
     sink: &mut ErrorSink<'_>,
 ) -> Option<Rule> {
     let raw = rule.get_ref();
+    if !sees.http {
+        let http_conditions = [
+            ("path", raw.path.as_ref().map(Spanned::span)),
+            ("host", raw.host.as_ref().map(Spanned::span)),
+            ("method", raw.method.as_ref().map(Spanned::span)),
+            ("header", raw.header.as_ref().map(Spanned::span)),
+        ];
+        for (key, span) in http_conditions {
+            if let Some(span) = span {
+                sink.at(
+                    span,
+                    format!(
+                        "`{key}`: a tls-passthrough service sees no HTTP request (it does not \
+                         decrypt): route by `sni`"
+                    ),
+                );
+            }
+        }
+    }
+    if let (Some(sni), false) = (&raw.sni, sees.sni) {
+        sink.at(
+            sni.span(),
+            "`sni`: this service takes no TLS (no `tls` list, no mode = \"tls-passthrough\"), \
+             so its connections have no server name",
+        );
+    }
+    let sni = raw.sni.as_ref().and_then(|p| compile(p, true, sink));
     let pool = raw.pool.as_ref().and_then(|p| resolve_pool(p, pools, sink));
     let path = raw.path.as_ref().and_then(|p| compile(p, false, sink));
     let host = raw.host.as_ref().and_then(|h| compile(h, true, sink));
@@ -126,7 +269,8 @@ fn build_rule(
     let conditions_ok = raw.path.is_some() == path.is_some()
         && raw.host.is_some() == host.is_some()
         && raw.method.is_some() == method.is_some()
-        && raw.header.is_some() == header.is_some();
+        && raw.header.is_some() == header.is_some()
+        && raw.sni.is_some() == sni.is_some();
     if !conditions_ok {
         return None;
     }
@@ -135,6 +279,7 @@ fn build_rule(
         host,
         method,
         header,
+        sni,
         pool: pool?,
     })
 }

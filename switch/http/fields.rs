@@ -72,6 +72,9 @@ pub enum FieldRole {
     Host,
     /// X-Forwarded-For: the client address is appended to the last one.
     ForwardedFor,
+    /// X-Forwarded-Proto: replaced by `https` on a TLS connection (a client must not claim
+    /// the scheme), passed on otherwise.
+    ForwardedProto,
     /// Transfer-Encoding: kept when the body is relayed chunked.
     TransferEncoding,
     /// Upgrade: kept only on an upgrade exchange.
@@ -101,6 +104,7 @@ pub(crate) fn role_of(name: &[u8]) -> FieldRole {
         15 if name.eq_ignore_ascii_case(b"x-forwarded-for") => FieldRole::ForwardedFor,
         16 if name.eq_ignore_ascii_case(b"proxy-connection") => FieldRole::Drop,
         17 if name.eq_ignore_ascii_case(b"transfer-encoding") => FieldRole::TransferEncoding,
+        17 if name.eq_ignore_ascii_case(b"x-forwarded-proto") => FieldRole::ForwardedProto,
         _ => FieldRole::Forward,
     }
 }
@@ -531,6 +535,7 @@ mod tests {
         assert_eq!(role_of(b"connection"), FieldRole::Drop);
         assert_eq!(role_of(b"Keep-Alive"), FieldRole::Drop);
         assert_eq!(role_of(b"X-Forwarded-For"), FieldRole::ForwardedFor);
+        assert_eq!(role_of(b"x-forwarded-PROTO"), FieldRole::ForwardedProto);
         assert_eq!(role_of(b"Accept"), FieldRole::Forward);
         assert_eq!(role_of(b"TE"), FieldRole::Drop);
     }

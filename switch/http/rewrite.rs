@@ -9,6 +9,16 @@ use super::BodyFraming;
 use std::io::Write;
 use std::net::IpAddr;
 
+/// How the client's request reached the switch, for X-Forwarded-Proto.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    /// Plain HTTP: the client's X-Forwarded-Proto, if any, goes on as it is (as HAProxy and
+    /// nginx pass it by default).
+    Http,
+    /// Over TLS terminated here: `X-Forwarded-Proto: https`, whatever the client sent.
+    Https,
+}
+
 /// Writes the head sent to the server for `head` (parsed from `buf`) into `out`.
 ///
 /// The request always goes out as HTTP/1.1 so the server connection can be kept alive.
@@ -20,6 +30,7 @@ pub fn write_request_head(
     buf: &[u8],
     client: &[u8],
     default_host: &[u8],
+    scheme: Scheme,
 ) {
     out.clear();
     out.extend_from_slice(head.method.get(buf));
@@ -54,6 +65,11 @@ pub fn write_request_head(
         let value = field.value.get(buf);
         match field.role {
             FieldRole::Forward => put_field(out, name, value),
+            FieldRole::ForwardedProto => {
+                if scheme == Scheme::Http {
+                    put_field(out, name, value)
+                }
+            }
             // Checked to say exactly `chunked` (request.rs): sent in that one form, once.
             FieldRole::TransferEncoding => {
                 if !wrote_coding && head.framing == BodyFraming::Chunked {
@@ -103,6 +119,9 @@ pub fn write_request_head(
     }
     if last_forwarded_for.is_none() {
         put_field(out, b"X-Forwarded-For", client);
+    }
+    if scheme == Scheme::Https {
+        out.extend_from_slice(b"X-Forwarded-Proto: https\r\n");
     }
     if head.upgrade {
         out.extend_from_slice(b"Connection: upgrade\r\n");
@@ -201,9 +220,10 @@ pub fn write_response_head(
         let name = field.name.get(buf);
         let value = field.value.get(buf);
         match field.role {
-            FieldRole::Forward | FieldRole::Host | FieldRole::ForwardedFor => {
-                put_field(out, name, value)
-            }
+            FieldRole::Forward
+            | FieldRole::Host
+            | FieldRole::ForwardedFor
+            | FieldRole::ForwardedProto => put_field(out, name, value),
             FieldRole::Drop => {}
             FieldRole::TransferEncoding => {
                 if codings_to_client && !wrote_coding {
@@ -294,7 +314,14 @@ mod tests {
         assert!(parse_request(&mut raw.to_vec(), &mut head).unwrap());
         let mut out = Vec::new();
         let client = forwarded_for(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7)));
-        write_request_head(&mut out, &head, raw, client.as_bytes(), b"127.0.0.1:9001");
+        write_request_head(
+            &mut out,
+            &head,
+            raw,
+            client.as_bytes(),
+            b"127.0.0.1:9001",
+            Scheme::Http,
+        );
         String::from_utf8(out).unwrap()
     }
 

@@ -4,6 +4,7 @@
 
 use super::{ExchangeError, Outcome, Session};
 use crate::buffer::IoBuf;
+use crate::edge::client_stream::ClientStream;
 use crate::edge::proxy_protocol;
 use crate::http::response::RequestKind;
 use crate::http::rewrite::{
@@ -30,14 +31,19 @@ impl Session {
     /// The request head preceded by a PROXY protocol header naming this connection's client and
     /// the address it connected to (the one a PROXY header in named, else this socket's).
     fn with_proxy_header(&self, version: proxy_protocol::Version) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.upstream_head.len() + 64);
+        self.write_proxy_header(&mut out, version);
+        out.extend_from_slice(&self.upstream_head);
+        out
+    }
+
+    /// A PROXY protocol header naming this connection's client and the address it connected to.
+    pub(super) fn write_proxy_header(&self, out: &mut Vec<u8>, version: proxy_protocol::Version) {
         let destination = self
             .destination
             .or_else(|| self.client.local_addr().ok())
             .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-        let mut out = Vec::with_capacity(self.upstream_head.len() + 64);
-        proxy_protocol::write_header(&mut out, version, self.peer, destination);
-        out.extend_from_slice(&self.upstream_head);
-        out
+        proxy_protocol::write_header(out, version, self.peer, destination);
     }
 
     /// Sends the request to the server on `server` and relays the response to the client.
@@ -111,7 +117,7 @@ impl Session {
                 response_field,
                 ..
             } = &mut *self;
-            let client: &Socket = client;
+            let client: &ClientStream = client;
             let relay: &RelaySettings = relay;
             let mut upload = pin!(upload_body(
                 client,
@@ -365,7 +371,7 @@ struct Relayed {
 
 /// Sends the rest of the request body (what was not sent with the head) to the server.
 async fn upload_body(
-    client: &Socket,
+    client: &ClientStream,
     inbuf: &mut IoBuf,
     server: &Socket,
     framing: BodyFraming,
@@ -402,7 +408,7 @@ async fn upload_body(
 /// follows the response on the client connection: `Then::More` when it closes right after.
 #[allow(clippy::too_many_arguments)]
 async fn relay_response(
-    client: &Socket,
+    client: &ClientStream,
     server: &Socket,
     server_buf: &mut IoBuf,
     out: &mut Vec<u8>,
@@ -481,7 +487,7 @@ async fn read_response_head(
     server_buf: &mut IoBuf,
     response: &mut ResponseHead,
     kind: RequestKind,
-    client: &Socket,
+    client: &ClientStream,
     client_version: Version,
     out: &mut Vec<u8>,
     idle: Duration,

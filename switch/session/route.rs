@@ -3,6 +3,7 @@
 //! full), and a connection to it, reused or new. Failures here feed passive health detection.
 
 use super::{Session, ALL_FULL};
+use crate::config::ServiceMode;
 use crate::health;
 use crate::limits::exhaustion;
 use crate::socket::Socket;
@@ -75,7 +76,8 @@ impl Session {
         let buf = self.inbuf.filled();
         let headers = self.head.lookup(buf);
         let view = self.request_view(buf, &headers);
-        self.service().rules.route(&view)
+        let sni = self.sni.as_deref().map(str::as_bytes);
+        self.service().rules.route(&view, sni)
     }
 
     fn request_view<'a>(
@@ -83,11 +85,16 @@ impl Session {
         buf: &'a [u8],
         headers: &'a dyn tcpvs_modules::HeaderLookup,
     ) -> RequestView<'a> {
+        let host = match self.service().mode {
+            ServiceMode::Http => self.head.host.map(|h| h.get(buf)),
+            // No HTTP request: the module sees the server name as the host (hash key "host").
+            ServiceMode::TlsPassthrough => self.sni.as_deref().map(str::as_bytes),
+        };
         RequestView {
             method: self.head.method(buf),
             path: self.head.path.get(buf),
             query: self.head.query.map(|q| q.get(buf)),
-            host: self.head.host.map(|h| h.get(buf)),
+            host,
             headers,
             client: self.peer.ip(),
         }
@@ -138,10 +145,13 @@ impl Session {
             let retryable = self.head.retryable();
             let now_ms = self.timer.now_ms();
             // A `send_proxy` pool's connections belong to one client each: never reused
-            // (idle ones may remain from before a reload turned it on).
-            let idle = match pool.config.send_proxy {
-                None => backend.take_idle(self.timer.worker(), now_ms, idle_age, !retryable),
-                Some(_) => None,
+            // (idle ones may remain from before a reload turned it on); a passthrough
+            // connection is a new TLS connection to the server, never an idle HTTP one.
+            let reusable =
+                pool.config.send_proxy.is_none() && self.service().mode == ServiceMode::Http;
+            let idle = match reusable {
+                true => backend.take_idle(self.timer.worker(), now_ms, idle_age, !retryable),
+                false => None,
             };
             let connection = match idle {
                 Some(stream) => Some((stream, true)),

@@ -1082,12 +1082,13 @@ impl Process {
             let line = self
                 .log
                 .recv_timeout(Duration::from_secs(20))
-                .unwrap_or_else(|_| panic!("no `{marker}http://` line from tcpvs: {seen:?}"));
-            let addr = line
-                .split(&format!("{marker}http://"))
-                .nth(1)
-                .and_then(|rest| rest.split('/').next())
-                .and_then(|a| a.parse().ok());
+                .unwrap_or_else(|_| panic!("no `{marker}http[s]://` line from tcpvs: {seen:?}"));
+            let addr = ["http://", "https://"].iter().find_map(|scheme| {
+                line.split(&format!("{marker}{scheme}"))
+                    .nth(1)
+                    .and_then(|rest| rest.split('/').next())
+                    .and_then(|a| a.parse().ok())
+            });
             seen.push(line);
             if let Some(addr) = addr {
                 return (addr, seen);

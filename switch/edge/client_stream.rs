@@ -1,0 +1,131 @@
+//! A client connection as the session reads and writes it: its socket, and the TLS layer over
+//! it once a TLS service's handshake is done.
+//!
+//! The socket stays the one place readiness comes from: a TLS read or write is the socket's
+//! non-blocking call beneath rustls, so the session's waits, timeouts and speculative first read
+//! are the same with TLS or without. A plain connection pays one predictable branch per call.
+
+use super::tls::layer::TlsLayer;
+use crate::socket::Socket;
+use crate::stream::{wait, Io, Limit, Then};
+use std::future::Future;
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+#[derive(Debug)]
+pub struct ClientStream {
+    socket: Socket,
+    /// Boxed: a rustls connection is large, and most connections of most services have none.
+    tls: Option<Box<TlsLayer>>,
+}
+
+/// How long closing waits for the socket to take a close_notify.
+const CLOSE_NOTIFY_WAIT: Duration = Duration::from_secs(2);
+
+impl ClientStream {
+    pub fn plain(socket: Socket) -> ClientStream {
+        ClientStream { socket, tls: None }
+    }
+
+    pub fn socket(&self) -> &Socket {
+        &self.socket
+    }
+
+    /// From now on bytes cross `tls` (its handshake is complete).
+    pub fn start_tls(&mut self, tls: TlsLayer) {
+        self.tls = Some(Box::new(tls));
+    }
+
+    pub fn tls(&self) -> Option<&TlsLayer> {
+        self.tls.as_deref()
+    }
+
+    pub fn is_registered(&self) -> bool {
+        self.socket.is_registered()
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.socket.local_addr()
+    }
+
+    /// Polls for read readiness; at once when TLS holds decrypted bytes the socket will not
+    /// announce again.
+    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self
+            .tls
+            .as_ref()
+            .is_some_and(|tls| tls.has_buffered_input())
+        {
+            return Poll::Ready(Ok(()));
+        }
+        self.socket.poll_read_ready(cx)
+    }
+
+    /// Whether unread bytes wait, asking the kernel (see `Socket::has_unread_bytes`).
+    pub fn has_unread_bytes(&self) -> bool {
+        self.tls
+            .as_ref()
+            .is_some_and(|tls| tls.has_buffered_input())
+            || self.socket.has_unread_bytes()
+    }
+}
+
+impl Io for ClientStream {
+    fn try_recv(&self, spare: &mut [u8]) -> io::Result<usize> {
+        match &self.tls {
+            None => self.socket.try_recv(spare),
+            Some(tls) => tls.try_recv(&self.socket, spare),
+        }
+    }
+
+    fn try_send(&self, parts: &[IoSlice<'_>], then: Then) -> io::Result<usize> {
+        match &self.tls {
+            None => Io::try_send(&self.socket, parts, then),
+            Some(tls) => tls.try_send(&self.socket, parts, then),
+        }
+    }
+
+    fn try_flush(&self, then: Then) -> io::Result<()> {
+        match &self.tls {
+            None => Ok(()),
+            Some(tls) => tls.try_flush(&self.socket, then),
+        }
+    }
+
+    /// The socket's readiness: a TLS read answers `WouldBlock` only once it has drained the
+    /// socket and holds no plaintext, so the socket's next readiness is the next news.
+    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send + '_ {
+        Io::readable(&self.socket)
+    }
+
+    fn writable(&self) -> impl Future<Output = io::Result<()>> + Send + '_ {
+        Io::writable(&self.socket)
+    }
+
+    fn spliceable(&self) -> Option<&Socket> {
+        match self.tls {
+            None => Some(&self.socket),
+            Some(_) => None,
+        }
+    }
+
+    async fn shutdown_write(&self) -> io::Result<()> {
+        if let Some(tls) = &self.tls {
+            tls.close_notify();
+            let limit = Limit::Idle(CLOSE_NOTIFY_WAIT);
+            loop {
+                match tls.try_flush(&self.socket, Then::Push) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        if wait(Io::writable(&self.socket), limit).await.is_err() {
+                            break;
+                        }
+                    }
+                    _ => break,
+                }
+            }
+        }
+        rustix::net::shutdown(&self.socket, rustix::net::Shutdown::Write).map_err(io::Error::from)
+    }
+}

@@ -1,0 +1,161 @@
+//! A rustls server connection over a client's [`Socket`], driven like the socket itself:
+//! non-blocking calls that answer `WouldBlock` when the socket would, so the session's
+//! readiness-driven code (stream.rs) runs over TLS unchanged.
+//!
+//! Records are read into rustls and decrypted on the caller's read; plaintext written is
+//! encrypted into rustls' send buffer (bounded by its default limit, 64 KiB) and pushed to
+//! the socket at once, the rest when the socket is writable again (`try_flush`). The
+//! connection sits behind a mutex because the session reads the client while it writes it
+//! (an upload beside a response) through shared references; only the session's own task
+//! ever takes it, so it is never contended.
+
+use crate::socket::Socket;
+use crate::stream::{send_parts, Then};
+use rustls::ServerConnection;
+use std::io::{self, IoSlice, Read, Write};
+use std::sync::{Mutex, MutexGuard};
+
+#[derive(Debug)]
+pub struct TlsLayer {
+    connection: Mutex<ServerConnection>,
+}
+
+/// The socket as rustls reads it: non-blocking receives.
+pub(super) struct SocketReader<'a>(pub(super) &'a Socket);
+
+impl Read for SocketReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.try_recv(buf)
+    }
+}
+
+/// The socket as rustls writes it: non-blocking sends, all records of a flush in one sendmsg
+/// when they fit.
+pub(super) struct SocketWriter<'a> {
+    pub(super) socket: &'a Socket,
+    pub(super) then: Then,
+}
+
+impl Write for SocketWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        send_parts(self.socket, &[IoSlice::new(buf)], self.then)
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        send_parts(self.socket, bufs, self.then)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl TlsLayer {
+    /// A connection whose handshake is complete (handshake.rs).
+    pub(super) fn new(connection: ServerConnection) -> TlsLayer {
+        TlsLayer {
+            connection: Mutex::new(connection),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ServerConnection> {
+        self.connection
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Plaintext into `spare`, reading and decrypting records as needed. `Ok(0)`: the client
+    /// closed (with a close_notify, or without one: for HTTP, framing tells a cut message).
+    pub fn try_recv(&self, socket: &Socket, spare: &mut [u8]) -> io::Result<usize> {
+        if spare.is_empty() {
+            return Ok(0);
+        }
+        let mut connection = self.lock();
+        loop {
+            match connection.reader().read(spare) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
+                Err(e) => return Err(e),
+            }
+            // No plaintext yet: the next records (WouldBlock when the socket has none).
+            connection.read_tls(&mut SocketReader(socket))?;
+            if let Err(e) = connection.process_new_packets() {
+                // The alert rustls queued says why, if the socket takes it now.
+                let _ = connection.write_tls(&mut SocketWriter {
+                    socket,
+                    then: Then::Push,
+                });
+                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+            }
+        }
+    }
+
+    /// Encrypts as much of `parts` as the send buffer takes and pushes it out; the bytes
+    /// taken, or `WouldBlock` when none could be (the buffer is full of records the socket
+    /// has not taken yet).
+    pub fn try_send(
+        &self,
+        socket: &Socket,
+        parts: &[IoSlice<'_>],
+        then: Then,
+    ) -> io::Result<usize> {
+        let mut connection = self.lock();
+        // Twice at most: a buffer full of older records takes nothing until they are pushed.
+        for _ in 0..2 {
+            let taken = connection.writer().write_vectored(parts)?;
+            match push(&mut connection, socket, then) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && taken > 0 => return Ok(taken),
+                Err(e) => return Err(e),
+            }
+            if taken > 0 || parts.iter().all(|p| p.is_empty()) {
+                return Ok(taken);
+            }
+        }
+        Err(io::ErrorKind::WouldBlock.into())
+    }
+
+    /// Pushes out records still in the send buffer; `WouldBlock` while some remain.
+    pub fn try_flush(&self, socket: &Socket, then: Then) -> io::Result<()> {
+        push(&mut self.lock(), socket, then)
+    }
+
+    /// Decrypted bytes wait to be read, or records that will say something (an error, the end):
+    /// the socket's readiness may not fire for them again.
+    pub fn has_buffered_input(&self) -> bool {
+        match self.lock().process_new_packets() {
+            Ok(state) => state.plaintext_bytes_to_read() > 0 || state.peer_has_closed(),
+            Err(_) => true,
+        }
+    }
+
+    /// The server name the client asked for (SNI), lower case.
+    pub fn server_name(&self) -> Option<Box<str>> {
+        self.lock().server_name().map(Box::from)
+    }
+
+    /// The handshake resumed an earlier session (a ticket or a session ID).
+    pub fn resumed(&self) -> bool {
+        self.lock().handshake_kind() == Some(rustls::HandshakeKind::Resumed)
+    }
+
+    /// Queues a close_notify: the client learns that the response is complete, not cut.
+    pub fn close_notify(&self) {
+        self.lock().send_close_notify();
+    }
+}
+
+/// Writes queued records to the socket until none are left or it would block.
+pub(super) fn push(
+    connection: &mut ServerConnection,
+    socket: &Socket,
+    then: Then,
+) -> io::Result<()> {
+    while connection.wants_write() {
+        if connection.write_tls(&mut SocketWriter { socket, then })? == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+    }
+    Ok(())
+}

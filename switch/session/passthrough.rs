@@ -1,0 +1,156 @@
+//! `mode = "tls-passthrough"`: content switching without decryption. The connection's
+//! ClientHello is read (it may come in pieces, by the header deadline), the service's `sni`
+//! rules pick the pool by its server name, the pool's module picks a server, and the bytes read
+//! so far go to it first; then both directions are spliced until the connection ends.
+//!
+//! One connection is one "request" of the service and of its server: counted, logged (as
+//! `TLS <server name>`, status 0: a tunnel has no HTTP status), and held on the server for as
+//! long as it lasts, so that least-connection modules balance open connections.
+
+use super::*;
+use crate::edge::client_hello::{Hello, HelloReader};
+use crate::relay::tunnel;
+
+impl Session {
+    /// Serves the whole connection.
+    pub(super) async fn pass_through(&mut self, deadline: Instant) {
+        let started = Instant::now();
+        match self.read_client_hello(deadline).await {
+            HelloRead::Hello(server_name) => self.sni = server_name,
+            HelloRead::Refused(why) => {
+                stats::bump(&self.service().stats.tls_handshake_failures);
+                tracing::debug!(client = %self.peer, "TLS passthrough: {why}; closed");
+                return;
+            }
+            HelloRead::Gone => return,
+        }
+        stats::bump(&self.service().stats.requests);
+        let outcome = self.relay_passthrough().await;
+        self.log_request.clear();
+        self.log_request.push_str("TLS ");
+        self.log_request
+            .push_str(self.sni.as_deref().unwrap_or("-"));
+        self.shared.access_log.write(&access_log::Entry {
+            service: &self.service().name,
+            client: self.peer,
+            request: Some(&self.log_request),
+            status: outcome.status,
+            bytes: outcome.bytes_out,
+            pool: outcome.pool.map(|p| self.generation.pools[p].name.as_str()),
+            server: outcome.server,
+            end: access_log::End::Took(started.elapsed()),
+        });
+    }
+
+    /// Reads until `inbuf` holds a whole ClientHello.
+    async fn read_client_hello(&mut self, deadline: Instant) -> HelloRead {
+        let mut reader = HelloReader::default();
+        loop {
+            if !self.inbuf.is_empty() {
+                match reader.offer(self.inbuf.filled()) {
+                    Hello::Complete { server_name } => return HelloRead::Hello(server_name),
+                    Hello::Invalid(why) => {
+                        return HelloRead::Refused(format!("no TLS ClientHello: {why}"))
+                    }
+                    Hello::Incomplete => {}
+                }
+            }
+            if self.inbuf.len() >= MAX_HEAD_BYTES {
+                return HelloRead::Refused(format!(
+                    "ClientHello larger than {MAX_HEAD_BYTES} bytes"
+                ));
+            }
+            self.inbuf.make_room_for_head(MAX_HEAD_BYTES);
+            match read_some(&self.client, &mut self.inbuf, Limit::Until(deadline)).await {
+                Ok(0) => return HelloRead::Gone,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                    return HelloRead::Refused("ClientHello not received in time".into())
+                }
+                Err(_) => return HelloRead::Gone,
+            }
+        }
+    }
+
+    /// Routes by the server name, connects, and joins the two connections.
+    async fn relay_passthrough(&mut self) -> Outcome {
+        let Some(pool_index) = self.route() else {
+            tracing::debug!(client = %self.peer, sni = ?self.sni, "TLS passthrough: no pool for this server name; closed");
+            stats::bump(&self.service().stats.local_errors);
+            return Outcome::local(0, 0, false, None);
+        };
+        let generation = Arc::clone(&self.generation);
+        let pool = &generation.pools[pool_index];
+        self.tried.clear();
+        self.retry_from = None;
+        let mut attempts = 0;
+        let (lease, server, _) = match self.pick_or_queue(pool, &mut attempts).await {
+            Ok(connection) => connection,
+            Err((_, why)) => {
+                tracing::debug!(client = %self.peer, pool = %pool.name, "TLS passthrough: {why}; closed");
+                stats::bump(&self.service().stats.local_errors);
+                return Outcome::local(0, 0, false, Some(pool_index));
+            }
+        };
+        let backend = lease.backend();
+        stats::bump(&backend.stats.requests);
+        let idle = self.relay.idle;
+        if let Some(version) = pool.config.send_proxy {
+            let mut header = Vec::with_capacity(64);
+            self.write_proxy_header(&mut header, version);
+            if let Err(e) = write_all(&server, &header, Limit::Idle(idle)).await {
+                self.server_failed(
+                    pool,
+                    lease.server,
+                    &format!("sending the PROXY header: {e}"),
+                );
+                return Outcome::local(0, 0, false, Some(pool_index));
+            }
+        }
+        // The hello (and anything after it) waits in `inbuf`: the tunnel sends it first.
+        self.inbuf.make_room_for_body();
+        let (moved, ended) = tunnel(
+            &self.client,
+            &mut self.inbuf,
+            &server,
+            &mut self.server_buf,
+            self.relay.splice_from.is_some(),
+            idle,
+        )
+        .await;
+        stats::add(&backend.stats.bytes_in, moved.client_to_server);
+        stats::add(&backend.stats.bytes_out, moved.server_to_client);
+        if moved.server_to_client > 0 {
+            stats::bump(&backend.stats.responses);
+            health::exchange_succeeded(&self.shared, pool, lease.server);
+        } else {
+            // Nothing came back to the hello: the server failed this connection.
+            stats::bump(&backend.stats.response_errors);
+            let why = match &ended {
+                Err(e) => format!("no answer to the ClientHello: {e}"),
+                Ok(()) => "closed without answering the ClientHello".to_string(),
+            };
+            self.server_failed(pool, lease.server, &why);
+        }
+        if let Err(e) = ended {
+            tracing::debug!(server = %backend.addr, "TLS passthrough ended: {e}");
+        }
+        Outcome {
+            status: 0,
+            bytes_out: moved.server_to_client,
+            keep_client: false,
+            pool: Some(pool_index),
+            server: Some(backend.addr),
+        }
+    }
+}
+
+/// How reading a ClientHello ended.
+enum HelloRead {
+    /// A whole hello, with the server name it asks for, if any.
+    Hello(Option<Box<str>>),
+    /// Not TLS, a broken hello, too large, or too late: counted and closed.
+    Refused(String),
+    /// The client closed first: nothing to count (a TCP health check of a director does this).
+    Gone,
+}
