@@ -15,6 +15,9 @@ pub enum KeySource {
     Uri,
     /// A capture group of a regex on the path, like KTCPVS `hhttp` (`pattern`, `group`).
     Capture { pattern: Regex, group: usize },
+    /// The host the request is for, without port, lower case (a TLS passthrough connection:
+    /// its ClientHello's server name).
+    Host,
     /// The value of a request header (`header = "X-User"`).
     Header(String),
     /// The value of a cookie (`cookie = "session"`).
@@ -32,12 +35,13 @@ impl KeySource {
         let kind = options.choice(
             "key",
             default,
-            &["path", "uri", "regex", "header", "cookie", "source"],
+            &["path", "uri", "regex", "host", "header", "cookie", "source"],
         )?;
         let key_index = options.index_of("key").unwrap_or(0);
         Ok(match kind {
             "path" => KeySource::Path,
             "uri" => KeySource::Uri,
+            "host" => KeySource::Host,
             "regex" => {
                 let (i, text) = options.string("pattern")?.ok_or_else(|| {
                     options.error_at(
@@ -107,6 +111,7 @@ impl KeySource {
                 let captures = pattern.captures(request.path)?;
                 stable_hash(captures.get(*group)?.as_bytes())
             }
+            KeySource::Host => stable_hash(request.host?),
             KeySource::Header(name) => stable_hash(request.headers.header(name)?),
             KeySource::Cookie(name) => stable_hash(cookie_value(request, name)?),
             KeySource::Source => client_address_hash(request.client),
@@ -222,6 +227,10 @@ mod tests {
                 .hash(&r),
             None
         );
+        let host = source(&[("key", "host")]).unwrap();
+        assert_eq!(host.hash(&r), None, "no host, no key");
+        r.host = Some(b"img.example.com");
+        assert_eq!(host.hash(&r), Some(stable_hash(b"img.example.com")));
         r.path = b"/other";
         assert_eq!(capture.hash(&r), None);
     }

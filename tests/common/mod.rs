@@ -700,9 +700,9 @@ impl Response {
     }
 }
 
-/// A raw HTTP/1.x client over one TCP connection.
-pub struct Client {
-    pub stream: TcpStream,
+/// A raw HTTP/1.x client over one connection: TCP, or TLS over TCP (`tls::connect`).
+pub struct Client<S = TcpStream> {
+    pub stream: S,
     buf: Vec<u8>,
 }
 
@@ -710,6 +710,13 @@ impl Client {
     pub async fn connect(addr: SocketAddr) -> Client {
         let stream = TcpStream::connect(addr).await.unwrap();
         stream.set_nodelay(true).unwrap();
+        Client::over(stream)
+    }
+}
+
+impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> Client<S> {
+    /// A client on a connection made already.
+    pub fn over(stream: S) -> Client<S> {
         Client {
             stream,
             buf: Vec::new(),
@@ -718,6 +725,8 @@ impl Client {
 
     pub async fn send(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).await.unwrap();
+        // A TLS stream holds records until flushed; a TCP one flushes at once.
+        self.stream.flush().await.unwrap();
     }
 
     pub async fn get(&mut self, path: &str) -> Response {
@@ -981,6 +990,8 @@ pub async fn wait_until(
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+pub mod tls;
 
 // ---------------------------------------------------------------- the tcpvs binary
 
