@@ -723,6 +723,26 @@ impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> Client<S> {
         }
     }
 
+    /// Connects from the loopback address `source` (any of 127.0.0.0/8; the port is the
+    /// kernel's), so that tests can tell clients apart by address, as servers behind a chain
+    /// of proxies must.
+    pub async fn connect_from(source: std::net::IpAddr, addr: SocketAddr) -> Client {
+        let socket = match source {
+            std::net::IpAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+            std::net::IpAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+        }
+        .unwrap();
+        socket
+            .bind(SocketAddr::new(source, 0))
+            .unwrap_or_else(|e| panic!("bind to {source}: {e}"));
+        let stream = socket.connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
     pub async fn send(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).await.unwrap();
         // A TLS stream holds records until flushed; a TCP one flushes at once.
