@@ -712,16 +712,6 @@ impl Client {
         stream.set_nodelay(true).unwrap();
         Client::over(stream)
     }
-}
-
-impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> Client<S> {
-    /// A client on a connection made already.
-    pub fn over(stream: S) -> Client<S> {
-        Client {
-            stream,
-            buf: Vec::new(),
-        }
-    }
 
     /// Connects from the loopback address `source` (any of 127.0.0.0/8; the port is the
     /// kernel's), so that tests can tell clients apart by address, as servers behind a chain
@@ -737,6 +727,16 @@ impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> Client<S> {
             .unwrap_or_else(|e| panic!("bind to {source}: {e}"));
         let stream = socket.connect(addr).await.unwrap();
         stream.set_nodelay(true).unwrap();
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> Client<S> {
+    /// A client on a connection made already.
+    pub fn over(stream: S) -> Client<S> {
         Client {
             stream,
             buf: Vec::new(),
