@@ -4,9 +4,11 @@
 #                            (and a splice = false instance), against HAProxy and nginx;
 #   scaling.sh               workers = 2 / nbthread 2 / worker_processes 2 on shared cores;
 #   splice-vs-copy.sh        1 MiB bodies from a sendfile backend;
+#   tls.sh                   TLS keep-alive, a TLS connection per request (resumed, and full
+#                            handshakes), passthrough of 1 MiB beside HAProxy mode tcp;
 # keeps the medians in benches/results/*.txt and has benches/report.rs write the table between
 # the comparison markers of BENCHMARKS.md and draw benches/results/comparison.svg.
-# Takes about ten minutes. Env: ROUNDS, DUR (peerbench's). Needs: haproxy nginx wrk curl.
+# Takes about fifteen minutes. Env: ROUNDS, DUR (peerbench's). Needs: haproxy nginx wrk curl openssl.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -17,5 +19,6 @@ benches/peerbench-tcpvs.sh all | tee benches/results/peerbench.txt
   | tee benches/results/scaling.txt
 { echo "## 1 MiB, sendfile backend: splice-vs-copy.sh"; benches/splice-vs-copy.sh; } \
   | tee benches/results/splice-vs-copy.txt
+TCPVS=target/release/tcpvs benches/tls.sh | tee benches/results/tls.txt
 cargo bench --bench report -- benches/results/peerbench.txt benches/results/scaling.txt \
-  benches/results/splice-vs-copy.txt
+  benches/results/splice-vs-copy.txt benches/results/tls.txt

@@ -164,7 +164,8 @@ stop_peers() {
 }
 
 # run_rounds ROUNDS PATH TARGET...: each round runs "${WRK[@]}" once per target in turn
-# (A B C A B C ...); a TARGET is NAME=HOST:PORT=PID. Prints one row per run.
+# (A B C A B C ...); a TARGET is NAME=HOST:PORT=PID. Prints one row per run. SCHEME (http, or
+# https for benches/tls.sh) is the URL's scheme.
 run_rounds() {
   local rounds=$1 path=$2 r t name addr pid t0 t1 out rps n cpu hz
   shift 2
@@ -173,7 +174,7 @@ run_rounds() {
     for t in "$@"; do
       IFS='=' read -r name addr pid <<<"$t"
       t0=$(cpu_ticks "$pid")
-      out=$("${WRK[@]}" "http://$addr$path" 2>/dev/null)
+      out=$("${WRK[@]}" "${SCHEME:-http}://$addr$path" 2>/dev/null)
       t1=$(cpu_ticks "$pid")
       rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out"); n=$(awk '/requests in/ {print $1}' <<<"$out")
       cpu=$(awk -v a="$t0" -v b="$t1" -v n="${n:-0}" -v hz="$hz" 'BEGIN{ if(n>0) printf "%.2f", (b-a)*1e6/hz/n; else print "nan"}')

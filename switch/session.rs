@@ -7,8 +7,10 @@
 //! Every request on a keep-alive connection is routed and picked again, so one connection can
 //! reach several pools. This file holds the connection's life (bursts of requests, refusing,
 //! closing) and [`Session::handle_request`], which strings the steps together; `read_head.rs`
-//! reads the PROXY header, waits for requests and reads their heads, `route.rs` routes, picks and
-//! connects, `exchange.rs` talks to the server.
+//! reads the PROXY header, waits for requests and reads their heads, `tls.rs` does a TLS
+//! service's handshake before the first request, `route.rs` routes, picks and connects,
+//! `exchange.rs` talks to the server. A `tls-passthrough` connection takes another way after
+//! the PROXY header: `passthrough.rs` (ClientHello, route by server name, pick, tunnel).
 
 mod exchange;
 mod passthrough;
@@ -275,9 +277,11 @@ impl Session {
 
     pub(crate) async fn run(mut self) {
         let keepalive = self.shared.settings.keepalive_timeout;
-        let mut head_deadline = Some(Instant::now() + self.shared.settings.header_timeout);
+        // The PROXY header, the TLS handshake or ClientHello and the first request's head are
+        // all due by this.
+        let connection_deadline = Instant::now() + self.shared.settings.header_timeout;
+        let mut head_deadline = Some(connection_deadline);
         let mut wait = keepalive;
-        let connection_deadline = head_deadline.unwrap_or_else(Instant::now);
         if self.service().proxy_protocol {
             // Boxed: read once, its state need not stay in the connection's task.
             if !Box::pin(self.read_proxy_header(connection_deadline)).await {
@@ -289,7 +293,6 @@ impl Session {
             return;
         }
         if let Some(config) = self.service().tls.clone() {
-            // The handshake shares the first request's deadline (header_timeout).
             if !Box::pin(self.start_tls(config, connection_deadline)).await {
                 return;
             }
