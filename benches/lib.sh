@@ -207,3 +207,101 @@ stop_gracefully() {
   done
   wait 2>/dev/null || true
 }
+
+# start_tls_peers DIR TCPVS_BINARY: the layout of benches/tls.sh. One ECDSA P-256 certificate
+# (DIR/site.pem, DIR/site.key) for all; the nginx backend on CPU 1 serving DIR/www over plain
+# HTTP on 18281 and over TLS on 18282; on CPU 0, one thread or worker each: HAProxy terminating
+# TLS on 18290 (and mode tcp on 18293 to 18282), the nginx proxy on 18291, tcpvs terminating on
+# 18292 and passing TLS through on 18294 (its admin endpoint on 18295). Sets PIDS and the pids
+# BP (backend), HP, NP, TP, and waits until each answers. DIR must exist.
+start_tls_peers() {
+  local D=$1 bin=$2 be=18281 be_tls=18282 addr
+  mkdir -p "$D/www" "$D/logs"; chmod 755 "$D"
+  head -c 100 /dev/zero | tr '\0' 'a' > "$D/www/small.html"
+  head -c 1048576 /dev/urandom > "$D/www/1m.bin"
+  chmod -R a+rX "$D/www"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 \
+    -keyout "$D/site.key" -out "$D/site.pem" -subj "/CN=bench.test" \
+    -addext "subjectAltName=DNS:bench.test" 2>/dev/null
+  cat "$D/site.pem" "$D/site.key" > "$D/site.crtkey"
+  cat > "$D/backend.conf" <<C
+worker_processes 1; daemon off; pid $D/b.pid; error_log $D/logs/b.err;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000;
+  server { listen 127.0.0.1:$be backlog=4096; root $D/www; }
+  server { listen 127.0.0.1:$be_tls ssl backlog=4096; root $D/www;
+    ssl_certificate $D/site.pem; ssl_certificate_key $D/site.key; ssl_protocols TLSv1.3; } }
+C
+  cat > "$D/nginxproxy.conf" <<C
+worker_processes 1; daemon off; pid $D/n.pid; error_log $D/logs/n.err;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000;
+  upstream be { server 127.0.0.1:$be; keepalive 64; }
+  server { listen 127.0.0.1:18291 ssl backlog=4096;
+    ssl_certificate $D/site.pem; ssl_certificate_key $D/site.key; ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_session_cache shared:SSL:10m;
+    location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; } } }
+C
+  cat > "$D/haproxy.cfg" <<C
+global
+  nbthread 1
+  maxconn 4000
+defaults
+  timeout connect 3s
+  timeout client 60s
+  timeout server 60s
+frontend fe
+  mode http
+  option http-keep-alive
+  bind 127.0.0.1:18290 ssl crt $D/site.crtkey alpn http/1.1
+  default_backend be
+backend be
+  mode http
+  http-reuse always
+  server s1 127.0.0.1:$be
+frontend pt
+  mode tcp
+  bind 127.0.0.1:18293
+  default_backend pt_be
+backend pt_be
+  mode tcp
+  option splice-auto
+  server s1 127.0.0.1:$be_tls
+C
+  cat > "$D/tcpvs.toml" <<C
+[switch]
+workers = 1
+access_log = false
+keepalive_timeout = "60s"
+
+[virtual.secure]
+listen = "127.0.0.1:18292"
+default_pool = "backend"
+tls = [{ cert = "site.pem", key = "site.key" }]
+
+[virtual.pass]
+listen = "127.0.0.1:18294"
+mode = "tls-passthrough"
+default_pool = "tls_backend"
+
+[pool.backend]
+servers = [{ addr = "127.0.0.1:$be" }]
+
+[pool.tls_backend]
+servers = [{ addr = "127.0.0.1:$be_tls" }]
+
+[admin]
+listen = "127.0.0.1:18295"
+C
+  PIDS=()
+  taskset -c 1 nginx -c "$D/backend.conf" -p "$D" & PIDS+=($!); BP=$!
+  taskset -c 0 haproxy -f "$D/haproxy.cfg" -db >"$D/logs/h.log" 2>&1 & PIDS+=($!); HP=$!
+  taskset -c 0 nginx -c "$D/nginxproxy.conf" -p "$D" & PIDS+=($!); NP=$!
+  taskset -c 0 "$bin" run -c "$D/tcpvs.toml" >"$D/logs/t.log" 2>&1 & PIDS+=($!); TP=$!
+  for addr in 18290 18291 18292 18293 18294 18282; do
+    for _ in $(seq 50); do
+      curl -sk -o /dev/null --max-time 1 "https://127.0.0.1:$addr/small.html" && break
+      sleep 0.1
+    done
+  done
+}

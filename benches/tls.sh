@@ -25,95 +25,15 @@ if [ -z "$bin" ]; then
 fi
 parts=("$@"); [ ${#parts[@]} -gt 0 ] || parts=(keepalive handshakes full passthrough)
 ROUNDS=${ROUNDS:-5}; DUR=${DUR:-5}
-D=$(mktemp -d /tmp/tcpvs-tls-bench.XXXX); chmod 755 "$D"; mkdir -p "$D/www" "$D/logs"
-head -c 100 /dev/zero | tr '\0' 'a' > "$D/www/small.html"
-head -c 1048576 /dev/urandom > "$D/www/1m.bin"
-chmod -R a+rX "$D/www"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 \
-  -keyout "$D/site.key" -out "$D/site.pem" -subj "/CN=bench.test" \
-  -addext "subjectAltName=DNS:bench.test" 2>/dev/null
-cat "$D/site.pem" "$D/site.key" > "$D/site.crtkey"
-BE=18281; BE_TLS=18282
-cat > "$D/backend.conf" <<C
-worker_processes 1; daemon off; pid $D/b.pid; error_log $D/logs/b.err;
-events { worker_connections 4096; }
-http { access_log off; keepalive_requests 1000000;
-  server { listen 127.0.0.1:$BE backlog=4096; root $D/www; }
-  server { listen 127.0.0.1:$BE_TLS ssl backlog=4096; root $D/www;
-    ssl_certificate $D/site.pem; ssl_certificate_key $D/site.key; ssl_protocols TLSv1.3; } }
-C
-cat > "$D/nginxproxy.conf" <<C
-worker_processes 1; daemon off; pid $D/n.pid; error_log $D/logs/n.err;
-events { worker_connections 4096; }
-http { access_log off; keepalive_requests 1000000;
-  upstream be { server 127.0.0.1:$BE; keepalive 64; }
-  server { listen 127.0.0.1:18291 ssl backlog=4096;
-    ssl_certificate $D/site.pem; ssl_certificate_key $D/site.key; ssl_protocols TLSv1.2 TLSv1.3;
-    ssl_session_cache shared:SSL:10m;
-    location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; } } }
-C
-cat > "$D/haproxy.cfg" <<C
-global
-  nbthread 1
-  maxconn 4000
-defaults
-  timeout connect 3s
-  timeout client 30s
-  timeout server 30s
-frontend fe
-  mode http
-  option http-keep-alive
-  bind 127.0.0.1:18290 ssl crt $D/site.crtkey alpn http/1.1
-  default_backend be
-backend be
-  mode http
-  http-reuse always
-  server s1 127.0.0.1:$BE
-frontend pt
-  mode tcp
-  bind 127.0.0.1:18293
-  default_backend pt_be
-backend pt_be
-  mode tcp
-  option splice-auto
-  server s1 127.0.0.1:$BE_TLS
-C
-cat > "$D/tcpvs.toml" <<C
-[switch]
-workers = 1
-access_log = false
-
-[virtual.secure]
-listen = "127.0.0.1:18292"
-default_pool = "backend"
-tls = [{ cert = "site.pem", key = "site.key" }]
-
-[virtual.pass]
-listen = "127.0.0.1:18294"
-mode = "tls-passthrough"
-default_pool = "tls_backend"
-
-[pool.backend]
-servers = [{ addr = "127.0.0.1:$BE" }]
-
-[pool.tls_backend]
-servers = [{ addr = "127.0.0.1:$BE_TLS" }]
-
-[admin]
-listen = "127.0.0.1:18295"
-C
+D=$(mktemp -d /tmp/tcpvs-tls-bench.XXXX)
 PIDS=()
-taskset -c 1 nginx -c "$D/backend.conf" -p "$D" & PIDS+=($!); BP=$!
-taskset -c 0 haproxy -f "$D/haproxy.cfg" -db >"$D/logs/h.log" 2>&1 & PIDS+=($!); HP=$!
-taskset -c 0 nginx -c "$D/nginxproxy.conf" -p "$D" & PIDS+=($!); NP=$!
-taskset -c 0 "$bin" run -c "$D/tcpvs.toml" >"$D/logs/t.log" 2>&1 & PIDS+=($!); TP=$!
 trap 'stop_gracefully "${PIDS[@]}"; rm -rf "$D"' EXIT
+start_tls_peers "$D" "$bin"
 terminating=("haproxy=127.0.0.1:18290=$HP" "nginx=127.0.0.1:18291=$NP" "tcpvs=127.0.0.1:18292=$TP")
 # Passthrough: "haproxy" is HAProxy in mode tcp, "tcpvs" the tls-passthrough service.
-passing=("direct=127.0.0.1:$BE_TLS=$BP" "haproxy=127.0.0.1:18293=$HP" "tcpvs=127.0.0.1:18294=$TP")
+passing=("direct=127.0.0.1:18282=$BP" "haproxy=127.0.0.1:18293=$HP" "tcpvs=127.0.0.1:18294=$TP")
 for t in "${terminating[@]}" "${passing[@]}"; do
   IFS='=' read -r name addr _ <<<"$t"
-  for _ in $(seq 50); do curl -sk -o /dev/null --max-time 1 "https://$addr/small.html" && break; sleep 0.1; done
   line=$(echo | openssl s_client -connect "$addr" -servername bench.test 2>/dev/null \
     | awk '/^New, / {v=$2; c=$NF} /Server Temp Key/ {sub(/.*Key: /, ""); k=$0} END {print v, c, k}')
   echo "# $name: $line" >&2
