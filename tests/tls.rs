@@ -542,6 +542,44 @@ servers = [{ addr = "127.0.0.1:9" }]
 }
 
 #[test]
+fn an_expired_certificate_and_a_nameless_one_after_the_first_are_warnings() {
+    let ca = TestCa::new();
+    let expired = ca.issue_expired(&["old.test"]);
+    let nameless = ca.issue(&[]);
+    let scratch = Scratch::new("tls-warnings");
+    scratch.file("old.pem", &expired.cert_pem);
+    scratch.file("old.key", &expired.key_pem);
+    scratch.file("nameless.pem", &nameless.cert_pem);
+    scratch.file("nameless.key", &nameless.key_pem);
+    let rules = r#"[virtual.secure]
+listen = "127.0.0.1:0"
+default_pool = "web"
+tls = [{ cert = "old.pem", key = "old.key" }, { cert = "nameless.pem", key = "nameless.key" }]
+
+[pool.web]
+servers = [{ addr = "127.0.0.1:9" }]
+"#;
+    let path = scratch.file("rules.toml", rules);
+    let checked = tcpvs::Config::check_file(&path).unwrap();
+    assert!(checked.config.is_ok(), "warnings only");
+    let warnings: Vec<String> = checked.warnings.iter().map(|w| w.to_string()).collect();
+    let file = path.display().to_string();
+    let (line, col) = position_of(rules, "\"old.pem\"");
+    let (nline, ncol) = position_of(rules, "{ cert = \"nameless.pem\"");
+    assert_eq!(warnings.len(), 2, "{warnings:#?}");
+    assert!(
+        warnings[0].starts_with(&format!("{file}:{line}:{col}: warning: "))
+            && warnings[0].contains("has expired"),
+        "{warnings:#?}"
+    );
+    assert!(
+        warnings[1].starts_with(&format!("{file}:{nline}:{ncol}: warning: "))
+            && warnings[1].contains("never chosen"),
+        "{warnings:#?}"
+    );
+}
+
+#[test]
 fn tls_keys_that_do_not_fit_the_service_are_refused() {
     let scratch = Scratch::new("tls-keys-misused");
     let ca = TestCa::new();

@@ -59,9 +59,27 @@ impl TestCa {
         self.issue_with(names, rsa_key_from_openssl())
     }
 
+    /// A certificate for `names` that expired in 2020.
+    pub fn issue_expired(&self, names: &[&str]) -> Leaf {
+        let mut params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        params.not_before = rcgen::date_time_ymd(2019, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2020, 1, 1);
+        self.sign(params, KeyPair::generate().unwrap())
+    }
+
     fn issue_with(&self, names: &[&str], key: KeyPair) -> Leaf {
         let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let params = CertificateParams::new(names).unwrap();
+        let mut params = CertificateParams::new(names.clone()).unwrap();
+        if names.is_empty() {
+            // No common name either: a certificate that names no host at all.
+            params.distinguished_name = rcgen::DistinguishedName::new();
+        }
+        self.sign(params, key)
+    }
+
+    fn sign(&self, params: CertificateParams, key: KeyPair) -> Leaf {
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         Leaf {
             cert_pem: cert.pem(),
