@@ -30,16 +30,8 @@ impl Session {
         self.log_request.push_str("TLS ");
         self.log_request
             .push_str(self.sni.as_deref().unwrap_or("-"));
-        self.shared.access_log.write(&access_log::Entry {
-            service: &self.service().name,
-            client: self.peer,
-            request: Some(&self.log_request),
-            status: outcome.status,
-            bytes: outcome.bytes_out,
-            pool: outcome.pool.map(|p| self.generation.pools[p].name.as_str()),
-            server: outcome.server,
-            end: access_log::End::Took(started.elapsed()),
-        });
+        // Status 0: the access-log line, and no answer counted.
+        self.account(&outcome, started);
     }
 
     /// Reads until `inbuf` holds a whole ClientHello.
