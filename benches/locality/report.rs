@@ -12,7 +12,7 @@ pub fn table(results: &[RunResult]) -> String {
     out.push_str(
         "| run | servers | switches | cache / working set | clients | req/s | vs wlc | vs all-hits \
          | hits | copies | max/mean load | max/mean requests | p50 ms | p99 ms | switch CPU | harness CPU | busiest CPU | busiest disk |\n\
-         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
     for r in results {
         let peer = |label: &str| {
