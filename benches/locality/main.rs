@@ -70,6 +70,10 @@ struct Args {
     /// Only the runs of these labels (wrr, wlc, lard, lard-r, hash, all-hits; repeatable).
     #[arg(long)]
     only: Vec<String>,
+    /// Redraw the plots of an experiment from the table it wrote (`--experiment servers
+    /// --replot benches/results/locality-servers.md`), without running it again.
+    #[arg(long)]
+    replot: Option<PathBuf>,
     /// Appended to the names of the files written (`locality-fits-TAG.md`), so that variants
     /// of an experiment do not overwrite each other.
     #[arg(long)]
@@ -147,6 +151,24 @@ fn real_main(args: Args) -> Result<(), String> {
             .map(|name| Experiment::parse(name).ok_or(format!("unknown experiment {name:?}")))
             .collect::<Result<_, _>>()?
     };
+    if let Some(table) = &args.replot {
+        let text =
+            std::fs::read_to_string(table).map_err(|e| format!("{}: {e}", table.display()))?;
+        let experiment = experiments
+            .first()
+            .copied()
+            .ok_or("--replot needs --experiment")?;
+        let stem = table
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .ok_or("--replot: a file name")?;
+        let results = report::read_table(&text, &common.spec("wlc", 1, 0.0, 1));
+        let dir = table.parent().unwrap_or(std::path::Path::new("."));
+        for plot in report::plots(experiment, &results, dir, &stem)? {
+            eprintln!("locality: wrote {plot}");
+        }
+        return Ok(());
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -2,7 +2,7 @@
 //! plots (throughput against servers per module; hit rate against cache size).
 
 use super::experiments::{find, Experiment};
-use super::run::RunResult;
+use super::run::{RunResult, RunSpec};
 use plotters::prelude::*;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -125,14 +125,17 @@ pub fn goals(experiment: Experiment, results: &[RunResult]) -> String {
     out
 }
 
-const COLOURS: [RGBColor; 6] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(90, 90, 90),
-];
+/// One colour per run label, the same in every plot.
+fn colour_of(label: &str) -> RGBColor {
+    match label {
+        "wrr" => RGBColor(148, 103, 189),
+        "wlc" => RGBColor(31, 119, 180),
+        "lard" => RGBColor(44, 160, 44),
+        "lard-r" => RGBColor(214, 39, 40),
+        "hash" => RGBColor(255, 127, 14),
+        _ => RGBColor(90, 90, 90),
+    }
+}
 
 /// One line per label of `series`: (x, y) points, in the order of `labels`.
 fn line_chart(
@@ -141,6 +144,7 @@ fn line_chart(
     x_label: &str,
     y_label: &str,
     series: &[(String, Vec<(f64, f64)>)],
+    legend: SeriesLabelPosition,
 ) -> Result<(), String> {
     let points = series.iter().flat_map(|(_, p)| p.iter());
     let (mut x_max, mut y_max) = (0.0f64, 0.0f64);
@@ -168,8 +172,8 @@ fn line_chart(
         .y_desc(y_label)
         .draw()
         .map_err(|e| e.to_string())?;
-    for (i, (label, points)) in series.iter().enumerate() {
-        let colour = COLOURS[i % COLOURS.len()];
+    for (label, points) in series {
+        let colour = colour_of(label);
         chart
             .draw_series(LineSeries::new(
                 points.iter().copied(),
@@ -186,7 +190,7 @@ fn line_chart(
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(legend)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()
@@ -226,6 +230,7 @@ pub fn plots(
                 "servers",
                 "requests per second",
                 &series_by_label(results, |r| r.spec.servers as f64, |r| r.requests_per_s),
+                SeriesLabelPosition::UpperLeft,
             )?;
             Ok(vec![file.display().to_string()])
         }
@@ -237,6 +242,7 @@ pub fn plots(
                 "cache per server / working set",
                 "hit rate, %",
                 &series_by_label(results, cache_ratio, |r| r.hit_rate * 100.0),
+                SeriesLabelPosition::LowerRight,
             )?;
             let throughput = dir.join(format!("{stem}-throughput.svg"));
             line_chart(
@@ -245,6 +251,7 @@ pub fn plots(
                 "cache per server / working set",
                 "requests per second",
                 &series_by_label(results, cache_ratio, |r| r.requests_per_s),
+                SeriesLabelPosition::LowerRight,
             )?;
             Ok(vec![
                 file.display().to_string(),
@@ -253,4 +260,44 @@ pub fn plots(
         }
         _ => Ok(Vec::new()),
     }
+}
+
+/// The runs of a table this module wrote (`locality-*.md`), with what the plots need (label,
+/// servers, switches, cache ratio, req/s, hits), so plots can be redrawn without running again.
+pub fn read_table(text: &str, template: &RunSpec) -> Vec<RunResult> {
+    text.lines()
+        .filter(|line| {
+            line.starts_with("| ") && !line.starts_with("| run ") && !line.starts_with("| ---")
+        })
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+            let number = |i: usize| {
+                cells
+                    .get(i)?
+                    .trim_end_matches(['%', 'x'])
+                    .parse::<f64>()
+                    .ok()
+            };
+            let mut spec = template.clone();
+            spec.label = cells.first()?.to_string();
+            spec.servers = number(1)? as usize;
+            spec.switches = number(2)? as usize;
+            spec.cache_ratio = number(3).unwrap_or(0.0);
+            Some(RunResult {
+                spec,
+                requests_per_s: number(5)?,
+                hit_rate: number(8)? / 100.0,
+                copies_per_object: number(9)?,
+                max_over_mean: number(10)?,
+                requests_max_over_mean: number(11)?,
+                p50_ms: number(12)?,
+                p99_ms: number(13)?,
+                switch_cpu_percent: number(14)?,
+                harness_cpu_percent: number(15)?,
+                max_cpu_busy_percent: number(16)?,
+                max_disk_busy_percent: number(17)?,
+                per_server_requests: Vec::new(),
+            })
+        })
+        .collect()
 }
