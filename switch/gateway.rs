@@ -348,8 +348,8 @@ impl Switch {
             .map(|p| Pool::new(p, Arc::clone(&clock), workers).map(Arc::new))
             .collect::<Result<Box<[Arc<Pool>]>, _>>()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-        // Ticket keys and session cache for every generation's TLS services (reloads too).
-        let resumption = crate::edge::tls::Resumption::new();
+        // Ticket keys and a session cache per TLS service, for every generation (reloads too).
+        let resumption = crate::edge::tls::ResumptionByService::default();
         let reloader = Reloader {
             file: config.path.clone(),
             admin: config.admin.clone(),
@@ -378,7 +378,10 @@ impl Switch {
         let services: Box<[Service]> = config
             .services
             .into_iter()
-            .map(|s| Service::new(s, Default::default(), Default::default(), &resumption))
+            .map(|s| {
+                let resumes = resumption.of(&s.name);
+                Service::new(s, Default::default(), Default::default(), &resumes)
+            })
             .collect::<Result<_, _>>()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let max_clients = crate::limits::descriptors::apply(&Demand {

@@ -309,12 +309,32 @@ pub struct TunnelBytes {
     pub server_to_client: u64,
 }
 
-/// Joins `client` and `server` both ways after a 101 or a CONNECT, until both directions have
-/// ended or nothing moved either way for `idle`. A direction that ends shuts down the write
-/// side of its destination, so half-closed protocols work.
+/// How a tunnel ended: the bytes moved, and each direction's own end, so that a caller can tell
+/// whose failure it was (a client that reset is not a server that failed).
+#[derive(Debug)]
+pub struct TunnelEnd {
+    pub moved: TunnelBytes,
+    /// `None`: still open when the tunnel went quiet for `idle`.
+    pub client_to_server: Option<Result<(), RelayError>>,
+    pub server_to_client: Option<Result<(), RelayError>>,
+    /// The client's direction ended (its close, or a failure) before the server's did.
+    pub client_ended_first: bool,
+}
+
+impl TunnelEnd {
+    /// The first failure of either direction, for the log.
+    pub fn failure(&self) -> Option<&RelayError> {
+        [&self.client_to_server, &self.server_to_client]
+            .into_iter()
+            .find_map(|end| end.as_ref().and_then(|r| r.as_ref().err()))
+    }
+}
+
+/// Joins `client` and `server` both ways after a 101 or a CONNECT (or for TLS passthrough),
+/// until both directions have ended or nothing moved either way for `idle`. A direction that
+/// ends shuts down the write side of its destination, so half-closed protocols work.
 ///
-/// The bytes moved are returned however the tunnel ended; going quiet for `idle` is a normal
-/// end (a WebSocket nobody uses), a failed read or write is the error beside them.
+/// Going quiet for `idle` is a normal end (a WebSocket nobody uses).
 pub async fn tunnel(
     client: &impl Io,
     client_buf: &mut IoBuf,
@@ -322,18 +342,30 @@ pub async fn tunnel(
     server_buf: &mut IoBuf,
     use_splice: bool,
     idle: Duration,
-) -> (TunnelBytes, Result<(), RelayError>) {
+) -> TunnelEnd {
+    const NONE: u8 = 0;
+    const CLIENT: u8 = 1;
+    const SERVER: u8 = 2;
     let up = Meter::default();
     let down = Meter::default();
+    // Which direction ended first (set once, by the first to end).
+    let first = std::sync::atomic::AtomicU8::new(NONE);
+    let mark = |who: u8| {
+        let _ = first.compare_exchange(NONE, who, Ordering::Relaxed, Ordering::Relaxed);
+    };
+    let mut upstream_end = None;
+    let mut downstream_end = None;
     let upstream = async {
         let result = pump(client, client_buf, server, use_splice, Limit::Never, &up).await;
+        mark(CLIENT);
         let _ = server.shutdown_write().await;
-        result
+        upstream_end = Some(result);
     };
     let downstream = async {
         let result = pump(server, server_buf, client, use_splice, Limit::Never, &down).await;
+        mark(SERVER);
         let _ = client.shutdown_write().await;
-        result
+        downstream_end = Some(result);
     };
     let watchdog = async {
         let tick = (idle / 8).max(Duration::from_millis(10));
@@ -350,19 +382,19 @@ pub async fn tunnel(
             }
         }
     };
-    let both = async {
-        let (a, b) = tokio::join!(upstream, downstream);
-        a.and(b)
-    };
-    let ended = tokio::select! {
-        result = both => result,
-        _ = watchdog => Ok(()),
-    };
-    let moved = TunnelBytes {
-        client_to_server: up.get(),
-        server_to_client: down.get(),
-    };
-    (moved, ended)
+    tokio::select! {
+        _ = async { tokio::join!(upstream, downstream) } => {}
+        _ = watchdog => {}
+    }
+    TunnelEnd {
+        moved: TunnelBytes {
+            client_to_server: up.get(),
+            server_to_client: down.get(),
+        },
+        client_to_server: upstream_end,
+        server_to_client: downstream_end,
+        client_ended_first: first.load(Ordering::Relaxed) == CLIENT,
+    }
 }
 
 #[cfg(test)]

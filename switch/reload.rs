@@ -41,8 +41,9 @@ pub struct Reloader {
     pub file: Option<PathBuf>,
     pub admin: Option<AdminConfig>,
     pub clock: Arc<dyn Clock>,
-    /// TLS resumption state shared by every generation (edge/tls/server_config.rs).
-    pub resumption: crate::edge::tls::Resumption,
+    /// TLS resumption state of each service, kept across generations by the service's name
+    /// (edge/tls/server_config.rs).
+    pub resumption: crate::edge::tls::ResumptionByService,
     pub reuse_port: bool,
     pub workers: Vec<WorkerHandle>,
     /// The accept loops of each listening address (as bound), one per worker.
@@ -173,7 +174,8 @@ fn reload_locked(shared: &Arc<Shared>) -> Result<Reloaded, ReloadError> {
             let bound = kept_listen
                 .map(|o| Arc::clone(&o.bound))
                 .unwrap_or_default();
-            Service::new(s, stats, bound, &reloader.resumption)
+            let resumes = reloader.resumption.of(&s.name);
+            Service::new(s, stats, bound, &resumes)
         })
         .collect::<Result<_, _>>()
         .map_err(|e| ReloadError::Invalid(vec![e]))?;

@@ -231,3 +231,55 @@ async fn send_proxy_puts_a_header_before_the_hello() {
     let own = client.stream.get_ref().0.local_addr().unwrap();
     assert_eq!(api.proxied_clients(), [own]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_reset_after_their_hello_do_not_take_a_server_down() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // A server that says when the hello reached it and answers 50 ms later: by then the
+    // client has reset its connection.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let slow = listener.local_addr().unwrap();
+    let (reached, mut hellos) = tokio::sync::mpsc::unbounded_channel();
+    let server = tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let reached = reached.clone();
+            tokio::spawn(async move {
+                let mut b = [0u8; 4096];
+                let _ = s.read(&mut b).await;
+                let _ = reached.send(());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let _ = s.write_all(b"\x16\x03\x03\x00\x04abcd").await;
+                let _ = s.read(&mut b).await;
+            });
+        }
+    });
+    let www = TlsBackend::start(&TestCa::new().issue(&["www.test"])).await;
+    let switch = start_switch(&rules(slow, www.addr, ""), &[]).await;
+    let hello = tls::client_hello_bytes("api.test");
+    // max_fails is 3 by default: three blamed connections would take the server down.
+    for _ in 0..4 {
+        let mut tcp = TcpStream::connect(switch.local_addr("edge").unwrap())
+            .await
+            .unwrap();
+        tcp.write_all(&hello).await.unwrap();
+        tokio::time::timeout(PATIENCE, hellos.recv())
+            .await
+            .expect("the hello reaches the server");
+        // A reset, not a close.
+        rustix::net::sockopt::set_socket_linger(&tcp, Some(Duration::ZERO)).unwrap();
+        drop(tcp);
+    }
+    let snap = wait_until(&switch, "four connections served and ended", |s| {
+        s.clients == 0
+            && s.servers.iter().all(|s| s.active == 0)
+            && s.server(slow).is_some_and(|s| s.requests == 4)
+    })
+    .await;
+    let api = snap.server(slow).unwrap();
+    assert_eq!(api.state, tcpvs::control::State::Up, "{}", api.reason);
+    assert_eq!(api.response_errors, 0);
+    server.abort();
+}

@@ -633,3 +633,109 @@ fn tls_keys_that_do_not_fit_the_service_are_refused() {
         "{messages:#?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_resumes_only_on_the_service_that_made_it() {
+    let ca = TestCa::new();
+    let admin = ca.issue(&["admin.example.test"]);
+    let public = ca.issue(&["www.example.test"]);
+    let scratch = Scratch::new("tls-sessions");
+    let (web, images) = (backend().await, backend().await);
+    let rules = format!(
+        r#"
+[virtual.admin]
+listen = "127.0.0.1:0"
+default_pool = "web"
+tls = [{}]
+
+[virtual.public]
+listen = "127.0.0.1:0"
+default_pool = "images"
+tls = [{}]
+
+[pool.web]
+servers = [{{ addr = "{}" }}]
+
+[pool.images]
+servers = [{{ addr = "{}" }}]
+"#,
+        entry(&scratch, "admin", &admin),
+        entry(&scratch, "public", &public),
+        web.addr,
+        images.addr
+    );
+    let switch = start_switch(&rules, &[]).await;
+    let config = ca.client_config(&[&TLS13]);
+    let mut first = tls::connect(
+        switch.local_addr("admin").unwrap(),
+        "admin.example.test",
+        &config,
+    )
+    .await;
+    assert_eq!(first.get("/").await.served_by(), web.addr.to_string());
+    drop(first);
+    // Sent to the other service's port (as someone on the path could), the client must see that
+    // service's certificate, which is not for its name: no resumption into the other pool.
+    let redirected = tls::try_connect(
+        switch.local_addr("public").unwrap(),
+        "admin.example.test",
+        &config,
+    )
+    .await;
+    assert!(
+        redirected.is_err(),
+        "a session of `admin` resumed on `public`, past its certificate"
+    );
+    // On its own service it resumes.
+    let again = tls::connect(
+        switch.local_addr("admin").unwrap(),
+        "admin.example.test",
+        &config,
+    )
+    .await;
+    assert!(tls::resumed(&again));
+}
+
+#[test]
+fn modules_that_look_for_http_on_a_passthrough_pool_are_warned_of() {
+    let scratch = Scratch::new("tls-passthrough-modules");
+    let rules = r#"[virtual.raw]
+listen = "127.0.0.1:0"
+mode = "tls-passthrough"
+default_pool = "keyed"
+
+[[virtual.raw.rule]]
+sni = "^a"
+pool = "cookies"
+
+[[virtual.raw.rule]]
+sni = "^b"
+pool = "hosts"
+
+[pool.keyed]
+scheduler = "hash"
+servers = [{ addr = "127.0.0.1:9" }]
+
+[pool.cookies]
+scheduler = "cookie"
+servers = [{ addr = "127.0.0.1:9" }]
+
+[pool.hosts]
+scheduler = "hash"
+key = "host"
+servers = [{ addr = "127.0.0.1:9" }]
+"#;
+    let path = scratch.file("rules.toml", rules);
+    let checked = tcpvs::Config::check_file(&path).unwrap();
+    assert!(checked.config.is_ok());
+    let warnings: Vec<String> = checked.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(warnings.len(), 2, "{warnings:#?}");
+    assert!(
+        warnings[0].contains("pool `keyed` keys `hash` by \"path\""),
+        "{warnings:#?}"
+    );
+    assert!(
+        warnings[1].contains("pool `cookies` uses `cookie`"),
+        "{warnings:#?}"
+    );
+}

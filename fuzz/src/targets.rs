@@ -130,7 +130,9 @@ pub fn expected_fields(head: &RequestHead, buf: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)
         let name = f.name.get(buf).to_vec();
         let value = f.value.get(buf).to_vec();
         match f.role {
-            FieldRole::Forward => out.push((name, value)),
+            // The fuzz targets rebuild with `Scheme::Http`: X-Forwarded-Proto passes as sent
+            // (under TLS it would be replaced by `https`, tests/tls.rs).
+            FieldRole::Forward | FieldRole::ForwardedProto => out.push((name, value)),
             // Since 7ebdfb4 the request's codings must be `chunked` alone and go on in that one
             // form, once.
             FieldRole::TransferEncoding => {
@@ -636,5 +638,44 @@ pub fn check_proxy_header(data: &[u8]) {
                 other => panic!("{version:?}: {out:?} read as {other:?}"),
             }
         }
+    }
+}
+
+/// `client_hello`: the server name a passthrough service routes by (edge/client_hello.rs).
+/// Offered in pieces as they might arrive (cut points taken from the data), the bytes must give
+/// the verdict they give offered whole, with the same server name: a connection's route must
+/// not depend on how its ClientHello was split by the network (the PROXY header's P1 was such
+/// a bug). A name found is lower case, without a port, and one DNS name.
+pub fn check_client_hello(data: &[u8]) {
+    use tcpvs::edge::client_hello::{Hello, HelloReader};
+    let whole = bounded("client_hello", 512 * 1024, || {
+        HelloReader::default().offer(data)
+    });
+    let mut reader = HelloReader::default();
+    let mut pieces = Hello::Incomplete;
+    let step = 1 + data.last().map_or(0, |b| usize::from(*b) % 61);
+    let mut end = 0;
+    while end < data.len() {
+        end = (end + step).min(data.len());
+        pieces = reader.offer(&data[..end]);
+        if !matches!(pieces, Hello::Incomplete) {
+            break;
+        }
+    }
+    match (&whole, &pieces) {
+        (Hello::Complete { server_name: a }, Hello::Complete { server_name: b }) => {
+            assert_eq!(a, b, "the server name depends on the pieces");
+            if let Some(name) = a {
+                assert!(
+                    !name.is_empty()
+                        && name.bytes().all(|b| b.is_ascii_lowercase()
+                            || b.is_ascii_digit()
+                            || b"-._".contains(&b)),
+                    "a server name that is no lower-case DNS name: {name:?}"
+                );
+            }
+        }
+        (Hello::Invalid(_), Hello::Invalid(_)) | (Hello::Incomplete, Hello::Incomplete) => {}
+        (whole, pieces) => panic!("whole: {whole:?}, in pieces of {step}: {pieces:?}"),
     }
 }

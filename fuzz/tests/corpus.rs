@@ -61,3 +61,8 @@ fn import_ktcpvs() {
 fn proxy_header() {
     run("proxy_header", tcpvs_fuzz::targets::check_proxy_header);
 }
+
+#[test]
+fn client_hello() {
+    run("client_hello", tcpvs_fuzz::targets::check_client_hello);
+}

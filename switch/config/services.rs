@@ -10,6 +10,7 @@ use super::{valid_name, PoolConfig, ServiceConfig, ServiceMode};
 use crate::rules::{HeaderCondition, Rule, RuleSet};
 use regex::bytes::{Regex, RegexBuilder};
 use std::collections::{HashMap, HashSet};
+use tcpvs_modules::OptionValue;
 use toml::Spanned;
 
 pub(super) fn build_services(
@@ -116,6 +117,40 @@ fn resolve_pool(
 struct PoolProtocols {
     first_user: HashMap<usize, (ServiceMode, String)>,
     reported: HashSet<usize>,
+    warned: HashSet<usize>,
+}
+
+/// What a pool's module would look for in vain on a tls-passthrough connection, which shows a
+/// module only its server name (as the host) and its client's address.
+fn sees_nothing_of_tls(pool: &PoolConfig) -> Option<String> {
+    let keyed = ["hash", "lard", "lard-r"];
+    if pool.scheduler == "cookie" {
+        return Some(
+            "uses `cookie`, but tls-passthrough connections carry no cookies it can read: each \
+             connection is placed by its `inner` module"
+                .to_string(),
+        );
+    }
+    if !keyed.contains(&pool.scheduler.as_str()) {
+        return None;
+    }
+    let key = pool
+        .options
+        .iter()
+        .find(|(name, _)| name == "key")
+        .and_then(|(_, value)| match value {
+            OptionValue::String(key) => Some(key.as_str()),
+            _ => None,
+        })
+        .unwrap_or("path");
+    (!matches!(key, "host" | "source")).then(|| {
+        format!(
+            "keys `{}` by {key:?}, which a tls-passthrough connection does not have: each \
+             connection is placed as a request without its key (by its client's address); \
+             key = \"host\" keys by the server name",
+            pool.scheduler
+        )
+    })
 }
 
 impl PoolProtocols {
@@ -154,6 +189,11 @@ impl PoolProtocols {
                         mode.protocol()
                     ),
                 );
+            }
+            if mode == ServiceMode::TlsPassthrough && self.warned.insert(index) {
+                if let Some(why) = pool_configs.get(index).and_then(sees_nothing_of_tls) {
+                    sink.warn(reference.span(), format!("pool `{name}` {why}"));
+                }
             }
             let checked_by_http = pool_configs
                 .get(index)

@@ -39,28 +39,39 @@ impl HelloReader {
         let Some(mut new) = received.get(self.fed..) else {
             return Hello::Invalid("bytes went missing".into());
         };
-        while !new.is_empty() {
-            match self.acceptor.read_tls(&mut new) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e) => {
+        // A record at a time: rustls holds at most one record's worth of unread input
+        // (MAX_WIRE_SIZE) outside a handshake message it is joining, so everything at once
+        // would refuse a large hello, or a hello with early data behind it, that fits.
+        loop {
+            if !new.is_empty() {
+                match self.acceptor.read_tls(&mut new) {
+                    // Bytes left that rustls takes no more of: no hello will come of them
+                    // (and the loop must not spin on them).
+                    Ok(0) => {
+                        self.done = true;
+                        return Hello::Invalid("bytes the hello reader takes no more of".into());
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        self.done = true;
+                        return Hello::Invalid(e.to_string());
+                    }
+                }
+            }
+            self.fed = received.len() - new.len();
+            match self.acceptor.accept() {
+                Ok(None) if new.is_empty() => return Hello::Incomplete,
+                Ok(None) => {}
+                Ok(Some(accepted)) => {
+                    self.done = true;
+                    return Hello::Complete {
+                        server_name: accepted.client_hello().server_name().map(Box::from),
+                    };
+                }
+                Err((e, _alert)) => {
                     self.done = true;
                     return Hello::Invalid(e.to_string());
                 }
-            }
-        }
-        self.fed = received.len() - new.len();
-        match self.acceptor.accept() {
-            Ok(None) => Hello::Incomplete,
-            Ok(Some(accepted)) => {
-                self.done = true;
-                Hello::Complete {
-                    server_name: accepted.client_hello().server_name().map(Box::from),
-                }
-            }
-            Err((e, _alert)) => {
-                self.done = true;
-                Hello::Invalid(e.to_string())
             }
         }
     }
@@ -112,6 +123,23 @@ mod tests {
             reader.offer(&hello),
             Hello::Complete {
                 server_name: Some("www.example.com".into())
+            }
+        );
+    }
+
+    #[test]
+    fn a_hello_with_early_records_behind_it_is_read_one_record_at_a_time() {
+        let mut bytes = client_hello("api.example.com");
+        // Two 12 KiB records after the hello (0-RTT data would look so): more than rustls
+        // takes unread at once.
+        for _ in 0..2 {
+            bytes.extend_from_slice(&[0x17, 0x03, 0x03, 0x30, 0x00]);
+            bytes.extend(std::iter::repeat_n(0u8, 0x3000));
+        }
+        assert_eq!(
+            HelloReader::default().offer(&bytes),
+            Hello::Complete {
+                server_name: Some("api.example.com".into())
             }
         );
     }

@@ -326,7 +326,7 @@ impl Session {
             .await
             .map_err(|e| ExchangeError::AfterResponse(e.to_string()))?;
         self.inbuf.make_room_for_body();
-        let (moved, ended) = tunnel(
+        let end = tunnel(
             &self.client,
             &mut self.inbuf,
             server,
@@ -335,9 +335,10 @@ impl Session {
             self.relay.idle,
         )
         .await;
-        if let Err(e) = ended {
+        if let Some(e) = end.failure() {
             tracing::debug!(server = %server_addr, "tunnel ended: {e}");
         }
+        let moved = end.moved;
         let bytes_out = head_bytes + moved.server_to_client;
         stats::add(&backend_stats.bytes_in, moved.client_to_server);
         stats::add(&backend_stats.bytes_out, bytes_out);

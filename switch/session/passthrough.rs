@@ -9,7 +9,7 @@
 
 use super::*;
 use crate::edge::client_hello::{Hello, HelloReader};
-use crate::relay::tunnel;
+use crate::relay::{tunnel, RelayError, TunnelEnd};
 
 impl Session {
     /// Serves the whole connection.
@@ -101,7 +101,7 @@ impl Session {
         }
         // The hello (and anything after it) waits in `inbuf`: the tunnel sends it first.
         self.inbuf.make_room_for_body();
-        let (moved, ended) = tunnel(
+        let end = tunnel(
             &self.client,
             &mut self.inbuf,
             &server,
@@ -110,21 +110,18 @@ impl Session {
             idle,
         )
         .await;
+        let moved = end.moved;
         stats::add(&backend.stats.bytes_in, moved.client_to_server);
         stats::add(&backend.stats.bytes_out, moved.server_to_client);
         if moved.server_to_client > 0 {
             stats::bump(&backend.stats.responses);
             health::exchange_succeeded(&self.shared, pool, lease.server);
-        } else {
-            // Nothing came back to the hello: the server failed this connection.
+        } else if let Some(why) = server_failure(&end) {
+            // Nothing came back to the hello, and not because of the client.
             stats::bump(&backend.stats.response_errors);
-            let why = match &ended {
-                Err(e) => format!("no answer to the ClientHello: {e}"),
-                Ok(()) => "closed without answering the ClientHello".to_string(),
-            };
             self.server_failed(pool, lease.server, &why);
         }
-        if let Err(e) = ended {
+        if let Some(e) = end.failure() {
             tracing::debug!(server = %backend.addr, "TLS passthrough ended: {e}");
         }
         Outcome {
@@ -134,6 +131,21 @@ impl Session {
             pool: Some(pool_index),
             server: Some(backend.addr),
         }
+    }
+}
+
+/// Why the server failed a passthrough connection that got nothing back, or `None` when the
+/// client ended it: a client that closed or reset first, or stopped reading, is no failure of
+/// the server's (else any client could take servers down by resetting after its hello).
+fn server_failure(end: &TunnelEnd) -> Option<String> {
+    if end.client_ended_first {
+        return None;
+    }
+    match &end.server_to_client {
+        Some(Err(RelayError::Write(_))) => None,
+        Some(Err(e)) => Some(format!("no answer to the ClientHello: {e}")),
+        Some(Ok(())) => Some("closed without answering the ClientHello".to_string()),
+        None => Some("no answer to the ClientHello within idle_timeout".to_string()),
     }
 }
 

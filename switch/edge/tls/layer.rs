@@ -3,8 +3,9 @@
 //! readiness-driven code (stream.rs) runs over TLS unchanged.
 //!
 //! Records are read into rustls and decrypted on the caller's read; plaintext written is
-//! encrypted into rustls' send buffer (bounded by its default limit, 64 KiB) and pushed to
-//! the socket at once, the rest when the socket is writable again (`try_flush`). The
+//! encrypted into rustls' send buffer (bounded at [`SEND_BUFFER_BYTES`]) and pushed to the
+//! socket at once, the rest when the socket is writable again (`try_flush`). What reading
+//! makes rustls say (an alert, a KeyUpdate's answer) is pushed at once too. The
 //! connection sits behind a mutex because the session reads the client while it writes it
 //! (an upload beside a response) through shared references; only the session's own task
 //! ever takes it, so it is never contended.
@@ -15,9 +16,22 @@ use rustls::ServerConnection;
 use std::io::{self, IoSlice, Read, Write};
 use std::sync::{Mutex, MutexGuard};
 
+/// Encrypted output a slow client may keep waiting in user space, beside the 16 KiB the relay
+/// reads at a time: rustls' default (64 KiB) would let each slow reader hold four times what
+/// a plain connection holds.
+pub const SEND_BUFFER_BYTES: usize = 32 * 1024;
+
 #[derive(Debug)]
 pub struct TlsLayer {
-    connection: Mutex<ServerConnection>,
+    connection: Mutex<Connection>,
+}
+
+/// The rustls connection, and whether it failed (rustls' errors are sticky: a failed connection
+/// only repeats its error).
+#[derive(Debug)]
+struct Connection {
+    rustls: ServerConnection,
+    failed: bool,
 }
 
 /// The socket as rustls reads it: non-blocking receives.
@@ -52,13 +66,17 @@ impl Write for SocketWriter<'_> {
 
 impl TlsLayer {
     /// A connection whose handshake is complete (handshake.rs).
-    pub(super) fn new(connection: ServerConnection) -> TlsLayer {
+    pub(super) fn new(mut connection: ServerConnection) -> TlsLayer {
+        connection.set_buffer_limit(Some(SEND_BUFFER_BYTES));
         TlsLayer {
-            connection: Mutex::new(connection),
+            connection: Mutex::new(Connection {
+                rustls: connection,
+                failed: false,
+            }),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, ServerConnection> {
+    fn lock(&self) -> MutexGuard<'_, Connection> {
         self.connection
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -70,22 +88,29 @@ impl TlsLayer {
         if spare.is_empty() {
             return Ok(0);
         }
-        let mut connection = self.lock();
+        let mut guard = self.lock();
+        let Connection { rustls, failed } = &mut *guard;
+        if *failed {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "TLS connection failed",
+            ));
+        }
         loop {
-            match connection.reader().read(spare) {
+            match rustls.reader().read(spare) {
                 Ok(n) => return Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
                 Err(e) => return Err(e),
             }
             // No plaintext yet: the next records (WouldBlock when the socket has none).
-            connection.read_tls(&mut SocketReader(socket))?;
-            if let Err(e) = connection.process_new_packets() {
-                // The alert rustls queued says why, if the socket takes it now.
-                let _ = connection.write_tls(&mut SocketWriter {
-                    socket,
-                    then: Then::Push,
-                });
+            rustls.read_tls(&mut SocketReader(socket))?;
+            let processed = rustls.process_new_packets();
+            // What the records made rustls say (the alert of a refusal, the answer to a
+            // KeyUpdate) goes now if the socket takes it; else with the next write.
+            let _ = push(rustls, socket, Then::Push);
+            if let Err(e) = processed {
+                *failed = true;
                 return Err(io::Error::new(io::ErrorKind::InvalidData, e));
             }
         }
@@ -100,11 +125,11 @@ impl TlsLayer {
         parts: &[IoSlice<'_>],
         then: Then,
     ) -> io::Result<usize> {
-        let mut connection = self.lock();
+        let connection = &mut self.lock().rustls;
         // Twice at most: a buffer full of older records takes nothing until they are pushed.
         for _ in 0..2 {
             let taken = connection.writer().write_vectored(parts)?;
-            match push(&mut connection, socket, then) {
+            match push(connection, socket, then) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock && taken > 0 => return Ok(taken),
                 Err(e) => return Err(e),
@@ -118,31 +143,39 @@ impl TlsLayer {
 
     /// Pushes out records still in the send buffer; `WouldBlock` while some remain.
     pub fn try_flush(&self, socket: &Socket, then: Then) -> io::Result<()> {
-        push(&mut self.lock(), socket, then)
+        push(&mut self.lock().rustls, socket, then)
     }
 
     /// Decrypted bytes wait to be read, or records that will say something (an error, the end):
     /// the socket's readiness may not fire for them again.
     pub fn has_buffered_input(&self) -> bool {
-        match self.lock().process_new_packets() {
+        let mut guard = self.lock();
+        if guard.failed {
+            // The next read says so at once.
+            return true;
+        }
+        match guard.rustls.process_new_packets() {
             Ok(state) => state.plaintext_bytes_to_read() > 0 || state.peer_has_closed(),
-            Err(_) => true,
+            Err(_) => {
+                guard.failed = true;
+                true
+            }
         }
     }
 
     /// The server name the client asked for (SNI), lower case.
     pub fn server_name(&self) -> Option<Box<str>> {
-        self.lock().server_name().map(Box::from)
+        self.lock().rustls.server_name().map(Box::from)
     }
 
     /// The handshake resumed an earlier session (a ticket or a session ID).
     pub fn resumed(&self) -> bool {
-        self.lock().handshake_kind() == Some(rustls::HandshakeKind::Resumed)
+        self.lock().rustls.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
     }
 
     /// Queues a close_notify: the client learns that the response is complete, not cut.
     pub fn close_notify(&self) {
-        self.lock().send_close_notify();
+        self.lock().rustls.send_close_notify();
     }
 }
 

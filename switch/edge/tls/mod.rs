@@ -4,8 +4,8 @@
 //!
 //! - [`certificates`]: PEM files read at check time, the names of each certificate, the
 //!   choice by SNI (exact, then wildcard, then the first);
-//! - [`server_config`]: the rustls configuration of a generation, and the process's ticket keys
-//!   and session cache that outlive reloads;
+//! - [`server_config`]: the rustls configuration of a generation, and each service's ticket
+//!   keys and session cache, which outlive reloads;
 //! - [`handshake`]: the server side of the handshake, before a connection's first request;
 //! - [`layer`]: the established connection, read and written with the socket's own readiness
 //!   (edge/client_stream.rs joins it to the socket for the session).
@@ -19,4 +19,4 @@ pub mod layer;
 pub mod server_config;
 
 pub use certificates::Certificate;
-pub use server_config::{server_config, Resumption};
+pub use server_config::{server_config, Resumption, ResumptionByService};

@@ -1,22 +1,26 @@
 //! The rustls configuration of a TLS virtual service: TLS 1.3 and 1.2 on the ring provider,
 //! the certificate chosen by SNI, ALPN `http/1.1`, and session resumption.
 //!
-//! Resumption (session IDs and tickets, TLS 1.2 and 1.3) belongs to the process, not to one
-//! configuration: the ticket keys and the session cache are made once and given to every
-//! generation's configuration, so that a reload (new certificates, say) does not force every
-//! returning client into a full handshake.
+//! Resumption (session IDs and tickets, TLS 1.2 and 1.3) belongs to a virtual service, not to one
+//! configuration: its ticket keys and session cache are made once per service name and given to
+//! every generation's configuration of that service, so that a reload (new certificates, say)
+//! does not force every returning client into a full handshake. Never shared between services:
+//! rustls resumes a session wherever its server name matches, so a client sent (by an attacker
+//! on the path) to another service's port would resume there without seeing that service's
+//! certificate, and its requests would reach that service's pools.
 
 use super::certificates::{Certificate, SniResolver};
 use rustls::server::{
     ProducesTickets, ServerConfig, ServerSessionMemoryCache, StoresServerSessions,
 };
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// Sessions remembered for resumption by ID (TLS 1.2 clients without tickets); HAProxy's
 /// `tune.ssl.cachesize` default.
 const SESSION_CACHE_ENTRIES: usize = 20_000;
 
-/// What resumption needs, made once per process and shared by every configuration.
+/// What resumption needs, made once per service and shared by its configurations.
 #[derive(Clone, Debug)]
 pub struct Resumption {
     /// Ticket keys, rotated by rustls every 6 hours (the previous key still decrypts).
@@ -44,6 +48,21 @@ impl Resumption {
 impl Default for Resumption {
     fn default() -> Self {
         Resumption::new()
+    }
+}
+
+/// The resumption state of each service, by name; clones share it.
+#[derive(Clone, Debug, Default)]
+pub struct ResumptionByService(Arc<Mutex<HashMap<String, Resumption>>>);
+
+impl ResumptionByService {
+    /// The state of the service named `service`, made at its first use.
+    pub fn of(&self, service: &str) -> Resumption {
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        map.entry(service.to_string()).or_default().clone()
     }
 }
 
