@@ -373,23 +373,9 @@ async fn upgrade_becomes_a_tunnel() {
     assert_eq!(r.header("connection"), Some("upgrade"));
     // Bytes sent right behind the head, then 1 MiB both ways, all echoed in order.
     let data = pattern(1 << 20, 99);
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let already = client.take_buffered();
-    let (mut reader, mut writer) = client.stream.split();
     let expected: Vec<u8> = [b"early".as_slice(), &data].concat();
-    let send = async {
-        writer.write_all(&data).await.unwrap();
-        writer.shutdown().await.unwrap();
-    };
-    let receive = async {
-        let mut got = already;
-        tokio::time::timeout(PATIENCE, reader.read_to_end(&mut got))
-            .await
-            .unwrap()
-            .unwrap();
-        got
-    };
-    let ((), got) = tokio::join!(send, receive);
+    let got = through_tunnel(client.stream, already, &data).await;
     assert_eq!(
         got.len(),
         expected.len(),

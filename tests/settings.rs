@@ -746,20 +746,7 @@ async fn connect_answered_2xx_becomes_a_byte_exact_tunnel_that_passes_half_close
     // answers after seeing that end (the tunnel's other half stays open), then ends its own,
     // which reaches the client as end of stream.
     let data = pattern(1 << 20, 42);
-    let (mut reader, mut writer) = client.stream.split();
-    let send = async {
-        writer.write_all(&data).await.unwrap();
-        writer.shutdown().await.unwrap();
-    };
-    let receive = async {
-        let mut got = already;
-        tokio::time::timeout(PATIENCE, reader.read_to_end(&mut got))
-            .await
-            .expect("the tunnel ends within PATIENCE")
-            .expect("reading the tunnel");
-        got
-    };
-    let ((), got) = tokio::join!(send, receive);
+    let got = through_tunnel(client.stream, already, &data).await;
     let expected = [GREETING, &data, AFTER_EOF].concat();
     assert_eq!(got.len(), expected.len());
     assert_eq!(

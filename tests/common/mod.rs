@@ -915,6 +915,29 @@ impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> Client<S> {
     }
 }
 
+/// Through a tunnel on `stream`: sends `data` and then ends this side, while reading all the
+/// other side sends until it ends. Returns `already` (bytes read with the 101) and what came.
+pub async fn through_tunnel<S>(stream: S, already: Vec<u8>, data: &[u8]) -> Vec<u8>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite,
+{
+    let (mut reader, mut writer) = tokio::io::split(stream);
+    let send = async {
+        writer.write_all(data).await.unwrap();
+        writer.shutdown().await.unwrap();
+    };
+    let receive = async {
+        let mut got = already;
+        tokio::time::timeout(PATIENCE, reader.read_to_end(&mut got))
+            .await
+            .expect("the tunnel ends within PATIENCE")
+            .expect("reading the tunnel to its end");
+        got
+    };
+    let ((), got) = tokio::join!(send, receive);
+    got
+}
+
 /// Errors that mean the peer closed the connection.
 fn is_close(e: &std::io::Error) -> bool {
     matches!(
