@@ -1,7 +1,12 @@
 //! POSIX extended regular expressions as Henry Spencer's regcomp (KTCPVS regex/regcomp.c)
-//! reads them, translated into the syntax of the Rust `regex` crate, which tcpvs uses.
+//! reads them: the expression tree and its parser, here; its translation into the syntax of the
+//! Rust `regex` crate, which tcpvs uses (`translate.rs`); what the converter asks of a pattern
+//! (`analysis.rs`: anchored? does the query matter? where does a group open?).
 
-// ---------------------------------------------------------------- POSIX extended regexes
+mod analysis;
+mod translate;
+
+pub(super) use translate::to_rust;
 
 /// Spencer's RE_DUP_MAX.
 const DUP_MAX: u32 = 255;
@@ -481,272 +486,13 @@ impl P {
     }
 }
 
-// ------------------------------------------------------------ translation
-
-/// The same expression in the syntax of the Rust `regex` crate. Capture groups keep their
-/// numbers. `.` does not match a newline there; a request-target has none.
-pub(super) fn to_rust(node: &Node) -> String {
-    let mut out = String::new();
-    emit(node, &mut out);
-    out
-}
-
-fn emit(node: &Node, out: &mut String) {
-    match node {
-        Node::Empty => {}
-        Node::Lit(c) => literal(*c, out),
-        Node::Any => out.push('.'),
-        Node::Class { negated, items } => {
-            out.push('[');
-            if *negated {
-                out.push('^');
-            }
-            for item in items {
-                match item {
-                    ClassItem::Char(c) => class_char(*c, out),
-                    ClassItem::Range(a, b) => {
-                        class_char(*a, out);
-                        out.push('-');
-                        class_char(*b, out);
-                    }
-                    ClassItem::Named(n) => {
-                        out.push_str("[:");
-                        out.push_str(n);
-                        out.push_str(":]");
-                    }
-                }
-            }
-            out.push(']');
-        }
-        Node::Bol => out.push('^'),
-        Node::Eol => out.push('$'),
-        // Spencer's words are ASCII letters, digits and `_`.
-        Node::WordStart => out.push_str(r"(?-u:\b{start})"),
-        Node::WordEnd => out.push_str(r"(?-u:\b{end})"),
-        Node::Group(inner) => {
-            out.push('(');
-            emit(inner, out);
-            out.push(')');
-        }
-        Node::Concat(items) => items.iter().for_each(|n| emit(n, out)),
-        Node::Alt(branches) => {
-            for (i, b) in branches.iter().enumerate() {
-                if i > 0 {
-                    out.push('|');
-                }
-                emit(b, out);
-            }
-        }
-        Node::Repeat { node, min, max } => {
-            if matches!(
-                **node,
-                Node::Bol | Node::Eol | Node::WordStart | Node::WordEnd | Node::Empty
-            ) {
-                out.push_str("(?:");
-                emit(node, out);
-                out.push(')');
-            } else {
-                emit(node, out);
-            }
-            match (min, max) {
-                (0, None) => out.push('*'),
-                (1, None) => out.push('+'),
-                (0, Some(1)) => out.push('?'),
-                (m, None) => out.push_str(&format!("{{{m},}}")),
-                (m, Some(n)) if m == n => out.push_str(&format!("{{{m}}}")),
-                (m, Some(n)) => out.push_str(&format!("{{{m},{n}}}")),
-            }
-        }
-    }
-}
-
-fn literal(c: char, out: &mut String) {
-    if c.is_control() {
-        out.push_str(&format!("\\x{{{:x}}}", c as u32));
-    } else {
-        // The characters that are syntax outside `[...]` (`-`, `&`, `~` are only inside).
-        if matches!(
-            c,
-            '\\' | '.' | '+' | '*' | '?' | '(' | ')' | '|' | '[' | ']' | '{' | '}' | '^' | '$'
-        ) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-}
-
-fn class_char(c: char, out: &mut String) {
-    if c.is_control() {
-        out.push_str(&format!("\\x{{{:x}}}", c as u32));
-    } else {
-        if matches!(c, '\\' | '[' | ']' | '^' | '-' | '&' | '~') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-}
-
-// ------------------------------------------------------------ analysis
-
-impl Node {
-    /// Some character the expression consumes can be `c`.
-    pub(super) fn can_match(&self, c: char) -> bool {
-        match self {
-            Node::Lit(l) => *l == c,
-            Node::Any => c != '\n',
-            Node::Class { negated, items } => {
-                items.iter().any(|item| match item {
-                    ClassItem::Char(x) => *x == c,
-                    ClassItem::Range(a, b) => (*a..=*b).contains(&c),
-                    ClassItem::Named(n) => in_class(n, c),
-                }) != *negated
-            }
-            Node::Group(inner) => inner.can_match(c),
-            Node::Concat(items) | Node::Alt(items) => items.iter().any(|n| n.can_match(c)),
-            Node::Repeat { node, max, .. } => *max != Some(0) && node.can_match(c),
-            Node::Empty | Node::Bol | Node::Eol | Node::WordStart | Node::WordEnd => false,
-        }
-    }
-
-    /// The expression uses `$`.
-    pub(super) fn has_eol(&self) -> bool {
-        match self {
-            Node::Eol => true,
-            Node::Group(inner) => inner.has_eol(),
-            Node::Concat(items) | Node::Alt(items) => items.iter().any(Node::has_eol),
-            Node::Repeat { node, .. } => node.has_eol(),
-            _ => false,
-        }
-    }
-
-    /// Every match starts at the first character (a `^` it cannot avoid).
-    pub(super) fn anchored(&self) -> bool {
-        match self {
-            Node::Bol => true,
-            Node::Group(inner) => inner.anchored(),
-            // A `^` anywhere in a concatenation pins the whole match to the start.
-            Node::Concat(items) => items.iter().any(Node::anchored),
-            Node::Alt(branches) => branches.iter().all(Node::anchored),
-            Node::Repeat { node, min, .. } => *min > 0 && node.anchored(),
-            _ => false,
-        }
-    }
-
-    /// Whether this is `.*`.
-    fn is_dot_star(&self) -> bool {
-        matches!(self, Node::Repeat { node, min: 0, max: None } if **node == Node::Any)
-    }
-
-    /// The expression without a leading and a trailing `.*`, which change no decision of
-    /// whether a string matches somewhere (without `$`); `None` if nothing is left.
-    pub(super) fn trimmed(&self) -> Option<Node> {
-        let items: Vec<Node> = match self {
-            Node::Concat(items) => items.clone(),
-            other => vec![other.clone()],
-        };
-        let mut items = &items[..];
-        while items.first().is_some_and(Node::is_dot_star) {
-            items = &items[1..];
-        }
-        while items.last().is_some_and(Node::is_dot_star) {
-            items = &items[..items.len() - 1];
-        }
-        match items {
-            [] => None,
-            [one] => Some(one.clone()),
-            many => Some(Node::Concat(many.to_vec())),
-        }
-    }
-
-    /// Whether capture `group` (0 = the whole match) can begin where the match begins,
-    /// approximated: group 0 always, group 1 when it opens the expression.
-    pub(super) fn group_opens(&self, group: usize) -> bool {
-        if group == 0 {
-            return true;
-        }
-        let first = match self {
-            Node::Concat(items) => items.iter().find(|n| **n != Node::Bol),
-            other => Some(other),
-        };
-        group == 1 && matches!(first, Some(Node::Group(_)))
-    }
-}
-
-fn in_class(name: &str, c: char) -> bool {
-    let b = c;
-    match name {
-        "alnum" => b.is_ascii_alphanumeric(),
-        "alpha" => b.is_ascii_alphabetic(),
-        "blank" => b == ' ' || b == '\t',
-        "cntrl" => b.is_ascii_control(),
-        "digit" => b.is_ascii_digit(),
-        "graph" => b.is_ascii_graphic(),
-        "lower" => b.is_ascii_lowercase(),
-        "print" => b.is_ascii_graphic() || b == ' ',
-        "punct" => b.is_ascii_punctuation(),
-        "space" => b.is_ascii_whitespace() || b == '\x0b',
-        "upper" => b.is_ascii_uppercase(),
-        "xdigit" => b.is_ascii_hexdigit(),
-        _ => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use crate::import_ktcpvs::ere;
 
-    fn rust(pattern: &str) -> String {
-        ere::to_rust(&ere::parse(pattern).unwrap().node)
-    }
-
     fn ere_error(pattern: &str) -> (usize, String) {
         let e = ere::parse(pattern).unwrap_err();
         (e.at, e.message)
-    }
-
-    #[test]
-    fn posix_patterns_become_rust_regexes_that_match_the_same() {
-        assert_eq!(rust("^/cgi-bin/"), r"^/cgi-bin/");
-        assert_eq!(rust(r"\.(gif|jpe?g)$"), r"\.(gif|jpe?g)$");
-        assert_eq!(rust("/users/([^/]+)/.*"), "/users/([^/]+)/.*");
-        // Spencer reads `\d` as `d`, and a backslash in brackets as itself.
-        assert_eq!(rust(r"\d"), "d");
-        assert_eq!(rust(r"[\.]"), r"[\\.]");
-        // `{` not followed by a digit is a character.
-        assert_eq!(rust("a{b"), r"a\{b");
-        assert_eq!(rust("a{2,3}b{1,}c{4}"), "a{2,3}b+c{4}");
-        assert_eq!(rust("[]a-]"), r"[\]a\-]");
-        assert_eq!(rust("[^]]"), r"[^\]]");
-        assert_eq!(rust("[[:alpha:]_-]"), r"[[:alpha:]_\-]");
-        assert_eq!(rust("[[.hyphen.]a]"), r"[\-a]");
-        assert_eq!(rust("[[=a=]]"), "[a]");
-        assert_eq!(rust("[[:<:]]img"), r"(?-u:\b{start})img");
-        assert_eq!(rust("$*"), "(?:$)*");
-        assert_eq!(rust("()a"), "()a");
-        assert_eq!(rust("a&b~c#"), r"a&b~c#");
-        for p in [
-            "^/cgi-bin/",
-            "[[:<:]]a[[:>:]]",
-            "$*",
-            "()a",
-            "[]a-]",
-            "a&b~c#",
-            r"[\.]",
-        ] {
-            regex::bytes::Regex::new(&rust(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
-        }
-        let same = |p: &str, yes: &[&str], no: &[&str]| {
-            let r = regex::bytes::Regex::new(&rust(p)).unwrap();
-            for s in yes {
-                assert!(r.is_match(s.as_bytes()), "{p} should match {s}");
-            }
-            for s in no {
-                assert!(!r.is_match(s.as_bytes()), "{p} should not match {s}");
-            }
-        };
-        same(r"\d+", &["/ddd"], &["/123"]);
-        same("[[:digit:]]{3}", &["/a123"], &["/a12"]);
-        same(r"[\.]x", &["\\x", ".x"], &["ax"]);
     }
 
     #[test]
@@ -769,23 +515,5 @@ mod tests {
         assert!(ere_error("[z-a]").1.contains("REG_ERANGE"));
         assert!(ere_error("[[:word:]]").1.contains("REG_ECTYPE"));
         assert!(ere_error(r"a\").1.contains("REG_EESCAPE"));
-    }
-
-    #[test]
-    fn patterns_know_where_the_query_matters() {
-        let node = |p: &str| ere::parse(p).unwrap().node;
-        assert!(node(r"\.gif$").has_eol());
-        assert!(!node("^/img/").has_eol());
-        assert!(node("^/img/").anchored());
-        assert!(!node("/img/").anchored());
-        assert!(node("^a|^b").anchored());
-        assert!(!node("^a|b").anchored());
-        assert!(node("[^/]").can_match('?'));
-        assert!(!node("[a-z]").can_match('?'));
-        assert!(node("[[:punct:]]").can_match('?'));
-        assert!(node(".*").trimmed().is_none());
-        assert_eq!(node("/images/.*").trimmed(), Some(node("/images/")));
-        assert!(node("(/x)").group_opens(1));
-        assert!(!node("/(x)").group_opens(1));
     }
 }

@@ -47,8 +47,10 @@
 //!
 //! How it maps: see [`import`] and README "Coming from KTCPVS".
 
+mod address;
 mod convert;
 mod ere;
+mod lex;
 mod model;
 mod output;
 mod parse;
@@ -58,8 +60,9 @@ use std::fmt;
 use std::path::Path;
 
 use convert::Lowering;
+use lex::lex;
 use output::render;
-use parse::{lex, Parser};
+use parse::Parser;
 
 // ---------------------------------------------------------------- diagnostics
 

@@ -1,0 +1,174 @@
+//! The words of a KTCPVS file, as tcpvsadm's `get_next_token` cuts them (white space, one-line
+//! quoted words, `#` comments at the start of a word), each with its line and column, and the
+//! numbers in them as its `string_to_number` reads them.
+
+use super::{Diags, Pos};
+
+/// tcpvsadm reads lines with `fgets(line, 512)`: longer lines are split into pieces.
+const MAX_LINE: usize = 511;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Token {
+    pub(super) text: String,
+    pub(super) line: usize,
+    pub(super) col: usize,
+    pub(super) quoted: bool,
+}
+
+impl Token {
+    pub(super) fn pos(&self) -> Pos {
+        Pos {
+            line: self.line,
+            col: self.col,
+        }
+    }
+}
+
+/// C's `isspace` in the C locale.
+fn is_c_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\x0b' | '\x0c' | '\r')
+}
+
+/// The words of the file, as `get_next_token` cuts them.
+pub(super) fn lex(source: &str, d: &mut Diags) -> Vec<Token> {
+    let mut tokens = Vec::new();
+    for (index, line) in source.split('\n').enumerate() {
+        let number = index + 1;
+        if line.len() + 1 > MAX_LINE && !line.trim().is_empty() {
+            d.error(
+                Pos {
+                    line: number,
+                    col: 1,
+                },
+                format!(
+                    "line is {} bytes long: tcpvsadm reads at most {MAX_LINE} bytes of a line at a time and would cut it",
+                    line.len() + 1
+                ),
+            );
+        }
+        let chars: Vec<char> = line.chars().collect();
+        let mut i = 0;
+        while i < chars.len() {
+            let c = chars[i];
+            if is_c_space(c) {
+                i += 1;
+                continue;
+            }
+            if c == '#' {
+                break;
+            }
+            let col = i + 1;
+            if c == '"' {
+                let mut text = String::new();
+                let mut j = i + 1;
+                let mut closed = false;
+                while j < chars.len() {
+                    let c = chars[j];
+                    j += 1;
+                    if c == '"' {
+                        closed = true;
+                        break;
+                    }
+                    text.push(c);
+                    // `\"` does not end the word; tcpvsadm keeps both characters.
+                    if c == '\\' && chars.get(j) == Some(&'"') {
+                        text.push('"');
+                        j += 1;
+                    }
+                }
+                if !closed {
+                    d.error(
+                        Pos { line: number, col },
+                        "unterminated quoted word: tcpvsadm reads a quoted word within one line",
+                    );
+                    d.quiet.insert(number);
+                    break;
+                }
+                tokens.push(Token {
+                    text,
+                    line: number,
+                    col,
+                    quoted: true,
+                });
+                i = j;
+            } else {
+                let start = i;
+                while i < chars.len() && !is_c_space(chars[i]) {
+                    i += 1;
+                }
+                tokens.push(Token {
+                    text: chars[start..i].iter().collect(),
+                    line: number,
+                    col,
+                    quoted: false,
+                });
+            }
+        }
+    }
+    tokens
+}
+
+/// `string_to_number`: a whole decimal number (sign allowed, as strtol) in `min..=max`.
+pub(super) fn c_number(s: &str, min: i64, max: i64) -> Option<i64> {
+    let v: i64 = s.parse().ok()?;
+    (min..=max).contains(&v).then_some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::import_ktcpvs::import;
+    use std::collections::HashSet;
+
+    fn words(source: &str) -> Vec<(String, usize, usize, bool)> {
+        let mut d = Diags {
+            file: "t".into(),
+            list: Vec::new(),
+            quiet: HashSet::new(),
+        };
+        let tokens = lex(source, &mut d);
+        assert!(d.list.is_empty(), "{:?}", d.list);
+        tokens
+            .into_iter()
+            .map(|t| (t.text, t.line, t.col, t.quoted))
+            .collect()
+    }
+
+    fn texts(source: &str) -> Vec<String> {
+        words(source).into_iter().map(|w| w.0).collect()
+    }
+
+    #[test]
+    fn words_are_cut_as_tcpvsadm_cuts_them() {
+        assert_eq!(
+            texts("virtual web {\n\tlisten = 0.0.0.0:80 # the front\n}"),
+            ["virtual", "web", "{", "listen", "=", "0.0.0.0:80", "}"]
+        );
+        // `#` comments only at the start of a word; inside a word it is a character.
+        assert_eq!(texts("a#b #c d\n# all\ne"), ["a#b", "e"]);
+        // A quoted word ends at its quote, even inside a word; `\"` keeps both characters.
+        assert_eq!(texts(r#""a b"c "x\"y" "#), ["a b", "c", r#"x\"y"#]);
+        assert_eq!(texts(r#""""#), [""]);
+        // An unquoted word keeps its quotes.
+        assert_eq!(texts(r#"ab"c"#), [r#"ab"c"#]);
+        // Positions: lines from 1, columns in characters.
+        assert_eq!(
+            words("  rule = pattern \"^/é\" use")[3],
+            ("^/é".to_string(), 1, 18, true)
+        );
+        assert_eq!(words("\r\nx\r\n")[0], ("x".to_string(), 2, 1, false));
+    }
+
+    #[test]
+    fn an_unterminated_quote_is_an_error_at_its_column() {
+        let report = import(
+            "k.conf",
+            "virtual web {\n  scheduler = http\n  rule = pattern \"^/img/ use server 1.2.3.4:80\n}\n",
+        );
+        assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
+        assert_eq!(
+            report.errors[0].to_string(),
+            "k.conf:3:18: unterminated quoted word: tcpvsadm reads a quoted word within one line"
+        );
+    }
+}
