@@ -25,6 +25,8 @@ pub struct Service {
     pub defer_accept: bool,
     /// Connections start with a PROXY protocol header (edge/proxy_protocol.rs).
     pub proxy_protocol: bool,
+    /// CONNECT requests may be tunnelled to the routed pool (`connect = true`).
+    pub connect: bool,
     pub mode: ServiceMode,
     /// TLS termination with this generation's certificates (edge/tls/).
     pub tls: Option<Arc<rustls::ServerConfig>>,
@@ -56,6 +58,7 @@ impl Service {
             listen_at: config.listen_at,
             defer_accept: config.defer_accept,
             proxy_protocol: config.proxy_protocol,
+            connect: config.connect,
             mode: config.mode,
             tls,
             rules: config.rules,

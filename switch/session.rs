@@ -471,6 +471,14 @@ impl Session {
             self.log_request
                 .push_str(&String::from_utf8_lossy(self.head.target.get(buf)));
         }
+        if self.head.is_connect && !self.service().connect {
+            // A tunnel would carry any bytes to the chosen server past routing,
+            // X-Forwarded-For and framing checks (design.md, "Decided"): only by choice.
+            self.release_head();
+            return self
+                .respond_locally(405, "CONNECT is not allowed on this service", None)
+                .await;
+        }
         let Some(pool_index) = self.route() else {
             self.release_head();
             return self

@@ -1110,6 +1110,15 @@ async fn host_missing_duplicated_or_invalid_is_400() {
                 "space in value",
                 b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n".to_vec(),
             ),
+            // RFC 9110 §4.2.3: an empty host is invalid, in the target or in Host.
+            (
+                "empty host in an absolute target",
+                b"GET http://:80/ HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(),
+            ),
+            (
+                "empty host with a port",
+                b"GET / HTTP/1.1\r\nHost: :80\r\n\r\n".to_vec(),
+            ),
         ],
         400,
     )

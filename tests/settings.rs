@@ -39,6 +39,19 @@ async fn one_pool(server: SocketAddr, extra: &str) -> tcpvs::Switch {
     .await
 }
 
+/// [`one_pool`] on a service that lets CONNECT through (`connect = true`).
+async fn one_pool_with_connect(server: SocketAddr) -> tcpvs::Switch {
+    let rules = ONE_POOL.replace(
+        "default_pool = \"main\"",
+        "default_pool = \"main\"\nconnect = true",
+    );
+    start_switch(
+        &rules,
+        &[("server", server.to_string()), ("extra", String::new())],
+    )
+    .await
+}
+
 /// The statistics of the server at `addr` in `pool`.
 fn server_in<'a>(
     snap: &'a tcpvs::stats::Snapshot,
@@ -730,7 +743,7 @@ async fn a_non_idempotent_request_on_a_reused_connection_that_breaks_is_not_retr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_answered_2xx_becomes_a_byte_exact_tunnel_that_passes_half_closes() {
     let server = Scripted::start(Script::ConnectEcho).await;
-    let switch = one_pool(server.addr, "").await;
+    let switch = one_pool_with_connect(server.addr).await;
     let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
     client
         .send(b"CONNECT tunnel.test:443 HTTP/1.1\r\nHost: tunnel.test:443\r\n\r\n")
@@ -775,10 +788,37 @@ async fn connect_answered_2xx_becomes_a_byte_exact_tunnel_that_passes_half_close
     );
 }
 
+/// Issue 22, part 4: a CONNECT that a server answers 2xx turns the connection into a raw tunnel
+/// past routing, X-Forwarded-For and framing checks. Without `connect = true` the switch answers
+/// 405 itself, no server sees the request, and the connection goes on carrying requests that
+/// are routed as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_is_refused_with_405_unless_the_service_lets_it_through() {
+    let server = backend().await;
+    let switch = one_pool(server.addr, "").await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    client
+        .send(b"CONNECT tunnel.test:443 HTTP/1.1\r\nHost: tunnel.test:443\r\n\r\n")
+        .await;
+    let refused = client.response(false).await;
+    assert_eq!(refused.status, 405, "{}", refused.text());
+    // The connection stays an HTTP connection: the next request is routed, not tunnelled.
+    let next = client.get("/next").await;
+    assert_eq!(next.text(), "path /next\n");
+    assert_eq!(server.requests(), 1, "the server saw only the GET");
+    assert!(server.record.heads.lock().unwrap()[0].starts_with("GET /next HTTP/1.1\r\n"));
+    drop(client);
+    let snap = settle(&switch).await;
+    assert_eq!(
+        snap.services[0].local_errors, 1,
+        "the 405 is the switch's own answer"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connect_tunnel_passes_the_servers_half_close_and_still_carries_the_clients_bytes() {
     let server = Scripted::start(Script::ConnectEcho).await;
-    let switch = one_pool(server.addr, "").await;
+    let switch = one_pool_with_connect(server.addr).await;
     let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
     client
         .send(b"CONNECT server-ends-first.test:443 HTTP/1.1\r\nHost: server-ends-first.test:443\r\n\r\n")

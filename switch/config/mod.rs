@@ -120,6 +120,9 @@ pub struct ServiceConfig {
     pub defer_accept: bool,
     /// Every connection starts with a PROXY protocol header naming the client (edge/).
     pub proxy_protocol: bool,
+    /// CONNECT requests are routed and tunnelled; `false` (the default): refused with 405,
+    /// since a tunnel carries any bytes past routing, X-Forwarded-For and framing checks.
+    pub connect: bool,
     pub mode: ServiceMode,
     /// `tls`: its certificates, read and checked; empty for a service without TLS.
     pub certificates: Vec<crate::edge::tls::Certificate>,

@@ -32,6 +32,7 @@ const SERVICE_KEYS: &[&str] = &[
     "default_pool",
     "defer_accept",
     "proxy_protocol",
+    "connect",
     "tls",
     "mode",
     "rule",
@@ -117,6 +118,8 @@ pub(crate) struct RawService {
     pub default_pool: Option<Spanned<String>>,
     pub defer_accept: Option<bool>,
     pub proxy_protocol: Option<bool>,
+    /// `connect = true`: CONNECT requests go through to the routed pool.
+    pub connect: Option<bool>,
     /// `tls`: the certificates, in file order; `None` when missing or not a list.
     pub tls: Option<Spanned<Vec<RawCertificate>>>,
     pub mode: Option<Spanned<String>>,
@@ -340,6 +343,7 @@ fn read_service(name: &str, t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawS
         default_pool,
         defer_accept: t.boolean("defer_accept", sink),
         proxy_protocol: t.boolean("proxy_protocol", sink),
+        connect: t.boolean("connect", sink),
         tls,
         mode: t.string("mode", "\"http\" or \"tls-passthrough\"", sink),
         rule: rules,

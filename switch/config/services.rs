@@ -77,6 +77,7 @@ pub(super) fn build_services(
                 listen_at: sink.position(listen_span),
                 defer_accept: service.defer_accept.unwrap_or(true),
                 proxy_protocol: service.proxy_protocol.unwrap_or(false),
+                connect: service.connect.unwrap_or(false),
                 mode,
                 certificates,
                 rules: RuleSet::new(rules, default_pool),

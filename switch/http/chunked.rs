@@ -10,6 +10,12 @@ use std::ops::Range;
 /// The largest trailer section accepted.
 pub const MAX_TRAILER_BYTES: usize = 16 * 1024;
 
+/// The longest chunk extension accepted (the bytes between a chunk size and its CRLF).
+/// Extensions are dropped when the body is re-framed, so nothing legitimate needs many; without
+/// a bound, a client could send one endless extension and hold the exchange without ever
+/// sending a body byte or tripping the idle timeout.
+pub const MAX_EXTENSION_BYTES: usize = 4096;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkError(pub &'static str);
 
@@ -26,9 +32,10 @@ enum State {
         value: u64,
         digits: u8,
     },
-    /// Inside `;ext` after the size.
+    /// Inside `;ext` after the size, `len` bytes into it.
     Extension {
         size: u64,
+        len: u16,
     },
     /// After the CR that ends a size line.
     SizeLf {
@@ -110,17 +117,24 @@ impl ChunkedDecoder {
                     } else if b == b'\r' {
                         self.state = State::SizeLf { size: value };
                     } else if b == b';' || b == b' ' || b == b'\t' {
-                        self.state = State::Extension { size: value };
+                        self.state = State::Extension {
+                            size: value,
+                            len: 1,
+                        };
                     } else {
                         return Err(ChunkError("invalid character in chunk size"));
                     }
                     i += 1;
                 }
-                State::Extension { size } => {
+                State::Extension { size, len } => {
                     if b == b'\r' {
                         self.state = State::SizeLf { size };
                     } else if b != b'\t' && (b < 0x20 || b == 0x7f) {
                         return Err(ChunkError("control character in chunk extension"));
+                    } else if usize::from(len) >= MAX_EXTENSION_BYTES {
+                        return Err(ChunkError("chunk extension too long"));
+                    } else {
+                        self.state = State::Extension { size, len: len + 1 };
                     }
                     i += 1;
                 }
@@ -371,6 +385,25 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn extensions_are_bounded() {
+        // The longest extension accepted, one byte split at a time, and then one byte more.
+        let longest = format!(
+            "3;{}\r\nabc\r\n0\r\n\r\n",
+            "x".repeat(MAX_EXTENSION_BYTES - 1)
+        );
+        let (data, _, _) = decode_all(longest.as_bytes(), 7).unwrap();
+        assert_eq!(data, b"abc");
+        let over = format!("3;{}\r\nabc\r\n0\r\n\r\n", "x".repeat(MAX_EXTENSION_BYTES));
+        assert_eq!(
+            decode_all(over.as_bytes(), 7).unwrap_err(),
+            ChunkError("chunk extension too long")
+        );
+        // An endless one is refused as soon as it passes the bound, not when it ends.
+        let endless = format!("3;{}", "x".repeat(MAX_EXTENSION_BYTES + 10));
+        assert!(check_received(endless.as_bytes()).is_err());
     }
 
     #[test]

@@ -26,7 +26,11 @@ pub(crate) fn host_without_port(authority: &[u8]) -> Option<&[u8]> {
         _ => false,
     };
     let host_ok = host.first() == Some(&b'[') || is_reg_name(host);
-    (port_ok && host_ok).then_some(host)
+    // An empty host with a port (`:80`) names no host at all (RFC 9110 section 4.2.3: an
+    // `http` URI with an empty host is invalid); an empty Host field alone stays allowed (RFC
+    // 9112 section 3.2: a target without authority).
+    let named = !host.is_empty() || port.is_empty();
+    (port_ok && host_ok && named).then_some(host)
 }
 
 /// A reg-name: its bytes, and each `%` followed by two hexadecimal digits (RFC 3986 section

@@ -276,6 +276,7 @@ fn split_target(buf: &[u8], head: &mut RequestHead, method: &str) -> Result<(), 
             ));
         }
         let host = host_without_port(authority)
+            .filter(|host| !host.is_empty())
             .ok_or(HeadError::bad_request("invalid host in request target"))?;
         head.authority = Some(Span::of(buf, authority));
         head.host = Some(Span::of(buf, host));
@@ -523,6 +524,12 @@ mod tests {
             b"GET * HTTP/1.1\r\nHost: a\r\n\r\n",
             b"GET /a#b HTTP/1.1\r\nHost: a\r\n\r\n",
             b"GET http://u@a/ HTTP/1.1\r\nHost: a\r\n\r\n",
+            // An empty host (RFC 9110 section 4.2.3), with or without a port, in every place.
+            b"GET http://:80/ HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET http://:/ HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET https://:443 HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: :80\r\n\r\n",
+            b"CONNECT :443 HTTP/1.1\r\nHost: a\r\n\r\n",
             b"CONNECT /x HTTP/1.1\r\nHost: a\r\n\r\n",
             b"CONNECT a HTTP/1.1\r\nHost: a\r\n\r\n",
             b"GET / HTTP/1.1\r\nHost: a\r\nBad Name: x\r\n\r\n",

@@ -6,6 +6,7 @@ use std::io::Write;
 pub fn reason_phrase(status: u16) -> &'static str {
     match status {
         400 => "Bad Request",
+        405 => "Method Not Allowed",
         408 => "Request Timeout",
         431 => "Request Header Fields Too Large",
         501 => "Not Implemented",

@@ -147,7 +147,13 @@ impl Session {
                     tokio::select! {
                         biased;
                         result = &mut response_head => {
-                            result?;
+                            if let Err(e) = result {
+                                // The upload may have ended in the same instant, unpolled.
+                                if uploading && finishes_now(upload.as_mut()).await {
+                                    upload_complete = true;
+                                }
+                                return Err(if upload_complete { e } else { body_incomplete(e) });
+                            }
                             break;
                         }
                         sent = &mut upload, if uploading => {
@@ -178,10 +184,10 @@ impl Session {
                     });
                 }
                 if !upload_complete {
-                    return Err(ExchangeError::Server {
+                    return Err(body_incomplete(ExchangeError::Server {
                         status: 502,
                         why: "tunnel before the request body ended".into(),
-                    });
+                    }));
                 }
                 backend.stats.classes.count(status);
                 Phase::Tunnel
@@ -455,6 +461,37 @@ pub(super) fn short_reason(status: u16) -> &'static str {
     }
 }
 
+/// Whether `upload` is done, and done well, at this instant (it is polled once).
+async fn finishes_now(
+    mut upload: std::pin::Pin<&mut impl std::future::Future<Output = Result<(), RelayError>>>,
+) -> bool {
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(matches!(
+            upload.as_mut().poll(cx),
+            std::task::Poll::Ready(Ok(()))
+        ))
+    })
+    .await
+}
+
+/// An exchange that failed before the response head while the request body was still
+/// incomplete on the client's side is the client's failure, whatever the server did: a client
+/// that stalls its body makes the server's answer late (504) or the server give up and close
+/// (nginx's `client_body_timeout`), and blaming the server for that would let any client take
+/// healthy servers down (issue 22). So: 408, and no failure counted at the server. A server
+/// that really died mid-upload shows itself to the next request, or to its checks.
+fn body_incomplete(e: ExchangeError) -> ExchangeError {
+    match e {
+        ExchangeError::Unanswered(why) | ExchangeError::Server { why, .. } => {
+            ExchangeError::Client {
+                status: 408,
+                why: format!("request body incomplete when the exchange failed: {why}"),
+            }
+        }
+        other => other,
+    }
+}
+
 /// Maps a failure of the request body relay to what the client is told.
 fn request_body_error(e: RelayError) -> ExchangeError {
     match e {
@@ -477,6 +514,11 @@ fn request_body_error(e: RelayError) -> ExchangeError {
     }
 }
 
+/// Interim (1xx) responses relayed before a final one, at most. Each moves bytes, so the idle
+/// timeout never ends a server that streams `100 Continue` forever; a long operation's
+/// `102 Processing` every few seconds, or a few `103 Early Hints`, stay far below this.
+const MAX_INTERIM_RESPONSES: usize = 100;
+
 /// Reads the server's answer until a final (or 101) response head is in `response`. Interim
 /// 1xx responses go on to HTTP/1.1 clients as they arrive.
 ///
@@ -498,6 +540,7 @@ async fn read_response_head(
     let mut received_any = false;
     let mut uploaded = upload.get();
     let mut progress = HeadProgress::default();
+    let mut interim = 0;
     loop {
         if !server_buf.is_empty() {
             received_any = true;
@@ -505,6 +548,13 @@ async fn read_response_head(
         if !server_buf.is_empty() && progress.worth_parsing(server_buf.filled()) {
             match parse_response(server_buf.filled(), kind, response) {
                 Ok(true) if response.is_informational() && response.status != 101 => {
+                    interim += 1;
+                    if interim > MAX_INTERIM_RESPONSES {
+                        return Err(ExchangeError::Server {
+                            status: 502,
+                            why: format!("more than {MAX_INTERIM_RESPONSES} interim responses"),
+                        });
+                    }
                     if client_version == Version::Http11 {
                         out.clear();
                         write_response_head(
