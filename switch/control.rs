@@ -61,15 +61,63 @@ pub struct AgentReport {
     pub maint: bool,
 }
 
+/// A failed check or exchange: why, and what it says of the server.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    pub why: String,
+    pub evidence: Evidence,
+}
+
+impl Failure {
+    /// A failure that shows the server is not working (see [`Evidence::Broken`]).
+    pub fn broken(why: impl Into<String>) -> Failure {
+        Failure {
+            why: why.into(),
+            evidence: Evidence::Broken,
+        }
+    }
+}
+
+/// What a failure says of the server. A refusal and a timeout are not the same evidence: a
+/// dead server (or host) is refused or stays silent, but an overloaded one also makes
+/// connections time out (its listen queue is full, so the kernel drops their SYNs) while it
+/// goes on answering the requests it has. Counting those timeouts took healthy servers down
+/// one after the other under load (issue 22: 101 492 of 109 513 requests answered 503).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Evidence {
+    /// Refused, reset, closed before a complete response head, an unparsable head, a check's
+    /// wrong status: the server is not working. Counts toward `max_fails` and `fall`.
+    Broken,
+    /// No answer in time (connect or response), and the server answered nothing else through
+    /// this switch meanwhile: it may be dead. Counts.
+    Silent,
+    /// No answer in time while the server answered other requests meanwhile: alive, only busy
+    /// or slow on this one. Does not count (nor clear the count): the request was retried or
+    /// refused, the server keeps its state.
+    Busy,
+}
+
+impl Evidence {
+    /// For a timeout: `Busy` when the server's answered-responses counter moved since the
+    /// attempt began (`before`, read then), else `Silent`.
+    pub fn of_timeout(before: u64, now: u64) -> Evidence {
+        if now > before {
+            Evidence::Busy
+        } else {
+            Evidence::Silent
+        }
+    }
+}
+
 /// Something that happened to a server.
 #[derive(Clone, Debug)]
 pub enum Change {
     /// An active check succeeded.
     CheckPassed,
     /// An active check failed, and why.
-    CheckFailed(String),
+    CheckFailed(Failure),
     /// A request's exchange with the server failed (passive detection), and why.
-    ExchangeFailed(String),
+    ExchangeFailed(Failure),
     /// A request's exchange succeeded while the server had failures counted or was on trial.
     ExchangeSucceeded,
     /// Passive only: `fail_timeout` has passed since the server went down; it gets one trial
@@ -103,6 +151,9 @@ pub struct ServerStatus {
     pub check_successes: u32,
     pub check_failures: u32,
     pub checked: bool,
+    /// A check has passed since the server joined the switch: until then one passing check
+    /// brings it up (see `Change::CheckPassed`).
+    pub check_passed_once: bool,
     /// The last check's result (`None` before the first), and when it came.
     pub last_check: Option<(bool, String, Instant)>,
     /// Passive: consecutive failed exchanges.
@@ -130,6 +181,7 @@ impl ServerStatus {
             check_successes: 0,
             check_failures: 0,
             checked: false,
+            check_passed_once: false,
             last_check: None,
             exchange_failures: 0,
             on_trial: false,
@@ -172,17 +224,39 @@ pub fn apply(pool: &Pool, index: usize, change: Change) {
             Change::CheckPassed => {
                 status.check_successes = status.check_successes.saturating_add(1);
                 status.check_failures = 0;
-                let first = !status.checked;
+                // Until a server has passed a check once, one passing check brings it up: a
+                // server started a moment after the switch failed its first check (which
+                // decides at once), and `rise` more checks would hold it out for
+                // `rise x interval` although it never failed once it ran. Later, `rise` rules.
+                let first = !status.check_passed_once;
+                status.check_passed_once = true;
                 status.checked = true;
                 status.last_check = Some((true, "passed".into(), now));
                 if status.health == Health::Down && (first || status.check_successes >= health.rise)
                 {
                     status.health = Health::Up;
-                    status.reason = format!("{} checks passed", status.check_successes);
+                    status.reason = if first {
+                        "its first check passed".into()
+                    } else {
+                        format!("{} checks passed", status.check_successes)
+                    };
                     status.exchange_failures = 0;
                 }
             }
-            Change::CheckFailed(why) => {
+            Change::CheckFailed(Failure {
+                why,
+                evidence: Evidence::Busy,
+            }) => {
+                // No verdict: a check that timed out while the server answered requests
+                // shows a busy server, not a dead one.
+                status.checked = true;
+                status.last_check = Some((
+                    false,
+                    format!("{why} (busy: it answered requests meanwhile; not counted)"),
+                    now,
+                ));
+            }
+            Change::CheckFailed(Failure { why, .. }) => {
                 status.check_failures = status.check_failures.saturating_add(1);
                 status.check_successes = 0;
                 // The first check decides at once: a pool is not trusted blindly until `fall`
@@ -195,7 +269,13 @@ pub fn apply(pool: &Pool, index: usize, change: Change) {
                 }
                 status.last_check = Some((false, why, now));
             }
-            Change::ExchangeFailed(why) => {
+            Change::ExchangeFailed(Failure {
+                evidence: Evidence::Busy,
+                ..
+            }) => {
+                // Alive and answering others: neither counted nor clearing the count.
+            }
+            Change::ExchangeFailed(Failure { why, .. }) => {
                 status.exchange_failures = status.exchange_failures.saturating_add(1);
                 let limit = health.max_fails;
                 if status.health == Health::Up
@@ -222,6 +302,15 @@ pub fn apply(pool: &Pool, index: usize, change: Change) {
                 if status.on_trial {
                     status.on_trial = false;
                     status.reason = "trial request succeeded".into();
+                } else if status.health == Health::Down
+                    && health.check == crate::config::health::CheckKind::None
+                    && pool.in_panic()
+                {
+                    // A pool in panic sends requests to its down servers too; without checks,
+                    // a request answered is the evidence that brings one back.
+                    status.health = Health::Up;
+                    status.trial_at = None;
+                    status.reason = "answered a request while its pool was in panic".into();
                 }
             }
             Change::TrialDue => {
@@ -262,7 +351,7 @@ pub fn apply(pool: &Pool, index: usize, change: Change) {
             status.ramp_from = Some(now);
         }
         server.report_success.store(
-            status.exchange_failures > 0 || status.on_trial,
+            status.exchange_failures > 0 || status.on_trial || status.health == Health::Down,
             Ordering::Relaxed,
         );
     }
@@ -272,44 +361,23 @@ pub fn apply(pool: &Pool, index: usize, change: Change) {
 /// Recomputes what the module sees of every server of `pool` from their statuses, logs the
 /// transitions and tells the module and the queue.
 fn show(pool: &Pool, now: Instant) {
-    let slow_start = pool.health.slow_start;
-    // Each server's own view: usable, effective weight, limit.
-    let mut own: Vec<(State, u32, u32, bool)> = Vec::with_capacity(pool.backends.len());
-    for server in pool.backends.iter() {
-        let Ok(mut status) = server.status.lock() else {
-            own.push((State::Down, 0, server.max_conns(), server.is_backup()));
-            continue;
-        };
-        let state = status.state();
-        let mut weight = match state {
-            State::Up | State::Drain => status.admin_weight.unwrap_or(server.weight()),
-            State::Down | State::Maint => 0,
-        };
-        if let Some(percent) = status.agent.weight_percent {
-            weight = ((u64::from(weight) * u64::from(percent)) / 100).min(0xffff) as u32;
-        }
-        if let Some(from) = status.ramp_from {
-            let ramped = now.saturating_duration_since(from);
-            if ramped >= slow_start || slow_start.is_zero() {
-                status.ramp_from = None;
-            } else if weight > 0 {
-                let share = ramped.as_secs_f64() / slow_start.as_secs_f64();
-                weight = ((f64::from(weight) * share).ceil() as u32).clamp(1, weight);
-            }
-        }
-        status.effective_weight = weight;
-        let limit = if status.on_trial {
-            1
-        } else {
-            server.max_conns()
-        };
-        own.push((state, weight, limit, server.is_backup()));
-    }
+    let own: Vec<Own> = pool
+        .backends
+        .iter()
+        .map(|server| own_view(pool, server, now))
+        .collect();
+    let panic = in_panic(&own, pool.health.health.panic_threshold);
+    let panic_changed = pool.set_panic(panic);
+    // In panic, health does not decide: a down server is offered as if it were up.
+    let offered = |o: &Own| match o.state {
+        State::Down if panic => State::Up,
+        state => state,
+    };
     let primary_usable = own
         .iter()
-        .any(|&(state, weight, _, backup)| !backup && state == State::Up && weight > 0);
+        .any(|o| !o.backup && offered(o) == State::Up && o.weight > 0);
     let mut changed = false;
-    for ((server, view), &(state, weight, limit, backup)) in pool
+    for ((server, view), o) in pool
         .backends
         .iter()
         .zip(pool.servers.iter())
@@ -317,8 +385,11 @@ fn show(pool: &Pool, now: Instant) {
     {
         // A backup is offered only while no primary is usable. A draining server stays up for
         // the clients that persist on it, marked so that it gets no new ones.
-        let up = matches!(state, State::Up | State::Drain) && (!backup || !primary_usable);
-        let draining = state == State::Drain;
+        let shown = offered(o);
+        let usable = matches!(shown, State::Up | State::Drain);
+        let up = usable && (!o.backup || !primary_usable);
+        let weight = if usable { o.weight } else { 0 };
+        let draining = shown == State::Drain;
         let load = view.load();
         if load.up != up || load.weight != weight || load.draining != draining {
             changed = true;
@@ -326,18 +397,107 @@ fn show(pool: &Pool, now: Instant) {
         view.set_weight(weight);
         view.set_draining(draining);
         view.set_up(up);
-        view.set_max_active(limit);
+        view.set_max_active(o.limit);
         if let Ok(mut status) = server.status.lock() {
-            if status.shown != state {
-                log_transition(pool, server.addr, status.shown, state, &status.reason);
-                status.shown = state;
+            status.effective_weight = weight;
+            if status.shown != o.state {
+                log_transition(pool, server.addr, status.shown, o.state, &status.reason);
+                status.shown = o.state;
                 status.since = now;
             }
         }
     }
+    // After the servers' own transitions, which explain it.
+    if panic_changed {
+        log_panic(pool, &own, panic);
+    }
     if changed {
         pool.scheduler.servers_changed(&pool.view());
         pool.wake_queue();
+    }
+}
+
+/// What one server's status says, before the pool's rules (backup, panic) apply.
+struct Own {
+    state: State,
+    /// The weight it has when offered: configured or set by the admin, the agent's share and
+    /// slow start applied; 0 in maintenance.
+    weight: u32,
+    /// Most requests in flight (0: no limit); 1 on trial.
+    limit: u32,
+    backup: bool,
+}
+
+fn own_view(pool: &Pool, server: &crate::upstream::Backend, now: Instant) -> Own {
+    let Ok(mut status) = server.status.lock() else {
+        return Own {
+            state: State::Down,
+            weight: 0,
+            limit: server.max_conns(),
+            backup: server.is_backup(),
+        };
+    };
+    let state = status.state();
+    let mut weight = match state {
+        State::Maint => 0,
+        State::Up | State::Drain | State::Down => status.admin_weight.unwrap_or(server.weight()),
+    };
+    if let Some(percent) = status.agent.weight_percent {
+        weight = ((u64::from(weight) * u64::from(percent)) / 100).min(0xffff) as u32;
+    }
+    let slow_start = pool.health.slow_start;
+    if let Some(from) = status.ramp_from {
+        let ramped = now.saturating_duration_since(from);
+        if ramped >= slow_start || slow_start.is_zero() {
+            status.ramp_from = None;
+        } else if weight > 0 {
+            let share = ramped.as_secs_f64() / slow_start.as_secs_f64();
+            weight = ((f64::from(weight) * share).ceil() as u32).clamp(1, weight);
+        }
+    }
+    Own {
+        state,
+        weight,
+        limit: if status.on_trial {
+            1
+        } else {
+            server.max_conns()
+        },
+        backup: server.is_backup(),
+    }
+}
+
+/// Whether the pool is in panic (Envoy's healthy panic threshold): fewer than
+/// `threshold` percent of its primaries not in maintenance are up, and no backup is up to
+/// take over. Health then stops deciding: when most servers look down at once, the likelier
+/// cause is a load the survivors cannot carry either, or checks that fail for a reason of
+/// their own, and sending everything to the last survivors (or answering 503) turns a
+/// partial failure into an outage. Backups come first: they are the admin's own plan for
+/// losing the primaries. `threshold` 0: never.
+fn in_panic(own: &[Own], threshold: u32) -> bool {
+    let primaries = own.iter().filter(|o| !o.backup && o.state != State::Maint);
+    let (candidates, healthy) = primaries.fold((0u64, 0u64), |(all, up), o| {
+        (all + 1, up + u64::from(o.state != State::Down))
+    });
+    let backup_up = own
+        .iter()
+        .any(|o| o.backup && o.state == State::Up && o.weight > 0);
+    threshold > 0
+        && candidates > 0
+        && healthy * 100 < u64::from(threshold) * candidates
+        && !backup_up
+}
+
+fn log_panic(pool: &Pool, own: &[Own], panic: bool) {
+    let primaries = own.iter().filter(|o| !o.backup && o.state != State::Maint);
+    let (all, up) = primaries.fold((0, 0), |(all, up), o| {
+        (all + 1, up + usize::from(o.state != State::Down))
+    });
+    let threshold = pool.health.health.panic_threshold;
+    if panic {
+        tracing::warn!(pool = %pool.name, "pool in panic: {up} of {all} servers up, below panic_threshold {threshold}%: balancing over every server not in maint");
+    } else {
+        tracing::info!(pool = %pool.name, "pool out of panic: {up} of {all} servers up: health decides again");
     }
 }
 
@@ -414,14 +574,14 @@ mod tests {
             ]
         );
         for i in 0..2 {
-            apply(&p, 0, Change::ExchangeFailed("refused".into()));
+            apply(&p, 0, Change::ExchangeFailed(Failure::broken("refused")));
             assert_eq!(
                 p.backends[0].status.lock().unwrap().health,
                 Health::Up,
                 "{i}"
             );
         }
-        apply(&p, 0, Change::ExchangeFailed("refused".into()));
+        apply(&p, 0, Change::ExchangeFailed(Failure::broken("refused")));
         assert_eq!(
             shown(&p)[0],
             (State::Down, false, 0),
@@ -454,8 +614,8 @@ mod tests {
     fn a_good_exchange_resets_the_failure_count() {
         let p = pool("");
         for _ in 0..10 {
-            apply(&p, 0, Change::ExchangeFailed("reset".into()));
-            apply(&p, 0, Change::ExchangeFailed("reset".into()));
+            apply(&p, 0, Change::ExchangeFailed(Failure::broken("reset")));
+            apply(&p, 0, Change::ExchangeFailed(Failure::broken("reset")));
             assert!(p.backends[0].report_success.load(Ordering::Relaxed));
             apply(&p, 0, Change::ExchangeSucceeded);
             assert!(!p.backends[0].report_success.load(Ordering::Relaxed));
@@ -466,13 +626,17 @@ mod tests {
     #[test]
     fn without_checks_a_trial_takes_one_request_at_a_time() {
         let p = pool("[pool.p.health]\nmax_fails = 1\nfail_timeout = \"1ms\"\n");
-        apply(&p, 0, Change::ExchangeFailed("refused".into()));
+        apply(&p, 0, Change::ExchangeFailed(Failure::broken("refused")));
         assert_eq!(shown(&p)[0].0, State::Down);
         std::thread::sleep(Duration::from_millis(2));
         apply(&p, 0, Change::TrialDue);
         assert_eq!(shown(&p)[0], (State::Up, true, 10));
         assert_eq!(p.servers[0].max_active(), 1, "one request at a time");
-        apply(&p, 0, Change::ExchangeFailed("refused again".into()));
+        apply(
+            &p,
+            0,
+            Change::ExchangeFailed(Failure::broken("refused again")),
+        );
         assert_eq!(shown(&p)[0].0, State::Down, "a failed trial: down again");
         assert!(p.backends[0].status.lock().unwrap().trial_at.is_some());
         std::thread::sleep(Duration::from_millis(2));
@@ -483,22 +647,133 @@ mod tests {
     }
 
     #[test]
-    fn checks_rise_and_fall_and_the_first_one_decides() {
+    fn checks_rise_and_fall_and_the_first_ones_decide() {
         let p = pool("[pool.p.health]\ncheck = \"tcp\"\nrise = 2\nfall = 3\n");
-        apply(&p, 0, Change::CheckFailed("refused".into()));
+        let refused = || Change::CheckFailed(Failure::broken("refused"));
+        apply(&p, 0, refused());
         assert_eq!(shown(&p)[0].0, State::Down, "the first check decides");
         apply(&p, 0, Change::CheckPassed);
-        assert_eq!(shown(&p)[0].0, State::Down);
-        apply(&p, 0, Change::CheckPassed);
-        assert_eq!(shown(&p)[0].0, State::Up, "rise");
+        assert_eq!(
+            shown(&p)[0].0,
+            State::Up,
+            "so does the first pass: a server started late joins at its next check"
+        );
+        assert_eq!(
+            p.backends[0].status.lock().unwrap().reason,
+            "its first check passed"
+        );
         for _ in 0..2 {
-            apply(&p, 0, Change::CheckFailed("refused".into()));
+            apply(&p, 0, refused());
         }
         assert_eq!(shown(&p)[0].0, State::Up);
-        apply(&p, 0, Change::CheckFailed("refused".into()));
+        apply(&p, 0, refused());
         assert_eq!(shown(&p)[0].0, State::Down, "fall");
+        assert_eq!(
+            p.backends[0].status.lock().unwrap().reason,
+            "check failed: refused"
+        );
+        apply(&p, 0, Change::CheckPassed);
+        assert_eq!(
+            shown(&p)[0].0,
+            State::Down,
+            "once it has passed, rise rules"
+        );
+        apply(&p, 0, Change::CheckPassed);
+        assert_eq!(shown(&p)[0].0, State::Up, "rise");
+    }
+
+    #[test]
+    fn timeouts_of_a_server_that_answers_meanwhile_are_not_counted() {
+        let p = pool("[pool.p.health]\ncheck = \"http\"\nfall = 1\nmax_fails = 1\n");
+        let busy = |why: &str| Failure {
+            why: why.into(),
+            evidence: Evidence::Busy,
+        };
+        for _ in 0..10 {
+            apply(
+                &p,
+                0,
+                Change::ExchangeFailed(busy("connect failed: timed out")),
+            );
+            apply(&p, 0, Change::CheckFailed(busy("no answer within 1s")));
+        }
+        assert_eq!(shown(&p)[0].0, State::Up, "busy, not dead");
         let status = p.backends[0].status.lock().unwrap();
-        assert_eq!(status.reason, "check failed: refused");
+        assert_eq!((status.exchange_failures, status.check_failures), (0, 0));
+        assert!(status
+            .last_check
+            .as_ref()
+            .is_some_and(|(passed, why, _)| !passed && why.contains("busy")));
+        drop(status);
+        let silent = Failure {
+            why: "connect failed: timed out".into(),
+            evidence: Evidence::Silent,
+        };
+        apply(&p, 0, Change::ExchangeFailed(silent));
+        assert_eq!(shown(&p)[0].0, State::Down, "a silent server is counted");
+        assert_eq!(
+            Evidence::of_timeout(7, 7),
+            Evidence::Silent,
+            "nothing answered meanwhile"
+        );
+        assert_eq!(Evidence::of_timeout(7, 8), Evidence::Busy);
+    }
+
+    #[test]
+    fn below_the_panic_threshold_health_stops_deciding() {
+        // Two primaries of weight 10 and the backup :9 (see `pool`), threshold 50%.
+        let p = pool("[pool.p.health]\nmax_fails = 1\npanic_threshold = 50\n");
+        let refused = || Change::ExchangeFailed(Failure::broken("refused"));
+        apply(&p, 0, refused());
+        assert!(!p.in_panic(), "1 of 2 primaries up: 50%, not below");
+        assert_eq!(shown(&p)[0], (State::Down, false, 0));
+        // The backup is the admin's plan for losing primaries: while it is up, no panic.
+        apply(&p, 1, refused());
+        assert!(!p.in_panic());
+        assert_eq!(shown(&p)[2], (State::Up, true, 1), "the backup takes over");
+        apply(&p, 2, refused());
+        assert!(p.in_panic(), "no primary and no backup up");
+        assert_eq!(
+            shown(&p),
+            [
+                (State::Down, true, 10),
+                (State::Down, true, 10),
+                (State::Down, false, 1)
+            ],
+            "every primary offered with its weight, shown as it is"
+        );
+        // Maintenance is the admin's word: never offered, and not counted.
+        apply(
+            &p,
+            1,
+            Change::Admin {
+                state: Some(AdminState::Maint),
+                weight: None,
+            },
+        );
+        assert_eq!(shown(&p)[1], (State::Maint, false, 0));
+        assert!(p.in_panic(), "0 of 1 primary up");
+        // Without checks, a request answered in panic brings the server back.
+        apply(&p, 0, Change::ExchangeSucceeded);
+        assert_eq!(shown(&p)[0], (State::Up, true, 10));
+        assert!(!p.in_panic(), "1 of 1 primary up");
+        assert!(!shown(&p)[2].1, "the backup is hidden again");
+    }
+
+    #[test]
+    fn panic_threshold_zero_never_panics() {
+        let p = pool("[pool.p.health]\nmax_fails = 1\npanic_threshold = 0\n");
+        for server in 0..3 {
+            apply(
+                &p,
+                server,
+                Change::ExchangeFailed(Failure::broken("refused")),
+            );
+        }
+        assert!(!p.in_panic());
+        assert!(shown(&p)
+            .iter()
+            .all(|&(state, offered, _)| state == State::Down && !offered));
     }
 
     #[test]
@@ -537,7 +812,7 @@ mod tests {
     #[test]
     fn slow_start_ramps_from_one() {
         let p = pool("slow_start = \"1h\"\n[pool.p.health]\ncheck = \"tcp\"\nrise = 1\n");
-        apply(&p, 0, Change::CheckFailed("refused".into()));
+        apply(&p, 0, Change::CheckFailed(Failure::broken("refused")));
         apply(&p, 0, Change::CheckPassed);
         let (state, offered, weight) = shown(&p)[0];
         assert_eq!((state, offered), (State::Up, true));

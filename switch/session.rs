@@ -23,6 +23,7 @@ use exchange::short_reason;
 use crate::access_log;
 use crate::buffer::IoBuf;
 use crate::config::ServiceMode;
+use crate::control::Failure;
 use crate::edge::client_stream::ClientStream;
 use crate::edge::proxy_protocol;
 use crate::generation::{Generation, Service};
@@ -142,9 +143,9 @@ enum ExchangeError {
     Stale,
     /// A new connection broke (closed, reset, refused the request) before any response byte:
     /// the server failed, and an idempotent request without body may go to another one.
-    Unanswered(String),
+    Unanswered(Failure),
     /// Nothing usable came back (502), or nothing in time (504).
-    Server { status: u16, why: String },
+    Server { status: u16, failure: Failure },
     /// The client's request body was invalid (400), late (408), or the client went away (0).
     Client { status: u16, why: String },
     /// Failure after the response head went to the client: nothing to do but close.
@@ -208,6 +209,16 @@ impl Drop for Session {
         self.inbuf.consume(self.inbuf.len());
         self.server_buf.consume(self.server_buf.len());
         self.give_back_workspace();
+    }
+}
+
+impl ExchangeError {
+    /// The server failed in a way that shows it broken (502): see [`Evidence::Broken`].
+    fn server(status: u16, why: impl Into<String>) -> ExchangeError {
+        ExchangeError::Server {
+            status,
+            failure: Failure::broken(why),
+        }
     }
 }
 
@@ -534,9 +545,8 @@ impl Session {
                         status: 503,
                         why: route::OUT_OF_DESCRIPTORS.to_string(),
                     }),
-                    Err(route::ConnectFailure::Server(e)) => {
-                        route::count_connect_error(&backend.stats, &e);
-                        Err(ExchangeError::Unanswered(format!("connect failed: {e}")))
+                    Err(route::ConnectFailure::Server(failure)) => {
+                        Err(ExchangeError::Unanswered(failure))
                     }
                 };
             }
@@ -549,9 +559,10 @@ impl Session {
                 Err(error) => error,
             };
             let (status, why) = match error {
-                ExchangeError::Unanswered(why) => {
+                ExchangeError::Unanswered(failure) => {
                     stats::bump(&backend.stats.response_errors);
-                    self.server_failed(pool, lease.server, &why);
+                    let why = failure.why.clone();
+                    self.server_failed(pool, lease.server, failure);
                     if may_retry && attempts < self.shared.settings.connect_attempts {
                         self.retry_from = Some(lease.server);
                         tracing::debug!(server = %backend.addr, "no answer ({why}); trying the next server");
@@ -560,12 +571,13 @@ impl Session {
                     (502, why)
                 }
                 ExchangeError::Stale => (502, "server closed the connection".to_string()),
-                ExchangeError::Server { status, why } => {
+                ExchangeError::Server { status, failure } => {
                     stats::bump(&backend.stats.response_errors);
                     if status == 504 {
                         stats::bump(&backend.stats.timeouts);
                     }
-                    self.server_failed(pool, lease.server, &why);
+                    let why = failure.why.clone();
+                    self.server_failed(pool, lease.server, failure);
                     (status, why)
                 }
                 ExchangeError::Client { status, why } | ExchangeError::Local { status, why } => {

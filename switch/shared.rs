@@ -52,6 +52,7 @@ impl Shared {
                 name: pool.name.clone(),
                 scheduler: pool.scheduler.name().to_string(),
                 queued: pool.waiting(),
+                panic: pool.in_panic(),
             });
             for (state, backend) in pool.servers.iter().zip(pool.backends.iter()) {
                 servers.push(server_snapshot(pool, state, backend));

@@ -178,6 +178,8 @@ pub struct PoolSnapshot {
     pub scheduler: String,
     /// Requests waiting for a slot now.
     pub queued: usize,
+    /// Below its `panic_threshold`: requests go to its down servers too.
+    pub panic: bool,
 }
 
 impl Snapshot {

@@ -75,6 +75,13 @@ impl Backend {
         }
     }
 
+    /// Whether health (checks, passive detection or the agent) holds it down.
+    pub fn is_down(&self) -> bool {
+        self.status
+            .lock()
+            .is_ok_and(|s| s.state() == crate::control::State::Down)
+    }
+
     /// The weight its line in the rule file gives.
     pub fn weight(&self) -> u32 {
         self.weight.load(Ordering::Relaxed)
@@ -240,6 +247,9 @@ pub struct Pool {
     /// order when a request of the pool ends.
     queue: tokio::sync::Notify,
     waiting: AtomicUsize,
+    /// Too few servers are up: health does not decide who gets requests (`panic_threshold`);
+    /// written by `control::apply`.
+    panic: AtomicBool,
 }
 
 /// The live server states of a pool as configured.
@@ -325,6 +335,7 @@ impl Pool {
             control: Mutex::new(()),
             queue: tokio::sync::Notify::new(),
             waiting: AtomicUsize::new(0),
+            panic: AtomicBool::new(false),
         };
         for index in reconfigured {
             crate::control::apply(&pool, index, crate::control::Change::LineChanged);
@@ -340,6 +351,16 @@ impl Pool {
         self.control
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether the pool is in panic: requests go to its down servers too.
+    pub fn in_panic(&self) -> bool {
+        self.panic.load(Ordering::Relaxed)
+    }
+
+    /// Records whether the pool is in panic; `true` when that changed.
+    pub(crate) fn set_panic(&self, panic: bool) -> bool {
+        self.panic.swap(panic, Ordering::Relaxed) != panic
     }
 
     /// Requests waiting in the queue now.

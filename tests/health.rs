@@ -95,25 +95,6 @@ async fn wait_for(what: &str, reached: impl Fn() -> bool) {
 
 // ---------------------------------------------------------------- servers written here
 
-/// A loopback port that refuses connections until a [`Tiny`] server is started on it. A socket
-/// bound to it (SO_REUSEADDR, never listening) keeps it for the test: the kernel gives it to no
-/// listener bound to port 0 meanwhile, while a listener bound to it by name (SO_REUSEADDR too)
-/// may share it.
-struct Reserved {
-    addr: SocketAddr,
-    _socket: TcpSocket,
-}
-
-fn reserved_address() -> Reserved {
-    let socket = TcpSocket::new_v4().unwrap();
-    socket.set_reuseaddr(true).unwrap();
-    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    Reserved {
-        addr: socket.local_addr().unwrap(),
-        _socket: socket,
-    }
-}
-
 /// What a [`Tiny`] server does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Behaviour {
@@ -435,7 +416,7 @@ async fn servers_that_reset_or_close_without_answering_are_retried_past_and_take
             server(closing.addr, ""),
             server(good.addr, ""),
         ],
-        "max_fails = 3\nfail_timeout = \"1h\"",
+        "max_fails = 3\nfail_timeout = \"1h\"\npanic_threshold = 0",
     );
     let switch = start_switch(&rules, &[]).await;
     let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
@@ -546,7 +527,8 @@ async fn an_unparsable_answer_or_none_within_idle_timeout_is_a_failed_exchange()
         let text = rules(
             "",
             &[server(bad.addr, "")],
-            "max_fails = 2\nfail_timeout = \"1h\"",
+            // Its only server down: 503, as no panic threshold sends requests there anyway.
+            "max_fails = 2\nfail_timeout = \"1h\"\npanic_threshold = 0",
         )
         .replace(
             "access_log = false",
@@ -655,7 +637,7 @@ async fn without_checks_a_down_server_gets_one_trial_per_fail_timeout_and_is_bac
 // ---------------------------------------------------------------- active checks
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tcp_check_takes_a_dead_server_down_before_any_request_and_back_after_rise_checks() {
+async fn a_tcp_check_takes_a_dead_server_down_before_any_request_and_back_at_its_first_pass() {
     let good = backend().await;
     let reserved = reserved_address();
     let dead = reserved.addr;
@@ -691,9 +673,11 @@ async fn a_tcp_check_takes_a_dead_server_down_before_any_request_and_back_after_
         at(s, dead).state == State::Up
     })
     .await;
-    assert_eq!(at(&snap, dead).reason, "2 checks passed");
-    // The checks' connections were complete before the server accepted them.
-    wait_for("the rise checks accepted", || revived.accepted() >= 2).await;
+    // A server that never passed a check (it started after the switch) is up at its first
+    // pass, not `rise` passes later: nothing says it failed once it ran.
+    assert_eq!(at(&snap, dead).reason, "its first check passed");
+    // The check's connection was complete before the server accepted it.
+    wait_for("the check accepted", || revived.accepted() >= 1).await;
     get_until(
         &switch,
         &mut client,
@@ -718,8 +702,9 @@ async fn an_http_check_takes_down_a_server_answering_a_wrong_status_or_nothing()
             server(silent.addr, ""),
             server(healthy.addr, ""),
         ],
+        // Two of three down is below the default panic threshold: 0 lets health alone decide.
         "check = \"http\"\npath = \"/health\"\nexpect = \"200\"\ninterval = \"100ms\"\n\
-         timeout = \"200ms\"",
+         timeout = \"200ms\"\npanic_threshold = 0",
     );
     let switch = start_switch(&rules, &[]).await;
     let snap = wait_until(&switch, "both bad servers down", |s| {
@@ -805,19 +790,31 @@ async fn the_first_check_decides_then_fall_failures_take_a_server_down_and_rise_
         let expected = if passes < 2 { State::Down } else { State::Up };
         assert_eq!(state(steady.addr), expected, "after {passes} passed checks");
     }
-    // A failure between successes starts the count again.
+    // A server that has never passed a check is up at its first pass (it may have started
+    // after the switch); once it has passed, `rise` rules.
     first_fails.set(Behaviour::Status(200));
     first_fails.release(1);
     first_fails.wait_for_heads(3).await;
+    assert_eq!(state(first_fails.addr), State::Up, "its first pass");
     first_fails.set(Behaviour::Status(500));
-    first_fails.release(1);
-    first_fails.wait_for_heads(4).await;
+    for failures in 1..=3 {
+        first_fails.release(1);
+        first_fails.wait_for_heads(3 + failures).await;
+    }
+    assert_eq!(state(first_fails.addr), State::Down, "fall");
+    // A failure between successes starts the count again.
     first_fails.set(Behaviour::Status(200));
     first_fails.release(1);
-    first_fails.wait_for_heads(5).await;
+    first_fails.wait_for_heads(7).await;
+    first_fails.set(Behaviour::Status(500));
+    first_fails.release(1);
+    first_fails.wait_for_heads(8).await;
+    first_fails.set(Behaviour::Status(200));
+    first_fails.release(1);
+    first_fails.wait_for_heads(9).await;
     assert_eq!(state(first_fails.addr), State::Down, "pass, fail, pass");
     first_fails.release(1);
-    first_fails.wait_for_heads(6).await;
+    first_fails.wait_for_heads(10).await;
     assert_eq!(state(first_fails.addr), State::Up, "two passes in a row");
     assert!(
         steady.heads()[0].contains("\r\nHost: check.example\r\n"),

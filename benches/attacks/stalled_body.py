@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A client trying to take a healthy server down by stalling request bodies (issue 22, part 1).
 
-Usage: stalled_body.py TCPVS_BINARY [--server wait|close] [--attackers N]
+Usage: stalled_body.py TCPVS_BINARY [--server wait|close|nginx] [--attackers N]
 
 Starts one backend in this process and `TCPVS_BINARY run` in front of it (idle_timeout 2s,
 max_fails 3, passive detection only, an admin endpoint), then, for each way of announcing a body
@@ -10,7 +10,9 @@ announcing a body and never send the body. The backend is either
   wait:  reads the head and waits for the body as long as the client takes (tcpvs's own test
          server does this), or
   close: reads the head and closes the connection 1 s later without answering, as nginx does
-         when its client_body_timeout runs out.
+         when its client_body_timeout runs out;
+  nginx: a real nginx (on PATH or in /usr/sbin) with client_body_timeout 1s, whose /upload
+         reads the body before anything else (proxy_pass with request buffering).
 After the attack, one honest GET goes through; the script prints what each attacker got, what
 the honest client got, and the server's state and failure count from /stats. Before issue 22 the
 attackers got 504 (wait) or 502 (close), the server was counted failed and went down, and the
@@ -51,13 +53,39 @@ async def status_of(port, request):
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(request)
     await writer.drain()
+    status = 0
     try:
-        line = await asyncio.wait_for(reader.readline(), 30)
-    except asyncio.TimeoutError:
-        line = b""
+        while status in (0, 100):  # an interim 100 Continue, then the final answer
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+            parts = head.split()
+            status = int(parts[1]) if len(parts) > 1 else -1
+    except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+        pass
     writer.close()
-    parts = line.split()
-    return int(parts[1]) if len(parts) > 1 else 0
+    return max(status, 0)
+
+
+def start_nginx(folder, port):
+    os.makedirs(os.path.join(folder, "logs"), exist_ok=True)
+    conf = os.path.join(folder, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(f"""worker_processes 1; daemon off; pid {folder}/n.pid; error_log {folder}/logs/err;
+events {{ worker_connections 256; }}
+http {{ access_log off; client_body_timeout 1s;
+  server {{ listen 127.0.0.1:{port};
+    location /upload {{ proxy_pass http://127.0.0.1:9; }}
+    location / {{ return 200 "ok\\n"; }} }} }}
+""")
+    nginx = "nginx" if subprocess.call(["sh", "-c", "command -v nginx"], stdout=subprocess.DEVNULL) == 0 else "/usr/sbin/nginx"
+    proc = subprocess.Popen([nginx, "-p", folder, "-c", conf], stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.1).close()
+            break
+        except OSError:
+            import time
+            time.sleep(0.05)
+    return proc
 
 
 def server_stats(admin_port):
@@ -70,12 +98,15 @@ def server_stats(admin_port):
 async def main():
     p = argparse.ArgumentParser()
     p.add_argument("tcpvs")
-    p.add_argument("--server", choices=["wait", "close"], default="wait")
+    p.add_argument("--server", choices=["wait", "close", "nginx"], default="wait")
     p.add_argument("--attackers", type=int, default=3)
     a = p.parse_args()
     backend_port, listen_port, admin_port = free_port(), free_port(), free_port()
-    server = await backend(a.server, backend_port)
     folder = tempfile.mkdtemp(prefix="tcpvs-stalled-")
+    if a.server == "nginx":
+        server = start_nginx(folder, backend_port)
+    else:
+        server = await backend(a.server, backend_port)
     rules = os.path.join(folder, "rules.toml")
     with open(rules, "w") as f:
         f.write(f"""[switch]
@@ -117,7 +148,11 @@ fail_timeout = "30s"
         finally:
             proc.terminate()
             proc.wait()
-    server.close()
+    if isinstance(server, subprocess.Popen):
+        server.terminate()
+        server.wait()
+    else:
+        server.close()
     return 0 if ok else 1
 
 

@@ -234,6 +234,15 @@ impl Collector for Scrape {
                 .map(|p| ([("pool", p.name.as_str())], gauge(p.queued as i64))),
         )?;
 
+        family(
+            e,
+            "tcpvs_pool_panic",
+            "1 while the pool is below its panic_threshold: health does not decide",
+            snap.pools
+                .iter()
+                .map(|p| ([("pool", p.name.as_str())], gauge(i64::from(p.panic)))),
+        )?;
+
         let servers = &snap.servers;
         let by_server = |f: fn(&ServerSnapshot) -> u64| {
             servers

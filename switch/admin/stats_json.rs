@@ -48,6 +48,8 @@ pub struct PoolJson {
     pub requests: u64,
     pub active: u64,
     pub queued: usize,
+    /// Below its `panic_threshold`: health does not decide (requests go to down servers too).
+    pub panic: bool,
     pub servers: Vec<ServerJson>,
 }
 
@@ -180,6 +182,7 @@ pub fn stats_json(
                 requests: servers.iter().map(|s| s.requests).sum(),
                 active: servers.iter().map(|s| u64::from(s.active)).sum(),
                 queued: pool.queued,
+                panic: pool.panic,
                 servers: servers.into_iter().map(|s| server_json(s, rates)).collect(),
             }
         })

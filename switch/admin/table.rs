@@ -73,8 +73,17 @@ pub fn render(stats: &StatsJson) -> String {
     for pool in &stats.pools {
         out.push('\n');
         out.push_str(&format!(
-            "Pool {} ({}): requests {}, active {}, queued {}\n",
-            pool.name, pool.scheduler, pool.requests, pool.active, pool.queued
+            "Pool {} ({}): requests {}, active {}, queued {}{}\n",
+            pool.name,
+            pool.scheduler,
+            pool.requests,
+            pool.active,
+            pool.queued,
+            if pool.panic {
+                ", PANIC: too few servers up, health ignored"
+            } else {
+                ""
+            }
         ));
         for _ in 0..=pool.servers.len() {
             if let Some(line) = rows.next() {

@@ -67,6 +67,10 @@ pub struct HealthConfig {
     /// HAProxy's agent-check protocol on this port of each server's address; 0: none.
     pub agent_port: u16,
     pub agent_interval: Duration,
+    /// Percent of the pool's primaries (not in maintenance) that must be up for health to
+    /// decide; below it, with no backup up, the pool balances over every server not in
+    /// maintenance (see `control::in_panic`). 0: never.
+    pub panic_threshold: u32,
 }
 
 impl Default for HealthConfig {
@@ -84,6 +88,7 @@ impl Default for HealthConfig {
             fail_timeout: Duration::from_secs(10),
             agent_port: 0,
             agent_interval: Duration::from_secs(2),
+            panic_threshold: 50,
         }
     }
 }
@@ -179,6 +184,18 @@ fn build_health(raw: &RawHealth, sink: &mut ErrorSink<'_>) -> HealthConfig {
                     format!("{key} = {} is out of range {min}..=1000", v.get_ref()),
                 ),
             }
+        }
+    }
+    if let Some(v) = &raw.panic_threshold {
+        match u32::try_from(*v.get_ref()) {
+            Ok(percent) if percent <= 100 => h.panic_threshold = percent,
+            _ => sink.at(
+                v.span(),
+                format!(
+                    "panic_threshold = {} is out of range 0..=100 (a percentage)",
+                    v.get_ref()
+                ),
+            ),
         }
     }
     if let Some(v) = &raw.agent_port {

@@ -63,6 +63,7 @@ const HEALTH_KEYS: &[&str] = &[
     "fail_timeout",
     "agent_port",
     "agent_interval",
+    "panic_threshold",
 ];
 
 const LISTEN: &str = "an address like \"127.0.0.1:8080\"";
@@ -173,6 +174,7 @@ pub(crate) struct RawHealth {
     pub fail_timeout: Option<Spanned<String>>,
     pub agent_port: Option<Spanned<i64>>,
     pub agent_interval: Option<Spanned<String>>,
+    pub panic_threshold: Option<Spanned<i64>>,
 }
 
 /// A pool table: `scheduler`, `servers`, the switch's own pool keys, and any other key as an
@@ -520,5 +522,6 @@ fn read_health(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawHealth {
         fail_timeout: t.duration("fail_timeout", sink),
         agent_port: t.integer("agent_port", sink),
         agent_interval: t.duration("agent_interval", sink),
+        panic_threshold: t.integer("panic_threshold", sink),
     }
 }

@@ -3,7 +3,7 @@
 
 use super::Place;
 use crate::config::health::{CheckKind, HealthConfig};
-use crate::control::{self, AdminState, Change};
+use crate::control::{self, AdminState, Change, Evidence, Failure};
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -21,11 +21,22 @@ pub async fn run(place: Place, offset: Duration) {
             .lock()
             .is_ok_and(|s| s.admin == AdminState::Maint);
         let addr = server.addr;
+        // Responses the server gave through the switch so far: a check that times out while
+        // the server goes on answering requests shows it busy, not dead.
+        let answered = crate::stats::read(&server.stats.responses);
         drop(pool);
         if !in_maint {
             let change = match probe(addr, &config).await {
                 Probe::Passed => Some(Change::CheckPassed),
-                Probe::Failed(why) => Some(Change::CheckFailed(why)),
+                Probe::Failed(why) => Some(Change::CheckFailed(Failure::broken(why))),
+                Probe::TimedOut(why) => {
+                    let Some(pool) = place.get() else { return };
+                    let now = crate::stats::read(&pool.backends[place.server].stats.responses);
+                    Some(Change::CheckFailed(Failure {
+                        why,
+                        evidence: Evidence::of_timeout(answered, now),
+                    }))
+                }
                 Probe::NotMade(why) => {
                     crate::limits::exhaustion::CONNECT.warn(|held| {
                         tracing::warn!(server = %addr, "check not made: {why}{}", crate::limits::exhaustion::held_back(held));
@@ -47,6 +58,8 @@ pub enum Probe {
     Passed,
     /// The server failed it; why.
     Failed(String),
+    /// The server did not answer within `timeout` (connect or response); why.
+    TimedOut(String),
     /// This process could not open a socket (out of descriptors): no verdict on the server.
     NotMade(String),
 }
@@ -56,7 +69,7 @@ pub async fn probe(addr: SocketAddr, config: &HealthConfig) -> Probe {
     match tokio::time::timeout(config.timeout, probe_unbounded(addr, config)).await {
         Ok(Ok(())) => Probe::Passed,
         Ok(Err(probe)) => probe,
-        Err(_) => Probe::Failed(format!("no answer within {:?}", config.timeout)),
+        Err(_) => Probe::TimedOut(format!("no answer within {:?}", config.timeout)),
     }
 }
 

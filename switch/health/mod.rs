@@ -12,7 +12,7 @@ pub mod agent;
 pub mod check;
 
 use crate::config::health::CheckKind;
-use crate::control::{self, Change, Health};
+use crate::control::{self, Change, Failure, Health};
 use crate::shared::Shared;
 use crate::upstream::Pool;
 use std::sync::atomic::Ordering;
@@ -112,8 +112,8 @@ fn apply_current(shared: &Shared, pool: &Pool, server: usize, change: Change) {
 
 /// A request's exchange with `server` failed: connect refused or timed out, reset or closed
 /// before a complete response head, an unparsable head, no head in time.
-pub fn exchange_failed(shared: &Shared, pool: &Pool, server: usize, why: String) {
-    apply_current(shared, pool, server, Change::ExchangeFailed(why));
+pub fn exchange_failed(shared: &Shared, pool: &Pool, server: usize, failure: Failure) {
+    apply_current(shared, pool, server, Change::ExchangeFailed(failure));
 }
 
 /// A request's exchange with `server` went well. Costs one relaxed load unless failures were

@@ -4,6 +4,7 @@
 
 use super::{ExchangeError, Outcome, Session};
 use crate::buffer::IoBuf;
+use crate::control::{Evidence, Failure};
 use crate::edge::client_stream::ClientStream;
 use crate::edge::proxy_protocol;
 use crate::http::response::RequestKind;
@@ -85,13 +86,16 @@ impl Session {
             }
             _ => &self.upstream_head,
         };
+        // What the server answered so far, to tell a server too slow for this request from a
+        // silent one should the response not come in time.
+        let answered = stats::read(&backend.stats.responses);
         // Pushed at once even when a body follows: the client may wait for 100 Continue
         // before sending it, and MSG_MORE would hold the head back for up to 200 ms.
         if let Err(e) = write_both(&server, head, with_head, Then::Push, Limit::Idle(idle)).await {
             return Err(if reused {
                 ExchangeError::Stale
             } else {
-                ExchangeError::Unanswered(format!("sending the request: {e}"))
+                ExchangeError::Unanswered(Failure::broken(format!("sending the request: {e}")))
             });
         }
         let early_body = with_head.len();
@@ -152,6 +156,7 @@ impl Session {
                                 if uploading && finishes_now(upload.as_mut()).await {
                                     upload_complete = true;
                                 }
+                                let e = timeout_evidence(e, answered, &backend.stats);
                                 return Err(if upload_complete { e } else { body_incomplete(e) });
                             }
                             break;
@@ -178,16 +183,16 @@ impl Session {
             let status = response.status;
             if status == 101 || (head.is_connect && (200..300).contains(&status)) {
                 if status == 101 && !head.upgrade {
-                    return Err(ExchangeError::Server {
-                        status: 502,
-                        why: "101 to a request that did not ask to upgrade".into(),
-                    });
+                    return Err(ExchangeError::server(
+                        502,
+                        "101 to a request that did not ask to upgrade",
+                    ));
                 }
                 if !upload_complete {
-                    return Err(body_incomplete(ExchangeError::Server {
-                        status: 502,
-                        why: "tunnel before the request body ended".into(),
-                    }));
+                    return Err(body_incomplete(ExchangeError::server(
+                        502,
+                        "tunnel before the request body ended",
+                    )));
                 }
                 backend.stats.classes.count(status);
                 Phase::Tunnel
@@ -482,12 +487,33 @@ async fn finishes_now(
 /// that really died mid-upload shows itself to the next request, or to its checks.
 fn body_incomplete(e: ExchangeError) -> ExchangeError {
     match e {
-        ExchangeError::Unanswered(why) | ExchangeError::Server { why, .. } => {
-            ExchangeError::Client {
-                status: 408,
-                why: format!("request body incomplete when the exchange failed: {why}"),
-            }
-        }
+        ExchangeError::Unanswered(Failure { why, .. })
+        | ExchangeError::Server {
+            failure: Failure { why, .. },
+            ..
+        } => ExchangeError::Client {
+            status: 408,
+            why: format!("request body incomplete when the exchange failed: {why}"),
+        },
+        other => other,
+    }
+}
+
+/// A response that did not come in time (504) speaks of a busy server when it answered other
+/// requests meanwhile (`answered`: its response count when this request went up), of a silent
+/// one otherwise (see [`Evidence`]).
+fn timeout_evidence(e: ExchangeError, answered: u64, server: &stats::ServerStats) -> ExchangeError {
+    match e {
+        ExchangeError::Server {
+            status: 504,
+            failure,
+        } => ExchangeError::Server {
+            status: 504,
+            failure: Failure {
+                why: failure.why,
+                evidence: Evidence::of_timeout(answered, stats::read(&server.responses)),
+            },
+        },
         other => other,
     }
 }
@@ -507,10 +533,7 @@ fn request_body_error(e: RelayError) -> ExchangeError {
             status: 0,
             why: "client closed during the request body".into(),
         },
-        RelayError::Write(e) => ExchangeError::Server {
-            status: 502,
-            why: format!("sending request body: {e}"),
-        },
+        RelayError::Write(e) => ExchangeError::server(502, format!("sending request body: {e}")),
     }
 }
 
@@ -550,10 +573,10 @@ async fn read_response_head(
                 Ok(true) if response.is_informational() && response.status != 101 => {
                     interim += 1;
                     if interim > MAX_INTERIM_RESPONSES {
-                        return Err(ExchangeError::Server {
-                            status: 502,
-                            why: format!("more than {MAX_INTERIM_RESPONSES} interim responses"),
-                        });
+                        return Err(ExchangeError::server(
+                            502,
+                            format!("more than {MAX_INTERIM_RESPONSES} interim responses"),
+                        ));
                     }
                     if client_version == Version::Http11 {
                         out.clear();
@@ -577,51 +600,38 @@ async fn read_response_head(
                 }
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
-                Err(bad) => {
-                    return Err(ExchangeError::Server {
-                        status: 502,
-                        why: bad.to_string(),
-                    })
-                }
+                Err(bad) => return Err(ExchangeError::server(502, bad.to_string())),
             }
         }
         server_buf.make_room_for_head(MAX_HEAD_BYTES);
         match read_some(server, server_buf, Limit::Idle(idle)).await {
             Ok(0) if reused && !received_any => return Err(ExchangeError::Stale),
             Ok(0) if !received_any => {
-                return Err(ExchangeError::Unanswered(
-                    "server closed before any response byte".into(),
-                ))
+                return Err(ExchangeError::Unanswered(Failure::broken(
+                    "server closed before any response byte",
+                )))
             }
             Ok(0) => {
-                return Err(ExchangeError::Server {
-                    status: 502,
-                    why: "server closed before a complete response head".into(),
-                })
+                return Err(ExchangeError::server(
+                    502,
+                    "server closed before a complete response head",
+                ))
             }
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::TimedOut => {
                 let now = upload.get();
                 if now == uploaded {
-                    return Err(ExchangeError::Server {
-                        status: 504,
-                        why: "no response in time".into(),
-                    });
+                    return Err(ExchangeError::server(504, "no response in time"));
                 }
                 uploaded = now;
             }
             Err(_) if reused && !received_any => return Err(ExchangeError::Stale),
             Err(e) if !received_any => {
-                return Err(ExchangeError::Unanswered(format!(
+                return Err(ExchangeError::Unanswered(Failure::broken(format!(
                     "reading the response: {e}"
-                )))
+                ))))
             }
-            Err(e) => {
-                return Err(ExchangeError::Server {
-                    status: 502,
-                    why: format!("reading response: {e}"),
-                })
-            }
+            Err(e) => return Err(ExchangeError::server(502, format!("reading response: {e}"))),
         }
     }
 }

@@ -94,7 +94,7 @@ impl Session {
                 self.server_failed(
                     pool,
                     lease.server,
-                    &format!("sending the PROXY header: {e}"),
+                    Failure::broken(format!("sending the PROXY header: {e}")),
                 );
                 return Outcome::local(0, 0, false, Some(pool_index));
             }
@@ -119,7 +119,7 @@ impl Session {
         } else if let Some(why) = server_failure(&end) {
             // Nothing came back to the hello, and not because of the client.
             stats::bump(&backend.stats.response_errors);
-            self.server_failed(pool, lease.server, &why);
+            self.server_failed(pool, lease.server, Failure::broken(why));
         }
         if let Some(e) = end.failure() {
             tracing::debug!(server = %backend.addr, "TLS passthrough ended: {e}");

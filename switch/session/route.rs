@@ -4,6 +4,7 @@
 
 use super::{Session, ALL_FULL};
 use crate::config::ServiceMode;
+use crate::control::{Evidence, Failure};
 use crate::health;
 use crate::limits::exhaustion;
 use crate::socket::Socket;
@@ -18,16 +19,23 @@ use tokio::time::Instant;
 impl Session {
     /// A server failed this request: passive health detection hears of it, and the log
     /// does, at most once a second per server.
-    pub(super) fn server_failed(&self, pool: &Pool, server: usize, why: &str) {
+    pub(super) fn server_failed(&self, pool: &Pool, server: usize, failure: Failure) {
         let backend = &pool.backends[server];
         if let Some(unlogged) = backend.may_warn(self.timer.now_ms()) {
+            let why = &failure.why;
+            let busy = match failure.evidence {
+                Evidence::Busy => {
+                    " (busy: it answered other requests meanwhile; not counted against it)"
+                }
+                Evidence::Broken | Evidence::Silent => "",
+            };
             if unlogged > 0 {
-                tracing::warn!(pool = %pool.name, server = %backend.addr, "{why} ({unlogged} more failures since the last warning)");
+                tracing::warn!(pool = %pool.name, server = %backend.addr, "{why}{busy} ({unlogged} more failures since the last warning)");
             } else {
-                tracing::warn!(pool = %pool.name, server = %backend.addr, "{why}");
+                tracing::warn!(pool = %pool.name, server = %backend.addr, "{why}{busy}");
             }
         }
-        health::exchange_failed(&self.shared, pool, server, why.to_string());
+        health::exchange_failed(&self.shared, pool, server, failure);
     }
 
     /// [`Session::pick_and_connect`], and when every usable server is at its `max_conns`, a
@@ -111,23 +119,37 @@ impl Session {
         let idle_age = self.shared.settings.server_idle_timeout;
         let mut connects = 0;
         let mut full = 0;
-        // Every server can be tried at most once, full ones included.
-        while *attempts < max_attempts && self.tried.len() < pool.servers.len() {
-            // A backup the module does not offer yet (a primary still counts as up) takes the
-            // request when the module has no candidate left and a primary failed it; primaries
-            // that are merely full make it queue instead.
-            let Some(server) = self.pick(pool).or_else(|| {
-                (*attempts > 0)
-                    .then(|| pool.backup_candidate(&self.tried))
-                    .flatten()
-            }) else {
-                break;
+        // Servers whose connection timed out while they answered other requests (busy, not
+        // dead): once every candidate has been tried, they are tried again while attempts
+        // last, as HAProxy's `retries` tries its server again. A connection refused, or a
+        // timeout of a silent server, is not worth another wait.
+        let mut busy: Vec<usize> = Vec::new();
+        // Every server is picked at most once (full ones included), then only busy ones again.
+        while *attempts < max_attempts {
+            let fresh = if self.tried.len() < pool.servers.len() {
+                // A backup the module does not offer yet (a primary still counts as up) takes
+                // the request when the module has no candidate left and a primary failed it;
+                // primaries that are merely full make it queue instead.
+                self.pick(pool).or_else(|| {
+                    (*attempts > 0)
+                        .then(|| pool.backup_candidate(&self.tried))
+                        .flatten()
+                })
+            } else {
+                None
             };
-            if self.tried.contains(&server) {
-                tracing::error!(pool = %pool.name, "scheduler `{}` answered a server it was told was tried", pool.scheduler.name());
-                break;
-            }
-            self.tried.push(server);
+            let server = match fresh {
+                Some(server) if self.tried.contains(&server) => {
+                    tracing::error!(pool = %pool.name, "scheduler `{}` answered a server it was told was tried", pool.scheduler.name());
+                    break;
+                }
+                Some(server) => {
+                    self.tried.push(server);
+                    server
+                }
+                None if !busy.is_empty() => busy.remove(0),
+                None => break,
+            };
             let Some(lease) = pool.try_lease(server) else {
                 // At its max_conns: the next candidate, without spending an attempt.
                 full += 1;
@@ -161,10 +183,19 @@ impl Session {
                         // No other server would fare better, and this one did not fail.
                         return Err((503, OUT_OF_DESCRIPTORS));
                     }
-                    Err(ConnectFailure::Server(e)) => {
-                        count_connect_error(&backend.stats, &e);
+                    Err(ConnectFailure::Server(failure)) => {
+                        match failure.evidence {
+                            Evidence::Busy => busy.push(server),
+                            Evidence::Broken if pool.in_panic() && backend.is_down() => {
+                                // A pool in panic offers its down servers too; one that
+                                // refuses must not spend the attempts that would reach a
+                                // live one (each server is still tried once at most).
+                                *attempts -= 1;
+                            }
+                            Evidence::Broken | Evidence::Silent => {}
+                        }
                         self.retry_from = Some(server);
-                        self.server_failed(pool, server, &format!("connect failed: {e}"));
+                        self.server_failed(pool, server, failure);
                         None
                     }
                 },
@@ -191,6 +222,9 @@ impl Session {
         backend: &Backend,
     ) -> Result<Socket, ConnectFailure> {
         let connect_timeout = self.shared.settings.connect_timeout;
+        // What the server answered so far: a connect that times out while it goes on
+        // answering shows a full listen queue (busy), not a dead server.
+        let answered = stats::read(&backend.stats.responses);
         for pause in EXHAUSTED_PAUSES {
             match backend.connect(connect_timeout).await {
                 Ok(stream) => return Ok(stream),
@@ -202,7 +236,19 @@ impl Session {
                         tokio::time::sleep(pause).await;
                     }
                 }
-                Err(e) => return Err(ConnectFailure::Server(e)),
+                Err(e) => {
+                    count_connect_error(&backend.stats, &e);
+                    let evidence = match e.kind() {
+                        std::io::ErrorKind::TimedOut => {
+                            Evidence::of_timeout(answered, stats::read(&backend.stats.responses))
+                        }
+                        _ => Evidence::Broken,
+                    };
+                    return Err(ConnectFailure::Server(Failure {
+                        why: format!("connect failed: {e}"),
+                        evidence,
+                    }));
+                }
             }
         }
         Err(ConnectFailure::OutOfDescriptors)
@@ -243,8 +289,8 @@ impl Session {
 
 /// Why no new connection to a server was opened.
 pub(super) enum ConnectFailure {
-    /// Refused, unreachable, timed out: the server's failure.
-    Server(std::io::Error),
+    /// Refused, unreachable, timed out: the server's failure (counted as a connect error).
+    Server(Failure),
     /// This process could not get a socket (descriptors or socket memory ran out), even after
     /// freeing idle connections and waiting: nobody's failure but ours.
     OutOfDescriptors,
@@ -263,7 +309,7 @@ const EXHAUSTED_PAUSES: [Duration; 4] = [
 ];
 
 /// A connection attempt that failed: counted, and as a timeout when it ran out of time.
-pub(super) fn count_connect_error(server: &stats::ServerStats, error: &std::io::Error) {
+fn count_connect_error(server: &stats::ServerStats, error: &std::io::Error) {
     stats::bump(&server.connect_errors);
     if error.kind() == std::io::ErrorKind::TimedOut {
         stats::bump(&server.timeouts);

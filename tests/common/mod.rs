@@ -198,7 +198,38 @@ pub async fn backend() -> Backend {
 }
 
 pub async fn backend_with(options: BackendOptions) -> Backend {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    serve_backend(TcpListener::bind("127.0.0.1:0").await.unwrap(), options)
+}
+
+/// [`backend`] on `addr`, a [`reserved_address`] (SO_REUSEADDR, so it may share the port
+/// with the socket that reserved it).
+pub async fn backend_at(addr: SocketAddr) -> Backend {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_reuseaddr(true).unwrap();
+    socket.bind(addr).unwrap();
+    serve_backend(socket.listen(1024).unwrap(), BackendOptions::default())
+}
+
+/// A loopback port that refuses connections until a server is started on it. A socket bound to
+/// it (SO_REUSEADDR, never listening) keeps it for the test: the kernel gives it to no listener
+/// bound to port 0 meanwhile, while a listener bound to it by name (SO_REUSEADDR too) may share
+/// it.
+pub struct Reserved {
+    pub addr: SocketAddr,
+    _socket: tokio::net::TcpSocket,
+}
+
+pub fn reserved_address() -> Reserved {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_reuseaddr(true).unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    Reserved {
+        addr: socket.local_addr().unwrap(),
+        _socket: socket,
+    }
+}
+
+fn serve_backend(listener: TcpListener, options: BackendOptions) -> Backend {
     let addr = listener.local_addr().unwrap();
     let record = Arc::new(Record::default());
     let rec = Arc::clone(&record);

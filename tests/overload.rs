@@ -1,0 +1,321 @@
+//! Overload must not cascade into an outage (issue 22, part 2).
+//!
+//! - A connection that times out while its server answers other requests is evidence of a busy
+//!   server (its listen queue is full, the kernel drops the SYN), not of a dead one: it is not
+//!   counted toward `max_fails`, and once every candidate was tried the busy server is tried
+//!   again. A server that answers nothing meanwhile is counted as before.
+//! - Below `panic_threshold` (percent of primaries up), the pool ignores health and balances
+//!   over every server not in maintenance; a down server that refuses then costs the request
+//!   no attempt.
+//! - A server started after the switch joins at its first passing check, and in panic gets
+//!   requests before any check passed.
+//!
+//! The full accept queue is made for real: a listener with a backlog of 1 that accepts only
+//! when the test says, its queue filled by the test's own connections. Verdicts wait for
+//! events; the timeouts under test are seconds long so that a loaded machine cannot turn an
+//! answer given in the meantime into none.
+
+mod common;
+
+use common::*;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tcpvs::control::State;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::Semaphore;
+
+/// A server whose listen backlog is 1 and which accepts a connection only for each permit in
+/// `accepts`; on the connections it accepted it answers `/hold` when `answers` gives a permit,
+/// anything else at once, keep-alive.
+struct NarrowServer {
+    addr: SocketAddr,
+    accepts: Arc<Semaphore>,
+    answers: Arc<Semaphore>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl NarrowServer {
+    fn start() -> NarrowServer {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(1).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepts = Arc::new(Semaphore::new(0));
+        let answers = Arc::new(Semaphore::new(0));
+        let (gate, hold) = (Arc::clone(&accepts), Arc::clone(&answers));
+        let task = tokio::spawn(async move {
+            loop {
+                gate.acquire().await.unwrap().forget();
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                tokio::spawn(narrow_connection(stream, addr, Arc::clone(&hold)));
+            }
+        });
+        NarrowServer {
+            addr,
+            accepts,
+            answers,
+            task,
+        }
+    }
+
+    /// Fills the accept queue with connections of the test's own, until a connection no
+    /// longer completes (its SYN dropped): the kernel queues `backlog + 1` of them. Each
+    /// attempt may take 2 s, so a slow machine cannot pass a queued connection for a dropped
+    /// one. Returns the queued connections (kept open by the caller).
+    async fn fill_queue(&self) -> Vec<TcpStream> {
+        let mut queued = Vec::new();
+        for _ in 0..8 {
+            match tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(self.addr)).await
+            {
+                Ok(Ok(stream)) => queued.push(stream),
+                Ok(Err(e)) => panic!("connecting to the narrow server: {e}"),
+                Err(_) => return queued,
+            }
+        }
+        panic!(
+            "the accept queue never filled: {} connections queued",
+            queued.len()
+        );
+    }
+}
+
+impl Drop for NarrowServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn narrow_connection(mut stream: TcpStream, me: SocketAddr, answers: Arc<Semaphore>) {
+    let mut buf = Vec::new();
+    loop {
+        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+            let mut chunk = [0u8; 4096];
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+            continue;
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+        buf.drain(..end + 4);
+        if head.starts_with("GET /hold ") {
+            answers.acquire().await.unwrap().forget();
+        }
+        let answer =
+            format!("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nX-Served-By: {me}\r\n\r\nok\n");
+        if stream.write_all(answer.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// One pool of the servers at `servers`; `switch` and `health` go into their tables.
+async fn pool_of(servers: &[SocketAddr], switch: &str, pool: &str, health: &str) -> tcpvs::Switch {
+    let list: Vec<String> = servers
+        .iter()
+        .map(|a| format!("{{ addr = \"{a}\" }}"))
+        .collect();
+    let rules = format!(
+        "[switch]\naccess_log = false\n{switch}\n[virtual.web]\nlisten = \"127.0.0.1:0\"\n\
+         default_pool = \"p\"\n[pool.p]\n{pool}\nservers = [{}]\n[pool.p.health]\n{health}\n",
+        list.join(", ")
+    );
+    start_switch(&rules, &[]).await
+}
+
+/// A GET on a new connection, answered.
+async fn get(switch: &tcpvs::Switch, path: &str) -> Response {
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    client.get(path).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_timeout_while_the_server_answers_others_is_not_counted_and_retried() {
+    let server = NarrowServer::start();
+    // One failure counted would take the server down; no panic to hide that.
+    let switch = pool_of(
+        &[server.addr],
+        "connect_timeout = \"3s\"",
+        "",
+        "max_fails = 1\nfail_timeout = \"1h\"\npanic_threshold = 0",
+    )
+    .await;
+    // Request A gets the one connection the server accepts, and is held there.
+    server.accepts.add_permits(1);
+    let addr = switch.local_addr("web").unwrap();
+    let a = tokio::spawn(async move {
+        let mut client = Client::connect(addr).await;
+        assert_eq!(client.get("/hold").await.status, 200, "request A");
+    });
+    wait_until(&switch, "A at the server", |s| s.servers[0].requests == 1).await;
+    // The accept queue full: B's connection waits for its SYN to be let in.
+    let _queued = server.fill_queue().await;
+    let b = tokio::spawn(async move {
+        let mut client = Client::connect(addr).await;
+        client.get("/b").await
+    });
+    wait_until(&switch, "B connecting", |s| s.servers[0].connections == 2).await;
+    // Meanwhile the server answers A: it is alive.
+    server.answers.add_permits(1);
+    a.await.unwrap();
+    wait_until(&switch, "A answered", |s| s.servers[0].responses == 1).await;
+    // B's connect times out (3 s after it began); then the server accepts again.
+    wait_until(&switch, "B's connect timed out", |s| {
+        s.servers[0].timeouts == 1
+    })
+    .await;
+    server.accepts.add_permits(100);
+    let b = b.await.unwrap();
+    assert_eq!(b.status, 200, "B is served by a retry: {}", b.text());
+    let snap = settle(&switch).await;
+    let s = &snap.servers[0];
+    assert_eq!(s.state, State::Up, "busy, not down: {s:?}");
+    assert_eq!(
+        (s.connect_errors, s.timeouts, s.retries),
+        (1, 1, 1),
+        "{s:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_timeout_of_a_server_that_answers_nothing_is_counted() {
+    let server = NarrowServer::start();
+    let switch = pool_of(
+        &[server.addr],
+        "connect_timeout = \"300ms\"",
+        "",
+        "max_fails = 1\nfail_timeout = \"1h\"\npanic_threshold = 0",
+    )
+    .await;
+    let _queued = server.fill_queue().await;
+    let r = get(&switch, "/b").await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    let snap = settle(&switch).await;
+    let s = &snap.servers[0];
+    assert_eq!(s.state, State::Down, "{s:?}");
+    assert!(s.reason.contains("connect failed"), "{s:?}");
+    assert_eq!(
+        s.connections, 1,
+        "a silent server is not tried again: {s:?}"
+    );
+}
+
+/// Two servers that serve requests but fail their checks (the check path answers 500): both
+/// are down, the pool is below its panic threshold, and requests are balanced over both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn below_the_panic_threshold_requests_are_balanced_over_down_servers() {
+    let (one, two) = (backend().await, backend().await);
+    let failing_checks = "check = \"http\"\npath = \"/status/500\"\nexpect = \"200\"\n\
+                          interval = \"100ms\"\nfall = 1";
+    let switch = pool_of(
+        &[one.addr, two.addr],
+        "",
+        "scheduler = \"rr\"",
+        failing_checks,
+    )
+    .await;
+    let snap = wait_until(&switch, "both down, in panic", |s| {
+        s.servers.iter().all(|s| s.state == State::Down) && s.pools[0].panic
+    })
+    .await;
+    assert!(snap.servers.iter().all(|s| s.offered), "{snap:?}");
+    let mut served = std::collections::HashSet::new();
+    for i in 0..10 {
+        let r = get(&switch, &format!("/{i}")).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        served.insert(r.served_by());
+    }
+    assert_eq!(served.len(), 2, "balanced over both: {served:?}");
+
+    // panic_threshold = 0: health decides alone, and a pool without a server up answers 503.
+    let switch = pool_of(
+        &[one.addr, two.addr],
+        "",
+        "",
+        &format!("{failing_checks}\npanic_threshold = 0"),
+    )
+    .await;
+    wait_until(&switch, "both down", |s| {
+        s.servers.iter().all(|s| s.state == State::Down)
+    })
+    .await;
+    assert_eq!(get(&switch, "/").await.status, 503);
+    assert!(!switch.stats().pools[0].panic);
+}
+
+/// In panic the dead servers are offered too; their refusals cost no attempt, so with
+/// `connect_attempts = 1` every request still reaches the one live server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_panic_a_dead_server_costs_a_request_no_attempt() {
+    let good = backend().await;
+    let (dead1, dead2) = (dead_address().await, dead_address().await);
+    let switch = pool_of(
+        &[dead1, dead2, good.addr],
+        "connect_attempts = 1",
+        "",
+        "check = \"tcp\"\ninterval = \"100ms\"",
+    )
+    .await;
+    let snap = wait_until(&switch, "two of three down: panic", |s| {
+        s.pools[0].panic && s.server(good.addr).is_some_and(|g| g.state == State::Up)
+    })
+    .await;
+    assert!(snap.servers.iter().all(|s| s.offered), "{snap:?}");
+    for i in 0..30 {
+        let r = get(&switch, &format!("/{i}")).await;
+        assert_eq!((r.status, r.served_by()), (200, good.addr.to_string()));
+    }
+    let snap = switch.stats();
+    assert!(
+        snap.server(dead1).unwrap().connect_errors + snap.server(dead2).unwrap().connect_errors > 0,
+        "the dead servers were offered and tried: {snap:?}"
+    );
+}
+
+/// A server started a moment after the switch: its first check failed (down), and with a
+/// one-server pool the pool is in panic, so requests reach it as soon as it listens, before
+/// any check passed; and its first passing check brings it up, without waiting for `rise`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_started_after_the_switch_is_not_held_out() {
+    let reserved = reserved_address();
+    let late = reserved.addr;
+    let switch = pool_of(
+        &[late],
+        "",
+        "",
+        "check = \"http\"\ninterval = \"1h\"\nrise = 5",
+    )
+    .await;
+    let snap = wait_until(&switch, "down at its first check", |s| {
+        s.servers[0].state == State::Down
+    })
+    .await;
+    assert!(snap.pools[0].panic);
+    let server = backend_at(late).await;
+    let r = get(&switch, "/early").await;
+    assert_eq!((r.status, r.text()), (200, "path /early\n".into()));
+    drop(server);
+
+    // With checks that come, the first one that passes decides.
+    let reserved = reserved_address();
+    let late = reserved.addr;
+    let switch = pool_of(
+        &[late],
+        "",
+        "",
+        "check = \"http\"\ninterval = \"100ms\"\nrise = 5",
+    )
+    .await;
+    wait_until(&switch, "down at its first check", |s| {
+        s.servers[0].state == State::Down
+    })
+    .await;
+    let _server = backend_at(late).await;
+    let snap = wait_until(&switch, "up", |s| s.servers[0].state == State::Up).await;
+    assert_eq!(snap.servers[0].reason, "its first check passed");
+    assert!(!snap.pools[0].panic);
+}
