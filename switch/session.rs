@@ -12,13 +12,15 @@
 //! `exchange.rs` talks to the server. A `tls-passthrough` connection takes another way after
 //! the PROXY header: `passthrough.rs` (ClientHello, route by server name, pick, tunnel).
 
+mod close;
 mod exchange;
+mod failure;
 mod passthrough;
 mod read_head;
 mod route;
 mod tls;
 
-use exchange::short_reason;
+use failure::{short_reason, ExchangeError};
 
 use crate::access_log;
 use crate::buffer::IoBuf;
@@ -136,24 +138,6 @@ enum NoRequest {
     Refuse(u16, &'static str),
 }
 
-/// Why an exchange with a server failed.
-enum ExchangeError {
-    /// A reused connection failed before any response byte: the server may have closed it
-    /// while idle. Safe to retry an idempotent request without body on a new connection.
-    Stale,
-    /// A new connection broke (closed, reset, refused the request) before any response byte:
-    /// the server failed, and an idempotent request without body may go to another one.
-    Unanswered(Failure),
-    /// Nothing usable came back (502), or nothing in time (504).
-    Server { status: u16, failure: Failure },
-    /// The client's request body was invalid (400), late (408), or the client went away (0).
-    Client { status: u16, why: String },
-    /// Failure after the response head went to the client: nothing to do but close.
-    AfterResponse(String),
-    /// This process could not go on (out of descriptors): nobody's failure, a 503.
-    Local { status: u16, why: String },
-}
-
 pub(crate) struct Session {
     shared: Arc<Shared>,
     /// The configuration the current request runs under, and the service's index in it. A
@@ -209,16 +193,6 @@ impl Drop for Session {
         self.inbuf.consume(self.inbuf.len());
         self.server_buf.consume(self.server_buf.len());
         self.give_back_workspace();
-    }
-}
-
-impl ExchangeError {
-    /// The server failed in a way that shows it broken (502): see [`Evidence::Broken`].
-    fn server(status: u16, why: impl Into<String>) -> ExchangeError {
-        ExchangeError::Server {
-            status,
-            failure: Failure::broken(why),
-        }
     }
 }
 
@@ -394,46 +368,6 @@ impl Session {
         let outcome = self.handle_request(started).await;
         self.account(&outcome, started);
         outcome.keep_client && !self.timer.stopping() && !self.service_gone
-    }
-
-    /// Closes the client connection without losing the last response. Closing with unread
-    /// bytes from the client (a pipelined request, the rest of a refused body, a stray CRLF)
-    /// makes the kernel reset the connection and discard what it has not sent yet, which can
-    /// destroy the response. So our side is shut down first, then what the client still sends
-    /// is read and dropped, briefly.
-    async fn linger(&mut self) {
-        const LINGER_TIME: Duration = Duration::from_secs(2);
-        const LINGER_BYTES: usize = 1 << 20;
-        // Under TLS the close always starts with a close_notify: a client reading a body
-        // delimited by the close learns that it ended, not that it was cut.
-        let mut shut = false;
-        if self.response_corked || self.client.tls().is_some() {
-            // The held-back answer leaves now, with the FIN in the same segment, before
-            // anything the client sends meanwhile could turn the close into a reset.
-            let _ = self.client.shutdown_write().await;
-            shut = true;
-        }
-        // Asked of the kernel, not of the reactor's readiness: bytes may have arrived since the
-        // reactor last looked (or the socket never joined it).
-        if !self.unread_input && self.inbuf.is_empty() && !self.client.has_unread_bytes() {
-            // Nothing unread: a plain close cannot reset the connection.
-            return;
-        }
-        if !shut {
-            let _ = self.client.shutdown_write().await;
-        }
-        let deadline = Instant::now() + LINGER_TIME;
-        self.inbuf.consume(self.inbuf.len());
-        let mut dropped = 0;
-        while dropped < LINGER_BYTES {
-            match read_some(&self.client, &mut self.inbuf, Limit::Until(deadline)).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => {
-                    dropped += n;
-                    self.inbuf.consume(n);
-                }
-            }
-        }
     }
 
     /// Sends a refusal for a request that could not be read, then the connection closes.

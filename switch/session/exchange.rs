@@ -2,9 +2,10 @@
 //! write), the request body and the response move at once (full duplex, interim responses
 //! relayed), and a 101 or a 2xx to CONNECT turns the connection into a tunnel.
 
-use super::{ExchangeError, Outcome, Session};
+use super::failure::{body_incomplete, request_body_error, timeout_evidence, ExchangeError};
+use super::{Outcome, Session};
 use crate::buffer::IoBuf;
-use crate::control::{Evidence, Failure};
+use crate::control::Failure;
 use crate::edge::client_stream::ClientStream;
 use crate::edge::proxy_protocol;
 use crate::http::response::RequestKind;
@@ -456,16 +457,6 @@ async fn relay_response(
     }
 }
 
-pub(super) fn short_reason(status: u16) -> &'static str {
-    match status {
-        400 => "invalid request body",
-        408 => "request body not received in time",
-        502 => "the server failed to answer",
-        504 => "the server did not answer in time",
-        _ => "",
-    }
-}
-
 /// Whether `upload` is done, and done well, at this instant (it is polled once).
 async fn finishes_now(
     mut upload: std::pin::Pin<&mut impl std::future::Future<Output = Result<(), RelayError>>>,
@@ -477,64 +468,6 @@ async fn finishes_now(
         ))
     })
     .await
-}
-
-/// An exchange that failed before the response head while the request body was still
-/// incomplete on the client's side is the client's failure, whatever the server did: a client
-/// that stalls its body makes the server's answer late (504) or the server give up and close
-/// (nginx's `client_body_timeout`), and blaming the server for that would let any client take
-/// healthy servers down (issue 22). So: 408, and no failure counted at the server. A server
-/// that really died mid-upload shows itself to the next request, or to its checks.
-fn body_incomplete(e: ExchangeError) -> ExchangeError {
-    match e {
-        ExchangeError::Unanswered(Failure { why, .. })
-        | ExchangeError::Server {
-            failure: Failure { why, .. },
-            ..
-        } => ExchangeError::Client {
-            status: 408,
-            why: format!("request body incomplete when the exchange failed: {why}"),
-        },
-        other => other,
-    }
-}
-
-/// A response that did not come in time (504) speaks of a busy server when it answered other
-/// requests meanwhile (`answered`: its response count when this request went up), of a silent
-/// one otherwise (see [`Evidence`]).
-fn timeout_evidence(e: ExchangeError, answered: u64, server: &stats::ServerStats) -> ExchangeError {
-    match e {
-        ExchangeError::Server {
-            status: 504,
-            failure,
-        } => ExchangeError::Server {
-            status: 504,
-            failure: Failure {
-                why: failure.why,
-                evidence: Evidence::of_timeout(answered, stats::read(&server.responses)),
-            },
-        },
-        other => other,
-    }
-}
-
-/// Maps a failure of the request body relay to what the client is told.
-fn request_body_error(e: RelayError) -> ExchangeError {
-    match e {
-        RelayError::Framing(e) => ExchangeError::Client {
-            status: 400,
-            why: e.to_string(),
-        },
-        RelayError::Read(e) if e.kind() == io::ErrorKind::TimedOut => ExchangeError::Client {
-            status: 408,
-            why: "request body stalled".into(),
-        },
-        RelayError::Truncated | RelayError::Read(_) => ExchangeError::Client {
-            status: 0,
-            why: "client closed during the request body".into(),
-        },
-        RelayError::Write(e) => ExchangeError::server(502, format!("sending request body: {e}")),
-    }
 }
 
 /// Interim (1xx) responses relayed before a final one, at most. Each moves bytes, so the idle
