@@ -418,7 +418,7 @@ health = "http"
         at(f, text, "\"2\"", 0, "`workers`: expected a whole number, found the string \"2\""),
         at(f, text, "30", 0, "`header_timeout`: expected a duration like \"30s\", found the number 30"),
         at(f, text, "1\n", 0, "`splice`: expected true or false, found the number 1"),
-        at(f, text, "true", 0, "`access_log_format`: expected \"text\" or \"json\", found true"),
+        at(f, text, "true", 0, "`access_log_format`: expected \"text\", \"json\" or \"combined\", found true"),
         at(f, text, "9090", 0, "`listen`: expected an address like \"127.0.0.1:8080\", found the number 9090"),
         at(f, text, "[\"static\"]", 0, "`default_pool`: expected a pool name like \"static\", found a list"),
         at(f, text, "{ path", 0, "`rule`: expected rules written as [[virtual.web.rule]] tables, found a table"),
