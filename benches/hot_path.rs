@@ -3,7 +3,9 @@
 //! heap allocations per steady request (a counting global allocator), for several requests:
 //! one that no rule matches (all 50 rules tried, default pool), and ones matching an early path
 //! rule, a middle one (rule 8 of 50), a host rule, a method + path rule and the header rule;
-//! and, apart, the statistics the admin endpoint reads, as each request records them.
+//! and, apart, the statistics the admin endpoint reads, as each request records them, and what
+//! the access log keeps of each request's head (`access_log_capture/text`: the text and JSON
+//! formats; `/combined`: the combined format, which also copies Referer and User-Agent).
 //!
 //! The steady keep-alive path must not allocate: after a warm-up (the session's vectors grown,
 //! the regex caches built), every case runs many requests under the counting allocator, prints
@@ -21,7 +23,8 @@ use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tcpvs::config::Config;
+use tcpvs::access_log::{AccessLog, Request};
+use tcpvs::config::{AccessLogFormat, AccessLogTarget, Config};
 use tcpvs::http::rewrite::{forwarded_for, write_request_head, ForwardedFor, Scheme};
 use tcpvs::http::{parse_request, RequestHead};
 use tcpvs::upstream::Pool;
@@ -289,6 +292,26 @@ fn allocation_check(path: &mut HotPath, cases: &[Case]) {
             allocating.push(case.name);
         }
     }
+    // What the access log keeps of a head, in each format, on the browser request.
+    for (name, log) in access_logs(path) {
+        let mut kept = Request::default();
+        let buf = &path.buffer[..];
+        for _ in 0..WARM_UP {
+            log.capture(&mut kept, &path.head, buf);
+        }
+        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        for _ in 0..STEADY {
+            log.capture(black_box(&mut kept), black_box(&path.head), buf);
+        }
+        let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+        println!(
+            "hot_path: access log capture ({name}): {} allocations per request ({allocations} in {STEADY} requests)",
+            allocations as f64 / STEADY as f64
+        );
+        if allocations != 0 {
+            allocating.push(name);
+        }
+    }
     if !allocating.is_empty() {
         eprintln!(
             "hot_path: FAILED: steady requests allocate: {}",
@@ -296,6 +319,22 @@ fn allocation_check(path: &mut HotPath, cases: &[Case]) {
         );
         std::process::exit(1);
     }
+}
+
+/// An access log of each format (on stderr: capturing writes nothing), with the browser
+/// request parsed into `path`'s head.
+fn access_logs(path: &mut HotPath) -> [(&'static str, AccessLog); 2] {
+    path.request(BROWSER_REQUEST.as_bytes());
+    let mut settings = path.config.switch.clone();
+    settings.access_log = AccessLogTarget::Stderr;
+    let mut log = |format| {
+        settings.access_log_format = format;
+        AccessLog::new(&settings).expect("an access log on stderr")
+    };
+    [
+        ("text", log(AccessLogFormat::Text)),
+        ("combined", log(AccessLogFormat::Combined)),
+    ]
 }
 
 fn timing(path: &mut HotPath, cases: &[Case]) {
@@ -320,6 +359,13 @@ fn timing(path: &mut HotPath, cases: &[Case]) {
             server.classes.count(black_box(200));
         })
     });
+    for (name, log) in access_logs(path) {
+        let mut kept = Request::default();
+        let (head, buf) = (&path.head, &path.buffer[..]);
+        c.bench_function(&format!("hot_path/access_log_capture/{name}"), |b| {
+            b.iter(|| log.capture(black_box(&mut kept), black_box(head), black_box(buf)))
+        });
+    }
     c.final_summary();
 }
 

@@ -169,8 +169,8 @@ pub(crate) struct Session {
     /// The server whose failure the request's next attempt retries (counted there when the
     /// attempt is made).
     retry_from: Option<usize>,
-    /// Method and target of the current request, kept for the access log.
-    log_request: String,
+    /// What the access log keeps of the current request's head.
+    log_request: access_log::Request,
     /// A field the pool's module adds to the current response.
     response_field: Option<ResponseField>,
     /// This connection's timeout slot, which also says when the switch is stopping.
@@ -229,7 +229,7 @@ impl Session {
             chunk_scratch: Vec::new(),
             tried: Vec::new(),
             retry_from: None,
-            log_request: String::new(),
+            log_request: access_log::Request::default(),
             response_field: None,
             timer,
             unread_input: false,
@@ -320,7 +320,7 @@ impl Session {
                 Burst::Idle => {
                     wait = keepalive.saturating_sub(BURST_GRACE);
                     self.tried = Vec::new();
-                    self.log_request = String::new();
+                    self.log_request = access_log::Request::default();
                 }
                 Burst::Close => break,
                 Burst::Gone => return,
@@ -408,14 +408,9 @@ impl Session {
         self.follow_reloads();
         stats::bump(&self.service().stats.requests);
         self.response_field = None;
-        if self.shared.settings.access_log.is_on() {
-            let buf = self.inbuf.filled();
-            self.log_request.clear();
-            self.log_request.push_str(self.head.method(buf));
-            self.log_request.push(' ');
-            self.log_request
-                .push_str(&String::from_utf8_lossy(self.head.target.get(buf)));
-        }
+        self.shared
+            .access_log
+            .capture(&mut self.log_request, &self.head, self.inbuf.filled());
         if self.head.is_connect && !self.service().connect {
             // A tunnel would carry any bytes to the chosen server past routing,
             // X-Forwarded-For and framing checks (design.md, "Decided"): only by choice.

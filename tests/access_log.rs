@@ -534,6 +534,283 @@ async fn json_on_stderr_is_one_bare_object_per_line() {
     assert_eq!(object["server"], server.addr.to_string());
 }
 
+// ---------------------------------------------------------------- spoofing bytes
+
+/// What a client sends to spoof a log viewer: U+202E RIGHT-TO-LEFT OVERRIDE (the rest of the
+/// line shows backwards), U+2028 LINE SEPARATOR (a viewer breaks the line there), a quote; and
+/// in field values bytes that are not UTF-8 (the head parser refuses them in a target).
+const RLO: &str = "\u{202e}";
+const LS: &str = "\u{2028}";
+
+/// Sends raw request bytes on `stream` and reads the answer: its status and bytes on the wire.
+async fn raw_exchange(stream: &mut TcpStream, request: &[u8], buf: &mut Vec<u8>) -> (u16, usize) {
+    use tokio::io::AsyncWriteExt;
+    stream.write_all(request).await.unwrap();
+    let (status, bytes, _) = counted_exchange(stream, "", buf).await;
+    (status, bytes)
+}
+
+/// The requests the spoofing tests send on one connection: a target with U+202E for the pool
+/// (200), a target with `é` and U+2028 for the switch's own 503. Returns the client's address
+/// and the bytes of each answer.
+async fn spoofing_requests(addr: SocketAddr) -> (SocketAddr, [usize; 2]) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let client = stream.local_addr().unwrap();
+    let mut buf = Vec::new();
+    let first = format!("GET /q?{RLO}gpj.exe\" HTTP/1.1\r\nHost: test\r\n\r\n");
+    let (status, first) = raw_exchange(&mut stream, first.as_bytes(), &mut buf).await;
+    assert_eq!(status, 200);
+    let mut second = "GET /nowhereé".as_bytes().to_vec();
+    second.extend_from_slice(LS.as_bytes());
+    second.extend_from_slice(b"x HTTP/1.1\r\nHost: test\r\n\r\n");
+    let (status, second) = raw_exchange(&mut stream, &second, &mut buf).await;
+    assert_eq!(status, 503);
+    (client, [first, second])
+}
+
+/// The text line escapes every byte from 0x80 as `\xHH`, as nginx does: a viewer gets ASCII.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_lines_escape_every_byte_from_0x80() {
+    let server = backend().await;
+    let scratch = Scratch::new("access_spoof_text");
+    let keys = "workers = 1\naccess_log = \"access.log\"";
+    let file = scratch.file("rules.toml", &rules(keys, server.addr));
+    let from = now_ms();
+    let (switch, addr, _) = start(&file).await;
+    let (client, [first, second]) = spoofing_requests(addr).await;
+    let (log, status) = stop(switch).await;
+    let to = now_ms();
+    assert!(status.success(), "{status:?}: {log:#?}");
+    let bytes = std::fs::read(scratch.0.join("access.log")).unwrap();
+    assert!(
+        bytes
+            .iter()
+            .all(|&b| b == b'\n' || (b' '..=b'~').contains(&b)),
+        "not printable ASCII: {:?}",
+        String::from_utf8_lossy(&bytes)
+    );
+    let lines = lines_of(&scratch.0.join("access.log"));
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    let server = server.addr;
+    assert_text_line(
+        &lines[0],
+        &format!(r#"web {client} "GET /q?\xE2\x80\xAEgpj.exe\x22" 200 {first} web/{server} "#),
+        from,
+        to,
+    );
+    assert_text_line(
+        &lines[1],
+        &format!(r#"web {client} "GET /nowhere\xC3\xA9\xE2\x80\xA8x" 503 {second} -/- "#),
+        from,
+        to,
+    );
+}
+
+/// JSON lines escape every character beyond ASCII as `\uXXXX`: the line is ASCII, and a JSON
+/// parser gives the target back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_lines_are_ascii_and_parse_back_to_the_target() {
+    let server = backend().await;
+    let scratch = Scratch::new("access_spoof_json");
+    let keys = "workers = 1\naccess_log = \"access.log\"\naccess_log_format = \"json\"";
+    let file = scratch.file("rules.toml", &rules(keys, server.addr));
+    let (switch, addr, _) = start(&file).await;
+    spoofing_requests(addr).await;
+    let (log, status) = stop(switch).await;
+    assert!(status.success(), "{status:?}: {log:#?}");
+    let bytes = std::fs::read(scratch.0.join("access.log")).unwrap();
+    assert!(
+        bytes
+            .iter()
+            .all(|&b| b == b'\n' || (b' '..=b'~').contains(&b)),
+        "not printable ASCII: {:?}",
+        String::from_utf8_lossy(&bytes)
+    );
+    let lines = lines_of(&scratch.0.join("access.log"));
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert!(
+        lines[0].contains(r#","target":"/q?\u202egpj.exe\"","#),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].contains(r#","target":"/nowhere\u00e9\u2028x","#),
+        "{}",
+        lines[1]
+    );
+    let targets: Vec<String> = lines
+        .iter()
+        .map(|line| {
+            let object: Value = serde_json::from_str(line).unwrap();
+            object["target"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(
+        targets,
+        [format!("/q?{RLO}gpj.exe\""), format!("/nowhereé{LS}x")]
+    );
+}
+
+// ---------------------------------------------------------------- combined
+
+/// Checks a combined line: `host - - [date] ` with a date within the test, then `rest` byte
+/// for byte.
+fn assert_combined_line(line: &str, host: &str, rest: &str, from: i64, to: i64) {
+    let prefix = format!("{host} - - [");
+    let after = line
+        .strip_prefix(&prefix)
+        .unwrap_or_else(|| panic!("{line:?} does not begin with {prefix:?}"));
+    let (date, tail) = after
+        .split_once("] ")
+        .unwrap_or_else(|| panic!("no date in {line:?}"));
+    // `01/Mar/2024:00:00:00 +0000`
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let b = date.as_bytes();
+    let shape = b.len() == 26
+        && date.ends_with(" +0000")
+        && [2, 6].iter().all(|&i| b[i] == b'/')
+        && [11, 14, 17].iter().all(|&i| b[i] == b':');
+    assert!(shape, "{date:?} is not a CLF date in UTC");
+    let n = |range: std::ops::Range<usize>| date[range].parse::<i64>().unwrap();
+    let month = MONTHS
+        .iter()
+        .position(|m| *m == &date[3..6])
+        .unwrap_or_else(|| panic!("month {:?}", &date[3..6])) as i64
+        + 1;
+    let days = days_from_civil(n(7..11), month, n(0..2));
+    let ms = ((days * 24 + n(12..14)) * 60 + n(15..17)) * 60_000 + n(18..20) * 1000;
+    assert!(
+        (from - 2000..=to + 1000).contains(&ms),
+        "{date} is not between the start and the end of the test"
+    );
+    assert_eq!(tail, rest, "{line:?}");
+}
+
+/// `access_log_format = "combined"`: NCSA Combined Log Format lines, byte for byte: the
+/// request line with its protocol, the first Referer and User-Agent (escaped as nginx escapes
+/// them, `-` when absent, `""` when empty), `"-"` for a request refused before it was read,
+/// and nothing after the user agent. When goaccess is installed, it reads every line as a
+/// valid request with `--log-format=COMBINED` (the suite does not need it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn combined_lines_are_ncsa_combined_byte_for_byte() {
+    let server = backend().await;
+    let scratch = Scratch::new("access_combined");
+    let keys = "workers = 2\naccess_log = \"access.log\"\naccess_log_format = \"combined\"";
+    let file = scratch.file("rules.toml", &rules(keys, server.addr));
+    let from = now_ms();
+    let (switch, addr, _) = start(&file).await;
+
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let mut buf = Vec::new();
+    let browser = format!(
+        "GET /page?x=1 HTTP/1.1\r\nHost: test\r\nReferer: https://example.com/{RLO}gpj.exe\r\n\
+         User-Agent: Mozilla/5.0 \"x\" {LS}evil\r\nReferer: https://second.example/\r\n\r\n"
+    );
+    let (status, page) = raw_exchange(&mut stream, browser.as_bytes(), &mut buf).await;
+    assert_eq!(status, 200);
+    let (status, nowhere) = raw_exchange(
+        &mut stream,
+        b"GET /nowhere HTTP/1.1\r\nHost: test\r\nuser-agent: curl/8.5 \xff\xc3(\r\n\r\n",
+        &mut buf,
+    )
+    .await;
+    assert_eq!(status, 503);
+    // HTTP/1.0, an empty User-Agent; the switch closes after it.
+    let (status, old) = raw_exchange(
+        &mut stream,
+        b"GET /status/404 HTTP/1.0\r\nHost: test\r\nUser-Agent:\r\n\r\n",
+        &mut buf,
+    )
+    .await;
+    assert_eq!(status, 404);
+    drop(stream);
+    let mut refused = TcpStream::connect(addr).await.unwrap();
+    let mut buf = Vec::new();
+    let (status, bad) = exchange(&mut refused, &get("/a#b"), &mut buf).await;
+    assert_eq!(status, 400);
+    let mut rest = [0u8; 16];
+    let n = tokio::time::timeout(PATIENCE, refused.read(&mut rest))
+        .await
+        .expect("the switch closes after a refusal")
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+
+    let (log, status) = stop(switch).await;
+    let to = now_ms();
+    assert!(status.success(), "{status:?}: {log:#?}");
+    let path = scratch.0.join("access.log");
+    let lines = lines_of(&path);
+    assert_eq!(lines.len(), 4, "{lines:#?}");
+    let expected = [
+        format!(
+            r#""GET /page?x=1 HTTP/1.1" 200 {page} "https://example.com/\xE2\x80\xAEgpj.exe" "Mozilla/5.0 \x22x\x22 \xE2\x80\xA8evil""#
+        ),
+        format!(r#""GET /nowhere HTTP/1.1" 503 {nowhere} "-" "curl/8.5 \xFF\xC3(""#),
+        format!(r#""GET /status/404 HTTP/1.0" 404 {old} "-" """#),
+        format!(r#""-" 400 {bad} "-" "-""#),
+    ];
+    for (line, rest) in lines.iter().zip(&expected) {
+        assert_combined_line(line, "127.0.0.1", rest, from, to);
+    }
+    // Nothing on stderr but the switch's own log.
+    assert!(
+        !log.iter().any(|line| line.contains("GET /")),
+        "an access line went to stderr: {log:#?}"
+    );
+
+    // goaccess, when it is there, takes every line for a valid request.
+    match std::process::Command::new("goaccess")
+        .arg(&path)
+        .args(["--log-format=COMBINED", "--no-global-config", "-o"])
+        .arg(scratch.0.join("report.json"))
+        .output()
+    {
+        Err(e) => {
+            eprintln!("goaccess not run ({e}): the combined format was checked byte for byte only")
+        }
+        Ok(run) => {
+            assert!(run.status.success(), "goaccess: {run:?}");
+            let report: Value =
+                serde_json::from_slice(&std::fs::read(scratch.0.join("report.json")).unwrap())
+                    .unwrap();
+            let general = &report["general"];
+            assert_eq!(general["total_requests"], 4, "{general}");
+            assert_eq!(general["valid_requests"], 4, "{general}");
+            assert_eq!(general["failed_requests"], 0, "{general}");
+        }
+    }
+}
+
+/// On stderr, combined lines are bare, as JSON lines are: no time and level before them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn combined_on_stderr_is_one_bare_line_per_request() {
+    let server = backend().await;
+    let scratch = Scratch::new("access_stderr_combined");
+    let keys = "workers = 1\naccess_log = true\naccess_log_format = \"combined\"";
+    let file = scratch.file("rules.toml", &rules(keys, server.addr));
+    let from = now_ms();
+    let (switch, addr, _) = start(&file).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let mut buf = Vec::new();
+    let (status, bytes) = exchange(&mut stream, &get("/page?x=1"), &mut buf).await;
+    assert_eq!(status, 200);
+    drop(stream);
+    let (log, status) = stop(switch).await;
+    let to = now_ms();
+    assert!(status.success(), "{status:?}: {log:#?}");
+    let access: Vec<&String> = log.iter().filter(|l| l.contains("GET /page")).collect();
+    assert_eq!(access.len(), 1, "{log:#?}");
+    assert_combined_line(
+        access[0],
+        "127.0.0.1",
+        &format!(r#""GET /page?x=1 HTTP/1.1" 200 {bytes} "-" "-""#),
+        from,
+        to,
+    );
+}
+
 // ---------------------------------------------------------------- the rule file
 
 /// Runs `tcpvs ARGS` to its end with `RUST_LOG=off`.
@@ -565,7 +842,7 @@ fn bad_values_are_refused_at_their_place() {
         (
             "access_log_format = \"xml\"",
             "\"xml\"",
-            "access_log_format must be \"text\" or \"json\", not \"xml\"",
+            "access_log_format must be \"text\", \"json\" or \"combined\", not \"xml\"",
         ),
     ] {
         let text = rules(keys, server);

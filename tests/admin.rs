@@ -416,7 +416,8 @@ async fn a_retry_is_counted_at_the_server_that_failed() {
 // ---------------------------------------------------------------- /metrics
 
 /// Every line of the Prometheus text format 0.0.4 is a comment (`# HELP`, `# TYPE`) or a
-/// sample `name{labels} value`; every sample belongs to a declared family named `tcpvs_*`.
+/// sample `name{labels} value`; every sample belongs to a declared family named `tcpvs_*` (or
+/// `process_*`, the process metrics every client library exports).
 fn check_exposition_grammar(text: &str) {
     let sample = regex::Regex::new(
         r#"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\])*"(,[a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\])*")*)?\})? ([-+]?[0-9.eE+-]+|\+Inf|-Inf|NaN)$"#,
@@ -426,7 +427,10 @@ fn check_exposition_grammar(text: &str) {
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
             let (name, kind) = rest.split_once(' ').expect("# TYPE name kind");
-            assert!(name.starts_with("tcpvs_"), "{line}");
+            assert!(
+                name.starts_with("tcpvs_") || name.starts_with("process_"),
+                "{line}"
+            );
             assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
             declared.push((name.to_string(), kind.to_string()));
         } else if line.starts_with("# HELP ") {

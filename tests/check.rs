@@ -418,7 +418,7 @@ health = "http"
         at(f, text, "\"2\"", 0, "`workers`: expected a whole number, found the string \"2\""),
         at(f, text, "30", 0, "`header_timeout`: expected a duration like \"30s\", found the number 30"),
         at(f, text, "1\n", 0, "`splice`: expected true or false, found the number 1"),
-        at(f, text, "true", 0, "`access_log_format`: expected \"text\" or \"json\", found true"),
+        at(f, text, "true", 0, "`access_log_format`: expected \"text\", \"json\" or \"combined\", found true"),
         at(f, text, "9090", 0, "`listen`: expected an address like \"127.0.0.1:8080\", found the number 9090"),
         at(f, text, "[\"static\"]", 0, "`default_pool`: expected a pool name like \"static\", found a list"),
         at(f, text, "{ path", 0, "`rule`: expected rules written as [[virtual.web.rule]] tables, found a table"),
@@ -478,7 +478,7 @@ servers = [{ weight = 1 }]
         at(f, text, "paht", 0, "unknown field `paht` in a rule of [virtual.web]: did you mean `path`?"),
         at(f, text, "{ name", 0, "`header` has no `value`: write { name = \"X-Pool\", value = \"^images$\" }"),
         at(f, text, "[[virtual.web.rule]]\npath", 0, "a rule of [virtual.web] has no `pool`: name the pool its requests go to"),
-        at(f, text, "schedular", 0, "unknown option `schedular` for scheduler `wlc` (or did you mean `scheduler`?)"),
+        at(f, text, "schedular", 0, "unknown option `schedular` for scheduler `wlc` (it takes no options): did you mean `scheduler`?"),
         at(f, text, "{ weight", 0, "a server has no `addr`: write it like { addr = \"127.0.0.1:9001\" }"),
     ];
     let got: Vec<&str> = c.stderr.lines().collect();
@@ -694,4 +694,168 @@ fn the_library_keeps_the_warnings_for_run_and_reload() {
     let checked = tcpvs::config::Config::check("lib.toml", &broken);
     assert_eq!(checked.config.unwrap_err().0.len(), 1);
     assert_eq!(checked.warnings.len(), 1);
+}
+
+/// Misspelt scheduler options, option values and scheduler names get the word probably meant,
+/// as unknown keys do; an option read only with another `key` says so.
+#[test]
+fn misspelt_scheduler_options_get_did_you_mean() {
+    let text = r#"[virtual.web]
+listen = "127.0.0.1:18561"
+default_pool = "a"
+
+[[virtual.web.rule]]
+path = "^/b"
+pool = "b"
+
+[[virtual.web.rule]]
+path = "^/c"
+pool = "c"
+
+[[virtual.web.rule]]
+path = "^/d"
+pool = "d"
+
+[[virtual.web.rule]]
+path = "^/e"
+pool = "e"
+
+[pool.a]
+scheduler = "lard"
+t_hihg = 80
+servers = [{ addr = "127.0.0.1:9001" }]
+
+[pool.b]
+scheduler = "hash"
+key = "regx"
+servers = [{ addr = "127.0.0.1:9001" }]
+
+[pool.c]
+scheduler = "lrad"
+servers = [{ addr = "127.0.0.1:9001" }]
+
+[pool.d]
+scheduler = "hash"
+pattern = "^/d/(.*)"
+servers = [{ addr = "127.0.0.1:9001" }]
+
+[pool.e]
+scheduler = "cookie"
+inner = "wcl"
+servers = [{ addr = "127.0.0.1:9001" }]
+"#;
+    let c = check("options.toml", text);
+    assert_eq!(c.code, 1, "{}", c.stdout);
+    let f = c.file.as_str();
+    let expected = [
+        at(f, text, "t_hihg", 0, "unknown option `t_hihg` for scheduler `lard`: did you mean `t_high`?"),
+        at(f, text, "key = \"regx\"", 0, "key = \"regx\" is not one of path, uri, regex, host, header, cookie, source: did you mean \"regex\"?"),
+        at(f, text, "\"lrad\"", 0, "unknown scheduler `lrad` (known: wlc, lc, rr, wrr, lard, lard-r, hash, source-hash, cookie): did you mean `lard`?"),
+        at(f, text, "pattern = ", 0, "option `pattern` of scheduler `hash` is read only with key = \"regex\""),
+        at(f, text, "inner", 0, "unknown inner scheduler `wcl`: did you mean `wlc`?"),
+    ];
+    let got: Vec<&str> = c.stderr.lines().collect();
+    assert_eq!(got, expected, "\n{}", c.stderr);
+}
+
+/// A port above 65535 is named as the fault, in listen and server addresses alike.
+#[test]
+fn a_port_out_of_range_is_said_so() {
+    let text = r#"[admin]
+listen = "127.0.0.1:90900"
+
+[virtual.web]
+listen = "127.0.0.1:70000"
+default_pool = "p"
+
+[virtual.six]
+listen = "[::1]:65536"
+default_pool = "p"
+
+[pool.p]
+servers = [{ addr = "127.0.0.1:99999" }, { addr = "[::1]:123456" }, { addr = "localhost:65536" }, { addr = "127.0.0.1:9001" }]
+"#;
+    let c = check("ports.toml", text);
+    assert_eq!(c.code, 1, "{}", c.stdout);
+    let f = c.file.as_str();
+    let expected = [
+        at(
+            f,
+            text,
+            "\"127.0.0.1:90900\"",
+            0,
+            "invalid listen address \"127.0.0.1:90900\": port 90900 is out of range 0..=65535",
+        ),
+        at(
+            f,
+            text,
+            "\"127.0.0.1:70000\"",
+            0,
+            "invalid listen address \"127.0.0.1:70000\": port 70000 is out of range 0..=65535",
+        ),
+        at(
+            f,
+            text,
+            "\"[::1]:65536\"",
+            0,
+            "invalid listen address \"[::1]:65536\": port 65536 is out of range 0..=65535",
+        ),
+        at(
+            f,
+            text,
+            "\"127.0.0.1:99999\"",
+            0,
+            "invalid server address \"127.0.0.1:99999\": port 99999 is out of range 1..=65535",
+        ),
+        at(
+            f,
+            text,
+            "\"[::1]:123456\"",
+            0,
+            "invalid server address \"[::1]:123456\": port 123456 is out of range 1..=65535",
+        ),
+        at(
+            f,
+            text,
+            "\"localhost:65536\"",
+            0,
+            "invalid server address \"localhost:65536\": port 65536 is out of range 1..=65535",
+        ),
+    ];
+    let got: Vec<&str> = c.stderr.lines().collect();
+    assert_eq!(got, expected, "\n{}", c.stderr);
+}
+
+/// A virtual service that can route no request (no rule and no default_pool, or only pools of
+/// weight-0 servers) is a warning at its name: it would answer every request with 503.
+#[test]
+fn a_service_that_routes_nowhere_is_a_warning() {
+    let text = format!("{VALID}\n[virtual.api]\nlisten = \"127.0.0.1:18562\"\n");
+    warns(
+        "nowhere.toml",
+        &text,
+        "api]",
+        0,
+        "virtual service `api` routes nowhere: it has no rules and no default_pool, so every \
+         request gets 503",
+    );
+    let text = format!(
+        "{VALID}\n[virtual.quiet]\nlisten = \"127.0.0.1:18563\"\ndefault_pool = \"zero\"\n\n\
+         [[virtual.quiet.rule]]\npath = \"^/old/\"\npool = \"zero2\"\n\n\
+         [pool.zero]\nservers = [{{ addr = \"127.0.0.1:9001\", weight = 0 }}]\n\n\
+         [pool.zero2]\nservers = [{{ addr = \"127.0.0.1:9002\", weight = 0 }}, \
+         {{ addr = \"127.0.0.1:9003\", weight = 0, backup = true }}]\n"
+    );
+    warns(
+        "quiescent.toml",
+        &text,
+        "quiet]",
+        0,
+        "virtual service `quiet` routes nowhere: every pool it routes to (`zero2`, `zero`) has \
+         only servers of weight 0, which take no new requests, so every request gets 503",
+    );
+    // One server of weight 1 anywhere it routes: no warning.
+    let text = text.replacen("9003\", weight = 0", "9003\", weight = 1", 1);
+    let c = check("routes.toml", &text);
+    assert_eq!((c.code, c.stderr.as_str()), (0, ""));
 }

@@ -132,7 +132,7 @@ fn unresolvable_errors(file: &str) -> Vec<String> {
         ),
         // The port is checked before any lookup.
         format!(
-            "{file}:{}: invalid server address \"nowhere.invalid:99999\": the port \"99999\" is not a number 1..=65535",
+            "{file}:{}: invalid server address \"nowhere.invalid:99999\": port 99999 is out of range 1..=65535",
             place(t, "\"nowhere.invalid:99999\"")
         ),
     ]

@@ -499,3 +499,113 @@ fn phttp_and_unused_parts_become_comments_and_warnings() {
     assert!(warned(&report, 1, "phttp"), "{:#?}", report.warnings);
     assert!(r.contains("default_pool = \"app-static\""), "{r}");
 }
+
+/// The README's one-line form (`virtual NAME { listen = ...; scheduler = ...; server = HOST:PORT
+/// WEIGHT; rule = pattern "ERE" use server HOST:PORT; ... }`), two services on one line with
+/// `;` between the statements and after the braces: converted by the command, accepted by
+/// `tcpvs check` without a warning, and routing as the same file written one statement a line.
+/// A `;` that ends an unquoted pattern stays in the pattern, as tcpvsadm read it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readmes_one_line_form_converts_checks_and_routes() {
+    let (rest, images, cgi) = (backend().await, backend().await, backend().await);
+    let one_line = fill(
+        "virtual web { listen = 127.0.0.1:0; scheduler = http; startservers = 8; \
+         server = {rest} 1; server = {images} 2; server = {cgi} 1; \
+         rule = pattern \"^/images/\" use server {images}; \
+         rule = pattern ^/cgi-bin/a; use server {cgi}; \
+         rule = pattern \".*\" use server {rest}; }; \
+         virtual all { listen = 127.0.0.1:0; scheduler = wlc; server = {rest} 3; }\n",
+        &[
+            ("rest", rest.addr),
+            ("images", images.addr),
+            ("cgi", cgi.addr),
+        ],
+    );
+    let (code, stdout, stderr, _) = run_import("one-line.conf", &one_line);
+    assert_eq!(code, 0, "{stderr}");
+    // The warnings the same file on several lines gets: startservers, and no thread for `all`.
+    assert_eq!(stderr.lines().count(), 2, "{stderr}");
+    assert!(
+        stderr.contains(":1: warning: startservers = 8 has no equivalent")
+            && stderr.contains(":1: warning: KTCPVS started no thread for `virtual all`"),
+        "{stderr}"
+    );
+    let (images, cgi, rest) = (images.addr, cgi.addr, rest.addr);
+    // Each comment quotes its own statement, not the whole line.
+    for expected in [
+        "[virtual.web]  # ktcpvs line 1: virtual web { (scheduler http)\n".to_string(),
+        format!(
+            "[[virtual.web.rule]]  # ktcpvs line 1: rule = pattern \"^/images/\" use server {images}\n\
+             path = '^/images/'\n"
+        ),
+        format!(
+            "[[virtual.web.rule]]  # ktcpvs line 1: rule = pattern ^/cgi-bin/a; use server {cgi}\n\
+             path = '^/cgi-bin/a;'\n"
+        ),
+        format!(
+            "  {{ addr = \"{images}\", weight = 2 }},  # ktcpvs line 1: server = {images} 2\n"
+        ),
+        "# ktcpvs line 1: startservers = 8 -- no equivalent: tcpvs runs no thread per connection\n"
+            .to_string(),
+        format!("  {{ addr = \"{rest}\", weight = 3 }},  # ktcpvs line 1: server = {rest} 3\n"),
+    ] {
+        assert!(stdout.contains(&expected), "no {expected:?} in\n{stdout}");
+    }
+
+    // `tcpvs check` accepts the output as it is, without a warning.
+    let scratch = Scratch::new("import-one-line-check");
+    let converted = scratch.file("converted.toml", &stdout);
+    let check = Command::new(env!("CARGO_BIN_EXE_tcpvs"))
+        .arg("check")
+        .arg(&converted)
+        .output()
+        .unwrap();
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&check.stderr), "");
+    assert!(String::from_utf8_lossy(&check.stdout)
+        .ends_with(": ok: 2 virtual services, 4 pools, 4 servers, 2 rules\n"));
+
+    // It routes as KTCPVS did: the last rule written is tried first, `.*` last.
+    let report = convert(&one_line);
+    assert_eq!(report.rules, stdout);
+    let switch = start(&report).await;
+    let by = served(
+        switch.local_addr("web").unwrap(),
+        &[
+            "/images/a.png",
+            "/cgi-bin/a;b",
+            "/cgi-bin/ab",
+            "/",
+            "/x/images/",
+        ],
+    )
+    .await;
+    let (images, cgi, rest) = (images.to_string(), cgi.to_string(), rest.to_string());
+    assert_eq!(by, [&images, &cgi, &rest, &rest, &rest].map(String::as_str));
+    let by = served(switch.local_addr("all").unwrap(), &["/images/a.png"]).await;
+    assert_eq!(by, [rest]);
+}
+
+/// A `;` ends a statement: one that ends too early is an error at the word before it, and the
+/// next statement is read as usual (a single error).
+#[test]
+fn a_statement_cut_short_by_a_semicolon_is_an_error_at_its_place() {
+    let text = "virtual web { listen = 0.0.0.0:80; scheduler = wlc; server = 10.0.0.1:80; \
+                server = 10.0.0.2:80 1; }\n";
+    let (code, stdout, stderr, file) = run_import("cut.conf", text);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(stdout, "");
+    let (_, col) = position_of(text, "10.0.0.1:80;");
+    assert_eq!(
+        stderr,
+        format!(
+            "{file}:1:{col}: `server = ADDRESS WEIGHT` needs the weight, 1..65535 (tcpvsadm -f \
+             has no default) (`;` ends the statement)\n"
+        )
+    );
+}

@@ -57,7 +57,12 @@ impl CookiePersistence {
         let inner = crate::registry::build(inner_name, &[], context).map_err(|e| match e {
             BuildError::UnknownModule(m) => BuildError::BadOption(options.error_at(
                 options.index_of("inner").unwrap_or(0),
-                format!("unknown inner scheduler `{m}`"),
+                match crate::suggest(&m, crate::MODULE_NAMES) {
+                    Some(close) => {
+                        format!("unknown inner scheduler `{m}`: did you mean `{close}`?")
+                    }
+                    None => format!("unknown inner scheduler `{m}`"),
+                },
             )),
             other => other,
         })?;

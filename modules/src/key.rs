@@ -38,6 +38,20 @@ impl KeySource {
             &["path", "uri", "regex", "host", "header", "cookie", "source"],
         )?;
         let key_index = options.index_of("key").unwrap_or(0);
+        // The companions of the other kinds: a misspelt one is compared with them, and one
+        // given with the wrong kind is refused for that reason.
+        let companions = [
+            ("pattern", "regex", "with key = \"regex\""),
+            ("group", "regex", "with key = \"regex\""),
+            ("header", "header", "with key = \"header\""),
+            ("cookie", "cookie", "with key = \"cookie\""),
+        ];
+        let others: Vec<(&'static str, &'static str)> = companions
+            .iter()
+            .filter(|(_, with, _)| *with != kind)
+            .map(|(option, _, why)| (*option, *why))
+            .collect();
+        options.read_only(&others);
         Ok(match kind {
             "path" => KeySource::Path,
             "uri" => KeySource::Uri,

@@ -22,6 +22,7 @@ pub mod registry;
 mod ring;
 pub mod rr;
 pub mod source_hash;
+mod suggest;
 mod view;
 pub mod wlc;
 pub mod wrr;
@@ -29,6 +30,7 @@ pub mod wrr;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use options::{OptionError, OptionValue, Options};
 pub use registry::{build, BuildContext, BuildError, MODULE_NAMES};
+pub use suggest::suggest;
 pub use view::{HeaderLookup, Load, PoolView, RequestView, ServerState};
 
 use std::fmt;

@@ -4,7 +4,11 @@
 //! here is updated per request.
 //!
 //! Names begin `tcpvs_`; labels are `service`, `pool`, `server` (the server's address), and
-//! `class` (1xx..5xx) or `state` where a family is split.
+//! `class` (1xx..5xx) or `state` where a family is split. Counters end in `_total` (the
+//! encoder adds it). Beside them: `tcpvs_build_info{version="..."} 1`, and the process
+//! metrics every Prometheus client library exports under the same names (`process_cpu_seconds_total`,
+//! `process_resident_memory_bytes`, ...), read from /proc/self at scrape time as the Go and
+//! Python clients read them (see [`ProcessFigures`]).
 
 use crate::stats::latency::PROMETHEUS_BOUNDS;
 use crate::stats::{LatencySnapshot, ServerSnapshot, Snapshot};
@@ -12,6 +16,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::info::Info;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use std::fmt;
@@ -112,11 +117,135 @@ fn server_labels(s: &ServerSnapshot) -> ServerLabels<'_> {
     [("pool", s.pool.clone()), ("server", s.addr.to_string())]
 }
 
+/// The process's own figures, as the Prometheus client libraries export them (client_golang's
+/// process collector, client_python's `ProcessCollector`): read from /proc/self at each scrape,
+/// Linux only, as tcpvs is. Hand-written: prometheus-client has no process collector, and the
+/// crates that have one serve other metric libraries (`prometheus`' `ProcessCollector`,
+/// `metrics-process` for `metrics`, the latter bringing `procfs`); what is read here is a few
+/// numbers of two files and one system call.
+#[derive(Debug, Default, PartialEq)]
+struct ProcessFigures {
+    /// User and system CPU time, in seconds.
+    cpu_seconds: Option<f64>,
+    resident_bytes: Option<u64>,
+    virtual_bytes: Option<u64>,
+    /// Seconds since the Unix epoch.
+    start_time: Option<f64>,
+    open_fds: Option<u64>,
+    /// The soft RLIMIT_NOFILE; `None` when unlimited.
+    max_fds: Option<u64>,
+}
+
+impl ProcessFigures {
+    /// What can be read now; a figure that cannot be read is left out of the scrape.
+    fn read() -> ProcessFigures {
+        let ticks = rustix::param::clock_ticks_per_second() as f64;
+        let page = rustix::param::page_size() as u64;
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        let boot = std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|text| boot_time(&text));
+        let mut figures = from_stat(&stat, ticks, page, boot);
+        figures.open_fds = std::fs::read_dir("/proc/self/fd")
+            .ok()
+            .map(|entries| entries.count() as u64);
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+        figures.max_fds = limit.current;
+        figures
+    }
+}
+
+/// The figures of `/proc/self/stat` (proc(5): `utime`, `stime` and `starttime` in clock ticks,
+/// `vsize` in bytes, `rss` in pages), with the boot time of `/proc/stat` for the start time.
+fn from_stat(stat: &str, ticks: f64, page: u64, boot: Option<u64>) -> ProcessFigures {
+    // The command name (field 2) is in parentheses and may hold spaces and `)`: the fields
+    // after the last `)` begin with field 3, `state`.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok());
+    let valid_ticks = ticks > 0.0;
+    ProcessFigures {
+        cpu_seconds: match (field(14), field(15)) {
+            (Some(user), Some(system)) if valid_ticks => Some((user + system) as f64 / ticks),
+            _ => None,
+        },
+        resident_bytes: field(24).map(|pages| pages.saturating_mul(page)),
+        virtual_bytes: field(23),
+        start_time: match (field(22), boot) {
+            (Some(start), Some(boot)) if valid_ticks => Some(boot as f64 + start as f64 / ticks),
+            _ => None,
+        },
+        open_fds: None,
+        max_fds: None,
+    }
+}
+
+/// `btime` of `/proc/stat`: the boot time, in seconds since the Unix epoch.
+fn boot_time(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix("btime "))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+/// The process families, under the names every Prometheus client library uses.
+fn encode_process(e: &mut DescriptorEncoder, p: &ProcessFigures) -> fmt::Result {
+    let none: [(&str, &str); 0] = [];
+    if let Some(v) = p.cpu_seconds {
+        family(
+            e,
+            "process_cpu_seconds",
+            "Total user and system CPU time spent in seconds.",
+            [(none, ConstCounter::new(v))],
+        )?;
+    }
+    let gauges = [
+        (
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+            p.resident_bytes.map(|v| v as f64),
+        ),
+        (
+            "process_virtual_memory_bytes",
+            "Virtual memory size in bytes.",
+            p.virtual_bytes.map(|v| v as f64),
+        ),
+        (
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds.",
+            p.start_time,
+        ),
+        (
+            "process_open_fds",
+            "Number of open file descriptors.",
+            p.open_fds.map(|v| v as f64),
+        ),
+        (
+            "process_max_fds",
+            "Maximum number of open file descriptors.",
+            p.max_fds.map(|v| v as f64),
+        ),
+    ];
+    for (name, help, value) in gauges {
+        if let Some(v) = value {
+            family(e, name, help, [(none, ConstGauge::new(v))])?;
+        }
+    }
+    Ok(())
+}
+
 impl Collector for Scrape {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         let snap = &self.snapshot;
         let e = &mut encoder;
         let none: [(&str, &str); 0] = [];
+        family(
+            e,
+            "tcpvs_build",
+            "The running build: its version; the value is 1",
+            [(none, Info::new([("version", env!("CARGO_PKG_VERSION"))]))],
+        )?;
+        encode_process(e, &ProcessFigures::read())?;
         family(
             e,
             "tcpvs_uptime_seconds",
@@ -399,5 +528,53 @@ impl Collector for Scrape {
             }),
         )?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_stat_fields_are_read_by_their_place() {
+        // A command name with a space and `)`, as proc(5) allows; 100 ticks per second.
+        let stat = "4242 (tcp vs) x) S 1 4242 4242 0 -1 4194560 3000 0 0 0 \
+                    250 150 0 0 20 0 3 0 12345 104857600 2560 18446744073709551615 \
+                    1 1 0 0 0 0 0 4096 0 0 0 0 17 1 0 0 0 0 0";
+        let figures = from_stat(stat, 100.0, 4096, Some(1_700_000_000));
+        assert_eq!(
+            figures,
+            ProcessFigures {
+                cpu_seconds: Some(4.0),
+                resident_bytes: Some(2560 * 4096),
+                virtual_bytes: Some(104_857_600),
+                start_time: Some(1_700_000_123.45),
+                open_fds: None,
+                max_fds: None,
+            }
+        );
+        assert_eq!(from_stat("", 100.0, 4096, None), ProcessFigures::default());
+        assert_eq!(
+            boot_time("cpu  1 2 3\nintr 5\nbtime 1700000000\nprocesses 9\n"),
+            Some(1_700_000_000)
+        );
+    }
+
+    #[test]
+    fn this_process_has_figures() {
+        let figures = ProcessFigures::read();
+        assert!(figures.cpu_seconds.is_some_and(|s| s >= 0.0), "{figures:?}");
+        assert!(figures.resident_bytes.is_some_and(|b| b > 0), "{figures:?}");
+        assert!(figures.open_fds.is_some_and(|n| n >= 3), "{figures:?}");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        assert!(
+            figures
+                .start_time
+                .is_some_and(|t| t <= now + 1.0 && t > now - 86_400.0 * 365.0),
+            "{figures:?}"
+        );
     }
 }

@@ -6,7 +6,10 @@
 //! - a rule after a catch-all rule of the same service (one without conditions, or with only a
 //!   `path` that every request path matches): it is never reached;
 //! - a rule with the same conditions as an earlier rule of the same service: never reached;
-//! - a pool that no rule and no `default_pool` names.
+//! - a pool that no rule and no `default_pool` names;
+//! - a virtual service that routes nowhere: no rule and no `default_pool`, or only pools whose
+//!   every server has weight 0, so that every request gets 503 (every connection is closed,
+//!   under `tls-passthrough`).
 //!
 //! Rules and services that were not read whole (an unknown or unreadable key, reported as an
 //! error) are left out, so that a misspelt condition does not also make a "catch-all".
@@ -20,6 +23,80 @@ pub(super) fn lint(raw: &RawFile, sink: &mut ErrorSink<'_>) {
         lint_rules(&service.rule, sink);
     }
     unused_pools(raw, sink);
+    routes_nowhere(raw, sink);
+}
+
+/// Virtual services that cannot route a single request: no rule and no `default_pool`, or
+/// every pool they name has only servers of weight 0 (quiescent: they take no new work). Such
+/// a service listens, and answers every request with 503. Services and rules not read whole,
+/// and references to unknown pools (errors of their own), are left out.
+fn routes_nowhere(raw: &RawFile, sink: &mut ErrorSink<'_>) {
+    for (name, service) in &raw.services {
+        if !service.whole || service.rule.iter().any(|r| !r.get_ref().whole) {
+            continue;
+        }
+        let passthrough = service
+            .mode
+            .as_ref()
+            .is_some_and(|m| m.get_ref() == "tls-passthrough");
+        let outcome = if passthrough {
+            "every connection is closed unrouted"
+        } else {
+            "every request gets 503"
+        };
+        let name_text = name.get_ref();
+        if service.rule.is_empty() && service.default_pool.is_none() {
+            sink.warn(
+                name.span(),
+                format!(
+                    "virtual service `{name_text}` routes nowhere: it has no rules and no \
+                     default_pool, so {outcome}"
+                ),
+            );
+            continue;
+        }
+        let mut named: Vec<&str> = Vec::new();
+        let references = service
+            .rule
+            .iter()
+            .filter_map(|r| r.get_ref().pool.as_ref());
+        for reference in references.chain(&service.default_pool) {
+            if !named.contains(&reference.get_ref().as_str()) {
+                named.push(reference.get_ref());
+            }
+        }
+        let mut quiescent = !named.is_empty();
+        for pool_name in &named {
+            let Some((_, pool)) = raw.pools.iter().find(|(p, _)| p.get_ref() == pool_name) else {
+                quiescent = false;
+                break;
+            };
+            let servers = pool.servers.as_ref().map(|s| s.get_ref().as_slice());
+            let all_zero = servers.is_some_and(|list| {
+                !list.is_empty()
+                    && list
+                        .iter()
+                        .all(|s| s.weight.as_ref().is_some_and(|w| *w.get_ref() == 0))
+            });
+            quiescent &= all_zero;
+        }
+        if quiescent {
+            let pools: Vec<String> = named.iter().map(|p| format!("`{p}`")).collect();
+            let what = if pools.len() == 1 {
+                "the pool it routes to"
+            } else {
+                "every pool it routes to"
+            };
+            sink.warn(
+                name.span(),
+                format!(
+                    "virtual service `{name_text}` routes nowhere: {what} ({}) has only \
+                     servers of weight 0, which take no new requests, so {outcome}",
+                    pools.join(", ")
+                ),
+            );
+        }
+    }
 }
 
 fn lint_rules(rules: &[Spanned<RawRule>], sink: &mut ErrorSink<'_>) {

@@ -39,15 +39,20 @@ pub(super) fn parse_listen(
     listen: &Spanned<String>,
     sink: &mut ErrorSink<'_>,
 ) -> Option<SocketAddr> {
-    match listen.get_ref().parse::<SocketAddr>() {
+    let text = listen.get_ref();
+    match text.parse::<SocketAddr>() {
         Ok(a) => Some(a),
         Err(_) => {
+            let why = match super::server_addr::port_above_65535(text) {
+                // A name is no listen address either way: that is the message it needs.
+                Some(port) if !text.starts_with(|c: char| c.is_ascii_alphabetic()) => {
+                    format!("port {port} is out of range 0..=65535")
+                }
+                _ => "expected IP:PORT like \"127.0.0.1:8080\"".to_string(),
+            };
             sink.at(
                 listen.span(),
-                format!(
-                    "invalid listen address {:?}: expected IP:PORT like \"127.0.0.1:8080\"",
-                    listen.get_ref()
-                ),
+                format!("invalid listen address {text:?}: {why}"),
             );
             None
         }

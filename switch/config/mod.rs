@@ -107,6 +107,9 @@ pub enum AccessLogFormat {
     Text,
     /// `"json"`: one JSON object per line.
     Json,
+    /// `"combined"`: NCSA Combined Log Format, as Apache's and nginx's `combined` (with the
+    /// Referer and User-Agent fields, captured only in this format).
+    Combined,
 }
 
 /// A virtual service: one listener and its rules.
@@ -395,9 +398,12 @@ fn build_switch(raw: Option<&RawSwitch>, file: &str, sink: &mut ErrorSink<'_>) -
         match v.get_ref().as_str() {
             "text" => s.access_log_format = AccessLogFormat::Text,
             "json" => s.access_log_format = AccessLogFormat::Json,
+            "combined" => s.access_log_format = AccessLogFormat::Combined,
             other => sink.at(
                 v.span(),
-                format!("access_log_format must be \"text\" or \"json\", not {other:?}"),
+                format!(
+                    "access_log_format must be \"text\", \"json\" or \"combined\", not {other:?}"
+                ),
             ),
         }
     }

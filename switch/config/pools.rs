@@ -66,14 +66,20 @@ pub(super) fn build_pools(
             let span = match &e {
                 tcpvs_modules::BuildError::BadOption(o) => {
                     options.get(o.index).map(|(key, _, span)| {
-                        // A misspelt pool key reaches the module as an option.
-                        if let Some(close) = walk::suggest(key, raw::POOL_KEYS) {
-                            message.push_str(&format!(" (or did you mean `{close}`?)"));
+                        // A misspelt pool key reaches the module as an option; the module
+                        // names an option of its own when one is closer.
+                        if !o.suggests {
+                            if let Some(close) = walk::suggest(key, raw::POOL_KEYS) {
+                                message.push_str(&format!(": did you mean `{close}`?"));
+                            }
                         }
                         span.clone()
                     })
                 }
-                tcpvs_modules::BuildError::UnknownModule(_) => {
+                tcpvs_modules::BuildError::UnknownModule(name) => {
+                    if let Some(close) = walk::suggest(name, tcpvs_modules::MODULE_NAMES) {
+                        message.push_str(&format!(": did you mean `{close}`?"));
+                    }
                     pool.scheduler.as_ref().map(|s| s.span())
                 }
             };
@@ -174,7 +180,7 @@ fn build_options(
                     key.get_ref()
                 );
                 if let Some(close) = walk::suggest(key.get_ref(), raw::POOL_KEYS) {
-                    message.push_str(&format!(" (or did you mean `{close}`?)"));
+                    message.push_str(&format!(": did you mean `{close}`?"));
                 }
                 sink.at(value.span(), message);
                 continue;

@@ -284,7 +284,11 @@ fn read_switch(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawSwitch {
         connect_timeout: t.duration("connect_timeout", sink),
         shutdown_timeout: t.duration("shutdown_timeout", sink),
         access_log: t.scalar("access_log", sink),
-        access_log_format: t.string("access_log_format", "\"text\" or \"json\"", sink),
+        access_log_format: t.string(
+            "access_log_format",
+            "\"text\", \"json\" or \"combined\"",
+            sink,
+        ),
         splice: t.boolean("splice", sink),
         splice_threshold: t.scalar("splice_threshold", sink),
         connect_attempts: t.integer("connect_attempts", sink),

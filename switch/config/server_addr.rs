@@ -45,6 +45,9 @@ pub(super) fn parse(text: &str) -> Result<Written<'_>, String> {
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host);
     if looks_like_ip(unbracketed) || host.starts_with('[') {
+        if let Some(port) = port_above_65535(text) {
+            return Err(invalid(&format!("port {port} is out of range 1..=65535")));
+        }
         // An IP literal with a missing or invalid port: the message it always had.
         return Err(invalid(IP_EXPECTED));
     }
@@ -64,10 +67,26 @@ pub(super) fn parse(text: &str) -> Result<Written<'_>, String> {
             host,
             port: port_number,
         }),
+        _ if port_above_65535(text).is_some() => {
+            Err(invalid(&format!("port {port} is out of range 1..=65535")))
+        }
         _ => Err(invalid(&format!(
             "the port {port:?} is not a number 1..=65535"
         ))),
     }
+}
+
+/// The port of `HOST:PORT` when it is a whole number above 65535 (`127.0.0.1:70000`,
+/// `[::1]:123456`, `app:65536`): an address whose only fault is its port, said in those words
+/// rather than "expected IP:PORT", which sends the reader looking at the rest.
+pub(super) fn port_above_65535(text: &str) -> Option<&str> {
+    let (host, port) = text.rsplit_once(':')?;
+    let number = !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit());
+    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => host.parse::<std::net::Ipv4Addr>().is_ok() || is_host_name(host),
+    };
+    (number && host_ok && port.parse::<u16>().is_err()).then_some(port)
 }
 
 /// An IP literal, or what can only have been meant as one (`300.1.1.1`, `::1`, `10.1`): never
@@ -202,13 +221,11 @@ mod tests {
     #[test]
     fn an_ip_literal_with_a_bad_or_missing_port_keeps_its_message() {
         for text in [
-            "127.0.0.1:90210",
             "127.0.0.1",
             "127.0.0.1:",
             "127.0.0.1:http",
             "::1",
             "[::1]",
-            "[::1]:99999",
             "::1:80",
             "300.1.1.1:80",
             "10.1:80",
@@ -219,6 +236,15 @@ mod tests {
                     "invalid server address {text:?}: expected IP:PORT like \"127.0.0.1:9001\""
                 )),
                 "{text}"
+            );
+        }
+        // Only the port is wrong: said so.
+        for (text, port) in [("127.0.0.1:90210", "90210"), ("[::1]:99999", "99999")] {
+            assert_eq!(
+                parse(text),
+                Err(format!(
+                    "invalid server address {text:?}: port {port} is out of range 1..=65535"
+                ))
             );
         }
     }
@@ -243,7 +269,11 @@ mod tests {
             parse("app1.internal"),
             Err("invalid server address \"app1.internal\": a port is required, like \"app1.internal:8080\"".into())
         );
-        for port in ["", "99999", "+80", "www", "-1"] {
+        assert_eq!(
+            parse("app1.internal:99999"),
+            Err("invalid server address \"app1.internal:99999\": port 99999 is out of range 1..=65535".into())
+        );
+        for port in ["", "+80", "www", "-1"] {
             let text = format!("app1.internal:{port}");
             assert_eq!(
                 parse(&text),

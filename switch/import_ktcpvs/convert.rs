@@ -8,7 +8,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 
 use super::ere;
 use super::model::{KRule, KServer, KService, Out, OutPool, OutServer, OutService};
-use super::Diags;
+use super::{Diags, Pos};
 
 mod ruled;
 
@@ -47,13 +47,15 @@ struct KtRule<'a> {
     match_num: u32,
     /// Indices into the service's servers, in the order the rules added them.
     members: Vec<usize>,
-    /// The rule lines that joined this rule after the first.
-    joined: Vec<usize>,
+    /// The rules that joined this rule after the first (their patterns' places).
+    joined: Vec<Pos>,
     catch_all: bool,
 }
 
 pub(super) struct Lowering<'a> {
     pub(super) lines: &'a [&'a str],
+    /// Where each statement is written (parse.rs): a line may hold several.
+    pub(super) statements: &'a [(Pos, usize)],
     pub(super) d: &'a mut Diags,
     pub(super) pool_names: HashSet<String>,
     pub(super) service_names: HashSet<String>,
@@ -67,10 +69,25 @@ fn printable(text: &str) -> String {
 }
 
 impl Lowering<'_> {
-    /// `# ktcpvs line N: <the line>`: where a part came from.
-    fn source(&self, line: usize) -> String {
-        let text = self.lines.get(line - 1).map_or("", |l| l.trim());
-        format!("ktcpvs line {line}: {}", printable(text))
+    /// `# ktcpvs line N: <the line>`: where a part came from, `at` being a place in its
+    /// statement. A line holding several statements (a service written on one line) shows
+    /// only the statement's own words.
+    fn source(&self, at: Pos) -> String {
+        let line = at.line;
+        let whole = self.lines.get(line - 1).map_or("", |l| l.trim());
+        let mut on_line = self.statements.iter().filter(|(s, _)| s.line == line);
+        let text = match on_line.clone().nth(1) {
+            None => whole.to_string(),
+            Some(_) => match on_line.find(|(s, end)| (s.col..*end).contains(&at.col)) {
+                Some((s, end)) => self.lines[line - 1]
+                    .chars()
+                    .skip(s.col - 1)
+                    .take(end - s.col)
+                    .collect(),
+                None => whole.to_string(),
+            },
+        };
+        format!("ktcpvs line {line}: {}", printable(&text))
     }
 
     pub(super) fn run(mut self, services: &[KService]) -> Out {
@@ -227,7 +244,7 @@ impl Lowering<'_> {
         }
         let mut service = OutService {
             name: name.clone(),
-            comment: format!("{} (scheduler {})", self.source(svc.at.line), kind.name()),
+            comment: format!("{} (scheduler {})", self.source(svc.at), kind.name()),
             listen: listen.to_string(),
             default_pool: None,
             notes: Vec::new(),
@@ -248,22 +265,21 @@ impl Lowering<'_> {
                 "listen address without a port: KTCPVS listened on port 0 (a port the kernel picks), and so does this",
             );
         }
-        for &line in &svc.overridden {
+        for &at in &svc.overridden {
             self.d.warn(
-                line,
+                at.line,
                 "replaced by a later line with the same setting, as in KTCPVS (kept as a comment)",
             );
             service
                 .notes
-                .push(format!("{} -- replaced by a later line", self.source(line)));
+                .push(format!("{} -- replaced by a later line", self.source(at)));
         }
         // Process knobs.
         for knob in &svc.knobs {
             if knob.key == "maxclients" {
-                service.notes.push(format!(
-                    "{} -- [switch] max_clients",
-                    self.source(knob.line)
-                ));
+                service
+                    .notes
+                    .push(format!("{} -- [switch] max_clients", self.source(knob.at)));
                 continue;
             }
             self.d.warn(
@@ -275,7 +291,7 @@ impl Lowering<'_> {
             );
             service.notes.push(format!(
                 "{} -- no equivalent: tcpvs runs no thread per connection",
-                self.source(knob.line)
+                self.source(knob.at)
             ));
         }
         let knob = |key: &str| {
@@ -376,7 +392,7 @@ impl Lowering<'_> {
             );
             service.notes.push(format!(
                 "{} -- no effect: the {module} scheduler uses no rules",
-                self.source(rule.line)
+                self.source(rule.pattern_at)
             ));
         }
         if servers.is_empty() && redirect.is_none() {
@@ -422,20 +438,20 @@ impl Lowering<'_> {
                 addr: addrs[i],
                 weight: servers[i].weight,
                 backup: false,
-                comment: self.source(servers[i].line),
+                comment: self.source(servers[i].at),
             })
             .collect()
     }
 
     fn redirect_backup(&self, svc: &KService, addr: SocketAddrV4) -> OutServer {
-        let line = svc.redirect.as_ref().map_or(svc.at.line, |r| r.at.line);
+        let at = svc.redirect.as_ref().map_or(svc.at, |r| r.at);
         OutServer {
             addr,
             weight: 1,
             backup: true,
             comment: format!(
                 "{} -- used when no server of the pool is usable",
-                self.source(line)
+                self.source(at)
             ),
         }
     }

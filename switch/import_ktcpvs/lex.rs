@@ -22,6 +22,20 @@ impl Token {
             col: self.col,
         }
     }
+
+    /// The column just after the word (after its closing quote).
+    pub(super) fn end_col(&self) -> usize {
+        self.col + self.text.chars().count() + if self.quoted { 2 } else { 0 }
+    }
+
+    /// A `;` between statements, as the README writes a service on one line (`virtual web {
+    /// listen = ...; server = ...; }`). tcpvsadm had no separator but white space: it read
+    /// `80;` as a port and refused it, so no file it loaded has a word ending in `;` where a
+    /// statement ends, and reading `;` there as the end changes nothing it accepted. Inside a
+    /// statement (an unquoted pattern such as `^/a;`) the parser glues it back.
+    pub(super) fn is_separator(&self) -> bool {
+        !self.quoted && self.text == ";"
+    }
 }
 
 /// C's `isspace` in the C locale.
@@ -96,12 +110,28 @@ pub(super) fn lex(source: &str, d: &mut Diags) -> Vec<Token> {
                 while i < chars.len() && !is_c_space(chars[i]) {
                     i += 1;
                 }
-                tokens.push(Token {
-                    text: chars[start..i].iter().collect(),
-                    line: number,
-                    col,
-                    quoted: false,
-                });
+                // `;` ending a word is a word of its own: the statement separator of the
+                // README's one-line form (see [`Token::is_separator`]).
+                let mut end = i;
+                while end > start && chars[end - 1] == ';' {
+                    end -= 1;
+                }
+                if end > start {
+                    tokens.push(Token {
+                        text: chars[start..end].iter().collect(),
+                        line: number,
+                        col,
+                        quoted: false,
+                    });
+                }
+                for at in end..i {
+                    tokens.push(Token {
+                        text: ";".to_string(),
+                        line: number,
+                        col: at + 1,
+                        quoted: false,
+                    });
+                }
             }
         }
     }
@@ -149,6 +179,13 @@ mod tests {
         // A quoted word ends at its quote, even inside a word; `\"` keeps both characters.
         assert_eq!(texts(r#""a b"c "x\"y" "#), ["a b", "c", r#"x\"y"#]);
         assert_eq!(texts(r#""""#), [""]);
+        // A `;` ending a word is a word of its own (the README's one-line form); elsewhere in
+        // a word it is a character.
+        assert_eq!(
+            texts("a; b;; ;c \"x\";"),
+            ["a", ";", "b", ";", ";", ";c", "x", ";"]
+        );
+        assert_eq!(words("80;")[1], (";".to_string(), 1, 3, false));
         // An unquoted word keeps its quotes.
         assert_eq!(texts(r#"ab"c"#), [r#"ab"c"#]);
         // Positions: lines from 1, columns in characters.

@@ -194,15 +194,17 @@ pub fn import(file: &str, source: &str) -> Report {
         quiet: HashSet::new(),
     };
     let tokens = lex(source, &mut d);
-    let services = Parser {
+    let (services, statements) = Parser {
         tokens: &tokens,
         pos: 0,
         d: &mut d,
+        statements: Vec::new(),
     }
     .file();
     let lines: Vec<&str> = source.split('\n').collect();
     let out = Lowering {
         lines: &lines,
+        statements: &statements,
         d: &mut d,
         pool_names: HashSet::new(),
         service_names: HashSet::new(),

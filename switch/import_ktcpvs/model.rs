@@ -51,6 +51,8 @@ pub(super) struct Knob {
     pub(super) key: &'static str,
     pub(super) value: u32,
     pub(super) line: usize,
+    /// Where its statement begins.
+    pub(super) at: Pos,
 }
 
 #[derive(Debug)]
@@ -83,8 +85,8 @@ pub(super) struct KService {
     pub(super) knobs: Vec<Knob>,
     pub(super) servers: Vec<KServer>,
     pub(super) rules: Vec<KRule>,
-    /// Lines of settings a later line of the same key replaced.
-    pub(super) overridden: Vec<usize>,
+    /// Settings a later one of the same key replaced (where each was written).
+    pub(super) overridden: Vec<Pos>,
     /// Servers whose line has an error: rules naming them are not checked further.
     pub(super) broken: Vec<(Ipv4Addr, u16)>,
 }

@@ -25,6 +25,9 @@ pub(super) struct Parser<'a> {
     pub(super) tokens: &'a [Token],
     pub(super) pos: usize,
     pub(super) d: &'a mut Diags,
+    /// Where each statement read is written: its first word and the column after its last,
+    /// on its first line (`virtual NAME {` is one too).
+    pub(super) statements: Vec<(Pos, usize)>,
 }
 
 /// Statements skip the rest of their line after an error, so one mistake is reported once.
@@ -58,16 +61,33 @@ impl Parser<'_> {
         }
     }
 
+    /// Skips the rest of a statement that has an error: the rest of `line`, or up to its `;`
+    /// where one ends it (the statements after it on the line are read as usual).
+    fn skip_statement(&mut self, line: usize) {
+        while let Some(t) = self.peek() {
+            if t.line != line || t.is_separator() {
+                return;
+            }
+            self.pos += 1;
+        }
+    }
+
     fn last_line(&self) -> usize {
         self.tokens
             .get(self.pos.saturating_sub(1))
             .map_or(1, |t| t.line)
     }
 
-    /// The next word, unless the file ends or a later line begins a new statement there (the
-    /// value is missing; tcpvsadm would have taken that word and failed on it).
+    /// The next word, unless the file ends, a `;` ends the statement, or a later line begins a
+    /// new statement there (the value is missing; tcpvsadm would have taken that word and
+    /// failed on it).
     fn value(&mut self, after: &Token, missing: &str) -> Parsed<Token> {
         match self.peek() {
+            Some(t) if t.is_separator() => {
+                self.d
+                    .error(after.pos(), format!("{missing} (`;` ends the statement)"));
+                Err(())
+            }
             Some(t) if t.line == after.line || !Self::starts_statement(t) => {
                 Ok(self.bump().expect("peeked"))
             }
@@ -78,9 +98,14 @@ impl Parser<'_> {
         }
     }
 
-    pub(super) fn file(mut self) -> Vec<KService> {
+    /// The services of the file, and where its statements are written.
+    pub(super) fn file(mut self) -> (Vec<KService>, Vec<(Pos, usize)>) {
         let mut services = Vec::new();
         while let Some(t) = self.bump() {
+            if t.is_separator() {
+                // After a `}` on one line: `virtual a { ... }; virtual b { ... }`.
+                continue;
+            }
             if t.text.eq_ignore_ascii_case("virtual") && !t.quoted {
                 if let Some(s) = self.service(&t) {
                     services.push(s);
@@ -93,7 +118,16 @@ impl Parser<'_> {
                 self.skip_line(t.line);
             }
         }
-        services
+        (services, self.statements)
+    }
+
+    /// Notes the statement that began with `first` and ended with the last word read.
+    fn statement_read(&mut self, first: &Token) {
+        if let Some(last) = self.tokens.get(self.pos.saturating_sub(1)) {
+            if last.line == first.line && self.pos > 0 {
+                self.statements.push((first.pos(), last.end_col()));
+            }
+        }
     }
 
     fn service(&mut self, keyword: &Token) -> Option<KService> {
@@ -136,6 +170,7 @@ impl Parser<'_> {
         match self.peek() {
             Some(t) if t.text == "{" => {
                 self.bump();
+                self.statement_read(keyword);
             }
             Some(t) if t.line == name.line => {
                 let t = t.clone();
@@ -175,6 +210,10 @@ impl Parser<'_> {
                 );
                 break;
             };
+            if t.is_separator() {
+                self.bump();
+                continue;
+            }
             if t.text.starts_with('}') && !t.quoted {
                 self.bump();
                 if t.text.len() > 1 {
@@ -199,12 +238,14 @@ impl Parser<'_> {
             let lower = t.text.to_ascii_lowercase();
             let Some(&key) = KEYWORDS.iter().find(|k| **k == lower) else {
                 self.unknown_setting(&t, &service.name);
-                self.skip_line(t.line);
+                self.skip_statement(t.line);
                 continue;
             };
             if self.statement(key, &t, &mut service).is_err() {
                 let line = self.last_line();
-                self.skip_line(line);
+                self.skip_statement(line);
+            } else {
+                self.statement_read(&t);
             }
         }
         (!name.text.is_empty()).then_some(service)
@@ -256,7 +297,7 @@ impl Parser<'_> {
                     value: addr,
                     at: v.pos(),
                 }) {
-                    service.overridden.push(old.at.line);
+                    service.overridden.push(old.at);
                 }
             }
             "scheduler" => {
@@ -265,7 +306,7 @@ impl Parser<'_> {
                     value: v.text.clone(),
                     at: v.pos(),
                 }) {
-                    service.overridden.push(old.at.line);
+                    service.overridden.push(old.at);
                 }
             }
             "server" => {
@@ -311,12 +352,13 @@ impl Parser<'_> {
                 };
                 if let Some(old) = service.knobs.iter().position(|k| k.key == knob) {
                     let old = service.knobs.remove(old);
-                    service.overridden.push(old.line);
+                    service.overridden.push(old.at);
                 }
                 service.knobs.push(Knob {
                     key: knob,
                     value: n as u32,
                     line: t.line,
+                    at: t.pos(),
                 });
             }
         }
@@ -336,7 +378,17 @@ impl Parser<'_> {
             );
             return Err(());
         }
-        let pattern = self.value(&word, &format!("`pattern` needs a regex: {SHAPE}"))?;
+        let mut pattern = self.value(&word, &format!("`pattern` needs a regex: {SHAPE}"))?;
+        // A `;` cut from the end of an unquoted pattern is the pattern's own: the statement
+        // goes on after it (`rule = pattern ^/a; use server ...`), as tcpvsadm read it.
+        while !pattern.quoted
+            && self.peek().is_some_and(|t| {
+                t.is_separator() && t.line == pattern.line && t.col == pattern.end_col()
+            })
+        {
+            self.pos += 1;
+            pattern.text.push(';');
+        }
         if pattern.text.len() > MAX_PATTERN {
             self.d.error(
                 pattern.pos(),

@@ -67,7 +67,7 @@ impl Lowering<'_> {
             if let Some(k) = joined {
                 let existing = &mut rules[k];
                 existing.members.push(server);
-                existing.joined.push(rule.line);
+                existing.joined.push(rule.pattern_at);
                 let first_line = existing.first.line;
                 let first_pattern = existing.first.pattern.clone();
                 let first_match = existing.match_num;
@@ -156,10 +156,9 @@ impl Lowering<'_> {
                     r.at.line,
                     "redirect has no effect with chttp: KTCPVS closed the connections chttp found no server for (kept as a comment)",
                 );
-                service.notes.push(format!(
-                    "{} -- no effect with chttp",
-                    self.source(r.at.line)
-                ));
+                service
+                    .notes
+                    .push(format!("{} -- no effect with chttp", self.source(r.at)));
             }
             None
         } else {
@@ -182,7 +181,7 @@ impl Lowering<'_> {
                 );
                 service
                     .notes
-                    .push(format!("{} -- in no rule: never used", self.source(s.line)));
+                    .push(format!("{} -- in no rule: never used", self.source(s.at)));
             }
         }
         let plain_rules = order.iter().filter(|&&k| !rules[k].catch_all).count();
@@ -211,7 +210,7 @@ impl Lowering<'_> {
                 );
                 service.notes.push(format!(
                     "{} -- never matched after the first catch-all",
-                    self.source(rule.first.line)
+                    self.source(rule.first.pattern_at)
                 ));
                 continue;
             }
@@ -230,9 +229,9 @@ impl Lowering<'_> {
                 options: Vec::new(),
                 servers: self.pool_servers(&rule.members, servers, addrs),
             };
-            for &line in &rule.joined {
+            for &at in &rule.joined {
                 pool.notes
-                    .push(format!("{} -- joined this rule", self.source(line)));
+                    .push(format!("{} -- joined this rule", self.source(at)));
             }
             let hash_it = match kind {
                 Kind::Hhttp => true,
@@ -273,7 +272,7 @@ impl Lowering<'_> {
                     query_lines.push(rule.first.line);
                 }
             }
-            let comment = self.source(rule.first.line);
+            let comment = self.source(rule.first.pattern_at);
             if rule.catch_all {
                 default_taken = true;
                 service.default_pool = Some((
@@ -314,10 +313,10 @@ impl Lowering<'_> {
         // No catch-all: what KTCPVS did with requests that matched no rule.
         if let Some(r) = redirect {
             let pool_name = self.unique_pool(format!("{}-redirect", slug(&service.name)));
-            let line = svc.redirect.as_ref().map_or(svc.at.line, |r| r.at.line);
+            let at = svc.redirect.as_ref().map_or(svc.at, |r| r.at);
             service.default_pool = Some((
                 pool_name.clone(),
-                format!("{} -- requests that match no rule", self.source(line)),
+                format!("{} -- requests that match no rule", self.source(at)),
             ));
             out.pools.push(OutPool {
                 name: pool_name,
@@ -328,7 +327,7 @@ impl Lowering<'_> {
                     addr: r,
                     weight: 1,
                     backup: false,
-                    comment: self.source(line),
+                    comment: self.source(at),
                 }],
             });
         } else if kind == Kind::Phttp && !service.rules.is_empty() {
@@ -393,13 +392,13 @@ impl Lowering<'_> {
                     servers[chosen].addr
                 ),
             );
-            let keep = self.source(servers[chosen].line);
+            let keep = self.source(servers[chosen].at);
             pool.servers.retain(|s| s.comment == keep);
             for &m in &rule.members {
                 if m != chosen {
                     pool.notes.push(format!(
                         "{} -- never chosen: match {n} does not exist",
-                        self.source(servers[m].line)
+                        self.source(servers[m].at)
                     ));
                 }
             }
