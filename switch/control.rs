@@ -350,8 +350,11 @@ pub fn apply(pool: &Pool, index: usize, change: Change) {
         if was == Health::Down && status.health == Health::Up && !pool.health.slow_start.is_zero() {
             status.ramp_from = Some(now);
         }
+        // Without checks, a down server's good exchange (in panic) brings it back: reported.
+        let passive_down = status.health == Health::Down
+            && health.check == crate::config::health::CheckKind::None;
         server.report_success.store(
-            status.exchange_failures > 0 || status.on_trial || status.health == Health::Down,
+            status.exchange_failures > 0 || status.on_trial || passive_down,
             Ordering::Relaxed,
         );
     }

@@ -41,8 +41,8 @@ pub struct Backend {
     backup: AtomicBool,
     /// Health, admin and agent state; written only by `control::apply`.
     pub status: Mutex<ServerStatus>,
-    /// Set while a good exchange would change the status (failures counted, or on trial):
-    /// otherwise the data path reports nothing, at the cost of one relaxed load.
+    /// Set while a good exchange would change the status (failures counted, on trial, or
+    /// down without checks): otherwise the data path reports nothing, at one relaxed load.
     pub report_success: AtomicBool,
     /// When a failure was last logged as a warning (coarse ms), so a dead server does not
     /// flood the log; and how many were not logged since.
