@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use tcpvs::admin::client::{self, AdminState, Endpoint};
+use tcpvs::admin::client::{self, Address, AdminState, Endpoint};
 use tcpvs::admin::table;
 use tcpvs::config::Config;
 use tcpvs::demo;
@@ -112,9 +112,9 @@ enum Command {
 /// How the admin verbs find the endpoint and the token.
 #[derive(Args)]
 struct AdminArgs {
-    /// The admin endpoint's address [default: 127.0.0.1:9090].
+    /// The admin endpoint: IP:PORT, or unix:PATH for a Unix socket [default: 127.0.0.1:9090].
     #[arg(long, value_name = "ADDR", conflicts_with = "config")]
-    admin: Option<SocketAddr>,
+    admin: Option<Address>,
     /// Find the endpoint by this rule file's `[admin] listen` (and use its token, if it has
     /// one and no other is given).
     #[arg(short, long, value_name = "FILE")]
@@ -184,7 +184,7 @@ fn main() -> ExitCode {
                         return ExitCode::FAILURE;
                     }
                     if let Some(endpoint) = &mut config.admin {
-                        endpoint.listen = admin;
+                        endpoint.listen = tcpvs::config::admin::AdminListen::Tcp(admin);
                     }
                     run(config, Launch::demo())
                 }
@@ -293,7 +293,7 @@ fn changed_line(pool: &str, server: SocketAddr, mut now: client::ServerJson) -> 
 /// default) and the token (`--token-file`, else TCPVS_ADMIN_TOKEN, else the rule file's). The
 /// error is the message to print: a rule file's errors as `FILE:LINE:COL: message`.
 fn endpoint(args: &AdminArgs) -> Result<Endpoint, String> {
-    let mut addr = args.admin;
+    let mut addr = args.admin.clone();
     let mut file_token = None;
     if let Some(path) = &args.config {
         let config = Config::load(path).map_err(|e| e.to_string())?;
@@ -303,10 +303,11 @@ fn endpoint(args: &AdminArgs) -> Result<Endpoint, String> {
                 path.display()
             ));
         };
-        addr = Some(admin.listen);
+        addr = Some(Address::from(&admin.listen));
         file_token = admin.token;
     }
-    let addr = addr.unwrap_or_else(|| DEFAULT_ADMIN.parse().expect("a valid default address"));
+    let addr = addr
+        .unwrap_or_else(|| Address::Tcp(DEFAULT_ADMIN.parse().expect("a valid default address")));
     let token = match &args.token_file {
         Some(path) => Some(read_token_file(path)?),
         None => match std::env::var(TOKEN_VARIABLE) {
@@ -441,6 +442,7 @@ fn run(config: Config, launch: Launch) -> ExitCode {
         }
         let grace = config.switch.shutdown_timeout;
         let file = config.file.clone();
+        let admin_listen = config.admin.as_ref().map(|admin| admin.listen.to_string());
         // A binary upgrade: the old process's listening sockets, before binding anything.
         let (inherited, takeover) = match &launch.take_over {
             Some(path) => match tcpvs::upgrade::take_over(path) {
@@ -499,6 +501,8 @@ fn run(config: Config, launch: Launch) -> ExitCode {
         drop(generation);
         if let Some(admin) = switch.admin_addr() {
             tracing::info!("admin endpoint on http://{admin}/ (monitor page; /stats, /metrics)");
+        } else if let Some(listen) = &admin_listen {
+            tracing::info!("admin endpoint on {listen} (tcpvs list --admin {listen}; /stats, /metrics)");
         }
         if with_demo_servers {
             if let Some((_, addr)) = switch.addresses().first() {

@@ -973,7 +973,7 @@ fn admin_rule_errors_point_at_the_key() {
     let (line, col) = position_of(&text, "\"0.0.0.0:9090\"");
     assert_eq!(
         errors,
-        format!("rules.toml:{line}:{col}: the admin endpoint on 0.0.0.0:9090 is reachable from other hosts: set `token` or `token_file`, or listen on a loopback address (127.0.0.1, ::1)")
+        format!("rules.toml:{line}:{col}: the admin endpoint on 0.0.0.0:9090 is reachable from other hosts: set `token` or `token_file`, or listen on a loopback address (127.0.0.1, ::1) or a Unix socket (\"unix:/run/tcpvs/admin.sock\")")
     );
     assert!(check("listen = \"0.0.0.0:9090\"\ntoken = \"abc\"").is_ok());
     assert!(check("listen = \"[::1]:9090\"").is_ok());

@@ -667,3 +667,75 @@ async fn the_verbs_drive_a_running_switch() {
         "{errors}"
     );
 }
+
+/// The verbs over a Unix socket, found by `--admin unix:PATH` or by `-c FILE`; the socket goes
+/// when tcpvs stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_verbs_speak_to_a_unix_socket() {
+    let live = common::backend().await;
+    let scratch = common::Scratch::new("cli_unix");
+    let rules_text = format!(
+        "[switch]\nworkers = 2\naccess_log = false\n[admin]\nlisten = \"unix:admin.sock\"\n\
+         [virtual.web]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"p\"\n\
+         [pool.p]\nservers = [{{ addr = \"{}\" }}]\n",
+        live.addr
+    );
+    let rules = scratch.file("rules.toml", &rules_text);
+    let socket = scratch.0.join("admin.sock");
+    let switch = common::Process::start(&["run".as_ref(), "-c".as_ref(), rules.as_os_str()]);
+    let (switch, line, _) = common::line_with(switch, "admin endpoint on ").await;
+    assert!(
+        line.contains(&format!("admin endpoint on unix:{}", socket.display())),
+        "{line}"
+    );
+    let by_socket = format!("unix:{}", socket.display());
+    let (rules_arg, server) = (path(&rules).to_string(), live.addr.to_string());
+    let run = move |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            tcpvs(&args, None)
+        })
+    };
+    let words = |w: &[&str]| w.iter().map(|w| w.to_string()).collect::<Vec<_>>();
+
+    let out = run(words(&[
+        "set-weight",
+        "p",
+        &server,
+        "4",
+        "--admin",
+        &by_socket,
+    ]))
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("weight 4 (configured 1)"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = run(words(&["list", "-c", &rules_arg])).await.unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(table.contains("generation 1"), "{table}");
+
+    let out = run(words(&["reload", "-c", &rules_arg])).await.unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "reloaded: generation 2\n");
+
+    let (lines, status) = common::stop(switch).await;
+    assert!(status.success(), "{lines:?}");
+    assert!(
+        std::fs::symlink_metadata(&socket).is_err(),
+        "removed at exit: {lines:?}"
+    );
+    let out = run(words(&["list", "--admin", &by_socket])).await.unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "tcpvs: cannot reach the admin endpoint at {by_socket}: no such socket - is tcpvs \
+             running with [admin] listen = \"{by_socket}\"?\n"
+        )
+    );
+}

@@ -102,6 +102,17 @@ fn the_shipped_rule_files_are_valid() {
     }
 }
 
+/// [`check_with`] on a file of permissions `mode` (writing a file anew keeps its mode).
+fn check_mode(args: &[&str], name: &str, text: &str, mode: u32) -> Checked {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("tcpvs-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    check_with(args, name, text)
+}
+
 /// Each case: a broken variant of VALID (original, replacement), the token the error must point
 /// at in the broken text, and words the message must contain.
 #[test]
@@ -419,7 +430,7 @@ health = "http"
         at(f, text, "30", 0, "`header_timeout`: expected a duration like \"30s\", found the number 30"),
         at(f, text, "1\n", 0, "`splice`: expected true or false, found the number 1"),
         at(f, text, "true", 0, "`access_log_format`: expected \"text\" or \"json\", found true"),
-        at(f, text, "9090", 0, "`listen`: expected an address like \"127.0.0.1:8080\", found the number 9090"),
+        at(f, text, "9090", 0, "`listen`: expected an address like \"127.0.0.1:9090\" or a Unix socket like \"unix:/run/tcpvs/admin.sock\", found the number 9090"),
         at(f, text, "[\"static\"]", 0, "`default_pool`: expected a pool name like \"static\", found a list"),
         at(f, text, "{ path", 0, "`rule`: expected rules written as [[virtual.web.rule]] tables, found a table"),
         at(f, text, "\"no\"", 0, "`backup`: expected true or false, found the string \"no\""),
@@ -694,4 +705,76 @@ fn the_library_keeps_the_warnings_for_run_and_reload() {
     let checked = tcpvs::config::Config::check("lib.toml", &broken);
     assert_eq!(checked.config.unwrap_err().0.len(), 1);
     assert_eq!(checked.warnings.len(), 1);
+}
+
+// ---------------------------------------------------------------- [admin] on a shared host
+
+/// VALID with an `[admin]` table of `keys` first, checked from a file of mode `mode`.
+fn with_admin(name: &str, keys: &str, mode: u32) -> (Checked, String) {
+    let text = format!("[admin]\n{keys}\n{VALID}");
+    (check_mode(&[], name, &text, mode), text)
+}
+
+#[test]
+fn a_bad_admin_socket_is_refused_at_its_key() {
+    let long = format!("/run/{}.sock", "x".repeat(100));
+    let cases: &[(&str, &str, String)] = &[
+        (
+            "listen = \"unix:/run/tcpvs/admin.sock\"\nmode = \"0680\"",
+            "\"0680\"",
+            "mode \"0680\" is not an octal permission like \"0600\" (owner) or \"0660\" (owner and group)".into(),
+        ),
+        (
+            "listen = \"unix:/run/tcpvs/admin.sock\"\nmode = \"rw-rw----\"",
+            "\"rw-rw----\"",
+            "mode \"rw-rw----\" is not an octal permission like \"0600\" (owner) or \"0660\" (owner and group)".into(),
+        ),
+        (
+            "listen = \"unix:/run/tcpvs/admin.sock\"\nmode = \"\"",
+            "\"\"",
+            "mode \"\" is not an octal permission like \"0600\" (owner) or \"0660\" (owner and group)".into(),
+        ),
+        (
+            "listen = \"unix:/run/tcpvs/admin.sock\"\nmode = \"4770\"",
+            "\"4770\"",
+            "mode 4770 has setuid, setgid or sticky bits, which mean nothing for a socket: give the permission bits only, like \"0660\"".into(),
+        ),
+        (
+            "listen = \"unix:/run/tcpvs/admin.sock\"\nmode = 660",
+            "660",
+            "`mode`: expected an octal string like \"0600\", found the number 660".into(),
+        ),
+        (
+            "listen = \"127.0.0.1:9090\"\ntoken_file = \"/dev/null/x\"\nmode = \"0600\"",
+            "\"0600\"",
+            "`mode` sets the permissions of a Unix socket: it needs `listen = \"unix:PATH\"`".into(),
+        ),
+        (
+            "listen = \"unix:\"",
+            "\"unix:\"",
+            "`unix:` needs the socket's path, like \"unix:/run/tcpvs/admin.sock\"".into(),
+        ),
+        (
+            &*Box::leak(format!("listen = \"unix:{long}\"").into_boxed_str()),
+            "\"unix:",
+            format!("the socket's path {long} is 110 bytes long; a Unix socket's path holds at most 107"),
+        ),
+    ];
+    for (i, (keys, token, message)) in cases.iter().enumerate() {
+        let (c, text) = with_admin(&format!("admin-mode-{i}.toml"), keys, 0o600);
+        assert_eq!(c.code, 1, "{keys}: {}", c.stderr);
+        let expected = at(&c.file, &text, token, 0, message);
+        let errors: Vec<&str> = c
+            .stderr
+            .lines()
+            .filter(|l| !l.contains("token_file"))
+            .collect();
+        assert_eq!(errors, [expected.as_str()], "{keys}");
+    }
+    // What is right: an octal mode of 3 or 4 digits (or 0o...), a path relative to the file.
+    for (i, mode) in ["0660", "600", "0o640", "0000"].iter().enumerate() {
+        let keys = format!("listen = \"unix:admin.sock\"\nmode = \"{mode}\"");
+        let (c, _) = with_admin(&format!("admin-mode-ok-{i}.toml"), &keys, 0o600);
+        assert_eq!((c.code, c.stderr.as_str()), (0, ""), "{mode}");
+    }
 }

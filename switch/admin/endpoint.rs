@@ -1,6 +1,7 @@
 //! What the admin routes read and write: the switch's shared state, the token that guards
 //! changes, the rate samples.
 
+use super::http::Request;
 use super::rates::Sampler;
 use crate::shared::Shared;
 use std::sync::Arc;
@@ -21,4 +22,26 @@ impl Endpoint {
             sampler: Sampler::default(),
         }
     }
+}
+
+/// The credentials of `Authorization: Bearer <credentials>`; the scheme's name is
+/// case-insensitive (RFC 9110, 11.1).
+pub fn bearer(request: &Request) -> Option<&str> {
+    let (scheme, credentials) = request.authorization.as_deref()?.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(credentials.trim())
+}
+
+/// Compares without an early exit, so the time taken does not tell how much of a guess was
+/// right.
+pub fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+    if given.len() != expected.len() {
+        return false;
+    }
+    given
+        .iter()
+        .zip(expected)
+        .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+        == 0
 }

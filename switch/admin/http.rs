@@ -7,8 +7,7 @@
 
 use std::io;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// A request head larger than this is refused (431).
 const MAX_HEAD: usize = 16 * 1024;
@@ -89,9 +88,14 @@ enum Unread {
     Refuse(u16, &'static str),
 }
 
+/// What the endpoint's connections are: TCP or Unix stream sockets.
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Stream for S {}
+
 /// Serves requests on `stream` until it closes, `handle` answering each.
-pub async fn serve_connection<F, Fut>(mut stream: TcpStream, mut handle: F)
+pub async fn serve_connection<S, F, Fut>(mut stream: S, mut handle: F)
 where
+    S: Stream,
     F: FnMut(Request) -> Fut,
     Fut: std::future::Future<Output = Response>,
 {
@@ -125,7 +129,7 @@ where
 /// Answers 503 to a connection over the endpoint's limit, and closes it. The request head is
 /// read first (briefly): closing with it unread would reset the connection, and the reset
 /// could destroy the answer before the caller reads it.
-pub async fn refuse_busy(mut stream: TcpStream) {
+pub async fn refuse_busy<S: Stream>(mut stream: S) {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
     let mut seen = Vec::new();
     while !seen.windows(4).any(|w| w == b"\r\n\r\n") && seen.len() < MAX_HEAD {
@@ -138,8 +142,8 @@ pub async fn refuse_busy(mut stream: TcpStream) {
 }
 
 /// Reads one request; bytes after it stay in `buffer` for the next.
-async fn read_request(
-    stream: &mut TcpStream,
+async fn read_request<S: Stream>(
+    stream: &mut S,
     buffer: &mut Vec<u8>,
     first_byte_within: Duration,
 ) -> Result<Request, Unread> {
@@ -180,8 +184,8 @@ async fn read_request(
     }
 }
 
-async fn read_more(
-    stream: &mut TcpStream,
+async fn read_more<S: Stream>(
+    stream: &mut S,
     buffer: &mut Vec<u8>,
     deadline: tokio::time::Instant,
 ) -> Result<(), Unread> {
@@ -246,8 +250,8 @@ fn request_of(parsed: &httparse::Request<'_, '_>) -> Result<(Request, usize), Un
     Ok((request, body_len))
 }
 
-async fn write_response(
-    stream: &mut TcpStream,
+async fn write_response<S: Stream>(
+    stream: &mut S,
     response: &Response,
     close: bool,
     head_only: bool,

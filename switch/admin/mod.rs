@@ -14,6 +14,7 @@
 pub mod client;
 mod endpoint;
 mod http;
+pub mod listener;
 pub mod metrics;
 pub mod rates;
 mod routes;
@@ -23,8 +24,8 @@ pub mod table;
 use crate::config::admin::AdminConfig;
 use crate::shared::Shared;
 use endpoint::Endpoint;
+pub use listener::{bind, Listener, Peer};
 use rates::Counters;
-use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -35,23 +36,25 @@ use tokio::task::JoinSet;
 /// after a few seconds (http.rs), so a full house does not last.
 pub const MAX_CONNECTIONS: usize = 64;
 
-/// Binds the admin listener now, so that a taken address fails the start with a clear error.
-pub fn bind(config: &AdminConfig) -> io::Result<std::net::TcpListener> {
-    let listener = std::net::TcpListener::bind(config.listen).map_err(|e| {
-        io::Error::new(
-            e.kind(),
-            format!("the admin endpoint cannot listen on {}: {e}", config.listen),
-        )
-    })?;
-    listener.set_nonblocking(true)?;
-    Ok(listener)
+/// The endpoint's listening socket in the runtime it serves on.
+enum Accepting {
+    Tcp(tokio::net::TcpListener),
+    /// The socket file is removed when this is dropped: when the endpoint stops, or its task
+    /// is ended with the switch.
+    Unix(tokio::net::UnixListener, listener::SocketFile),
 }
 
 /// Serves the endpoint on the current tokio runtime until `shared.shutdown` turns true;
 /// samples the counters for rates once a second meanwhile.
-pub async fn serve(shared: Arc<Shared>, config: AdminConfig, listener: std::net::TcpListener) {
-    let listener = match tokio::net::TcpListener::from_std(listener) {
-        Ok(l) => l,
+pub async fn serve(shared: Arc<Shared>, config: AdminConfig, listener: Listener) {
+    let accepting = match listener {
+        Listener::Tcp(l) => tokio::net::TcpListener::from_std(l).map(Accepting::Tcp),
+        Listener::Unix(l, file) => {
+            tokio::net::UnixListener::from_std(l).map(|l| Accepting::Unix(l, file))
+        }
+    };
+    let accepting = match accepting {
+        Ok(accepting) => accepting,
         Err(e) => {
             tracing::error!("the admin endpoint cannot start: {e}");
             return;
@@ -66,7 +69,7 @@ pub async fn serve(shared: Arc<Shared>, config: AdminConfig, listener: std::net:
     let mut shutdown = shared.shutdown.clone();
     loop {
         let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+            accepted = accept(&accepting) => accepted,
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             _ = shutdown.wait_for(|stop| *stop) => break,
         };
@@ -79,20 +82,56 @@ pub async fn serve(shared: Arc<Shared>, config: AdminConfig, listener: std::net:
             }
         };
         let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
-            connections.spawn(http::refuse_busy(stream));
+            connections.spawn(stream.refuse_busy());
             continue;
         };
         let endpoint = Arc::clone(&endpoint);
         connections.spawn(async move {
             let _permit = permit;
-            http::serve_connection(stream, |request| {
+            let answer = |request| {
                 let endpoint = Arc::clone(&endpoint);
                 async move { routes::answer(&endpoint, request, peer).await }
-            })
-            .await;
+            };
+            match stream {
+                Accepted::Tcp(stream) => http::serve_connection(stream, answer).await,
+                Accepted::Unix(stream) => http::serve_connection(stream, answer).await,
+            }
         });
     }
     sampling.abort();
+}
+
+/// A connection accepted, of either kind.
+enum Accepted {
+    Tcp(tokio::net::TcpStream),
+    Unix(tokio::net::UnixStream),
+}
+
+impl Accepted {
+    async fn refuse_busy(self) {
+        match self {
+            Accepted::Tcp(stream) => http::refuse_busy(stream).await,
+            Accepted::Unix(stream) => http::refuse_busy(stream).await,
+        }
+    }
+}
+
+async fn accept(accepting: &Accepting) -> std::io::Result<(Accepted, Peer)> {
+    match accepting {
+        Accepting::Tcp(listener) => {
+            let (stream, addr) = listener.accept().await?;
+            Ok((Accepted::Tcp(stream), Peer::Tcp(addr)))
+        }
+        Accepting::Unix(listener, _file) => {
+            let (stream, _) = listener.accept().await?;
+            let credentials = stream.peer_cred().ok();
+            let peer = Peer::Unix {
+                uid: credentials.map(|c| c.uid()),
+                pid: credentials.and_then(|c| c.pid()),
+            };
+            Ok((Accepted::Unix(stream), peer))
+        }
+    }
 }
 
 /// Once a second, the counters the rates are computed from.
@@ -111,8 +150,8 @@ async fn sample_rates(endpoint: Arc<Endpoint>) {
 pub fn spawn_thread(
     shared: Arc<Shared>,
     config: AdminConfig,
-    listener: std::net::TcpListener,
-) -> io::Result<std::thread::JoinHandle<()>> {
+    listener: Listener,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("tcpvs-admin".into())
         .spawn(move || {

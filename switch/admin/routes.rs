@@ -1,8 +1,9 @@
 //! What each admin path answers. Reads take a snapshot; the one change (`PUT
 //! /pools/{pool}/servers/{addr}`) goes through `control::apply`, like checks and the agent.
 
-use super::endpoint::Endpoint;
+use super::endpoint::{bearer, same_secret, Endpoint};
 use super::http::{percent_decode, Request, Response};
+use super::listener::Peer;
 use super::rates::Counters;
 use super::stats_json::{server_json, stats_json};
 use crate::control::{self, AdminState, Change};
@@ -13,7 +14,7 @@ use std::sync::Arc;
 /// The monitor page: one document, no external assets (it must work offline).
 const MONITOR_PAGE: &str = include_str!("monitor.html");
 
-pub async fn answer(endpoint: &Arc<Endpoint>, request: Request, peer: SocketAddr) -> Response {
+pub async fn answer(endpoint: &Arc<Endpoint>, request: Request, peer: Peer) -> Response {
     let method = request.method.as_str();
     let path = request.path.as_str();
     let reads = matches!(method, "GET" | "HEAD");
@@ -37,7 +38,7 @@ pub async fn answer(endpoint: &Arc<Endpoint>, request: Request, peer: SocketAddr
                     415,
                     "send the change as JSON, with `Content-Type: application/json`",
                 ),
-                Ok(()) => change_server(endpoint, pool, addr, &request.body),
+                Ok(()) => change_server(endpoint, pool, addr, &request.body, peer),
             },
             None => Response::error(404, &format!("no such path: {path}")),
         },
@@ -111,40 +112,38 @@ fn server_path(path: &str) -> Option<(&str, &str)> {
     (!pool.is_empty() && !addr.is_empty() && !addr.contains('/')).then_some((pool, addr))
 }
 
-/// Changes need the token when one is set; without one, only a loopback listener (the rule
-/// file cannot put one elsewhere) takes them, only from loopback peers, and only when they
-/// do not come from a web page of another site: a browser on this host would otherwise carry
-/// them for any page (a request made cross-site names its page's `Origin`; a page behind DNS
-/// rebinding names its own host in `Host`). Such a page cannot send a token it does not know.
-fn authorize(endpoint: &Endpoint, request: &Request, peer: SocketAddr) -> Result<(), Response> {
+/// Changes need the token when one is set. Without one, they are taken from peers that the
+/// listener lets in only: loopback peers of a loopback listener (the rule file cannot put one
+/// elsewhere) and whoever the Unix socket's permissions let connect; and never from a web page
+/// of another site: a browser on this host would otherwise carry them for any page (a request
+/// made cross-site names its page's `Origin`; a page behind DNS rebinding names its own host in
+/// `Host`, which only TCP can reach). Such a page cannot send a token it does not know.
+fn authorize(endpoint: &Endpoint, request: &Request, peer: Peer) -> Result<(), Response> {
     let unauthorized = |why: &str| {
         Response::error(401, why).with_field("WWW-Authenticate: Bearer realm=\"tcpvs\"".into())
     };
     let forbidden = |why: &str| Err(Response::error(403, why));
     let Some(token) = &endpoint.token else {
-        if !peer.ip().is_loopback() {
-            return forbidden("changes without a token are accepted only from loopback");
-        }
-        if !is_loopback_host(&request.host) {
-            return forbidden(
-                "changes without a token must name a loopback Host (127.0.0.1, [::1], localhost)",
-            );
+        if let Peer::Tcp(addr) = peer {
+            if !addr.ip().is_loopback() {
+                return forbidden("changes without a token are accepted only from loopback");
+            }
+            if !is_loopback_host(&request.host) {
+                return forbidden(
+                    "changes without a token must name a loopback Host (127.0.0.1, [::1], localhost)",
+                );
+            }
         }
         if !request.origin.is_empty() && request.origin != format!("http://{}", request.host) {
             return forbidden("changes without a token are not accepted from another site's page");
         }
         return Ok(());
     };
-    // The scheme's name is case-insensitive (RFC 9110, 11.1).
-    let given = request.authorization.as_deref().and_then(|value| {
-        let (scheme, credentials) = value.split_once(' ')?;
-        scheme.eq_ignore_ascii_case("bearer").then_some(credentials)
-    });
-    match given {
+    match bearer(request) {
         None => Err(unauthorized(
             "changes need `Authorization: Bearer <token>` (the [admin] token)",
         )),
-        Some(given) if same_secret(given.trim().as_bytes(), token.as_bytes()) => Ok(()),
+        Some(given) if same_secret(given.as_bytes(), token.as_bytes()) => Ok(()),
         Some(_) => Err(unauthorized("wrong token")),
     }
 }
@@ -170,19 +169,6 @@ fn is_json(content_type: &str) -> bool {
         .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
 }
 
-/// Compares without an early exit, so the time taken does not tell how much of a guess was
-/// right.
-fn same_secret(given: &[u8], expected: &[u8]) -> bool {
-    if given.len() != expected.len() {
-        return false;
-    }
-    given
-        .iter()
-        .zip(expected)
-        .fold(0u8, |diff, (a, b)| diff | (a ^ b))
-        == 0
-}
-
 /// The body of a change: either key or both.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -191,7 +177,13 @@ struct ServerChange {
     state: Option<String>,
 }
 
-fn change_server(endpoint: &Endpoint, pool_name: &str, addr: &str, body: &[u8]) -> Response {
+fn change_server(
+    endpoint: &Endpoint,
+    pool_name: &str,
+    addr: &str,
+    body: &[u8],
+    peer: Peer,
+) -> Response {
     let Some(pool_name) = percent_decode(pool_name) else {
         return Response::error(400, "the pool name is not valid %-encoded UTF-8");
     };
@@ -217,7 +209,7 @@ fn change_server(endpoint: &Endpoint, pool_name: &str, addr: &str, body: &[u8]) 
         Err(why) => return Response::error(400, &why),
     };
     if let Change::Admin { state, weight } = &change {
-        tracing::info!(pool = %pool_name, server = %addr, ?state, ?weight, "changed by the admin endpoint");
+        tracing::info!(pool = %pool_name, server = %addr, ?state, ?weight, %peer, "changed by the admin endpoint");
     }
     control::apply(pool, index, change);
     let snapshot = shared.snapshot();

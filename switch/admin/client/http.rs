@@ -1,9 +1,10 @@
 //! The HTTP/1.1 of the client: the bytes of a request, and an answer read and framed by its
 //! `Content-Length`.
 
-use super::{Endpoint, Error, CONNECT_TIMEOUT, IO_TIMEOUT};
+use super::{Address, Endpoint, Error, CONNECT_TIMEOUT, IO_TIMEOUT};
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
 
 /// The largest answer accepted: far above any `/stats` document, a guard against a peer that
 /// is not the admin endpoint and never stops sending.
@@ -74,7 +75,7 @@ impl Answer {
 
     pub(super) fn json(&self, endpoint: &Endpoint) -> Result<serde_json::Value, Error> {
         serde_json::from_slice(&self.body).map_err(|e| Error::Malformed {
-            addr: endpoint.addr,
+            addr: endpoint.addr.clone(),
             what: format!("the body is not JSON: {e}"),
         })
     }
@@ -97,9 +98,13 @@ pub fn request_bytes(
     path: &str,
     body: Option<&[u8]>,
 ) -> Vec<u8> {
+    // A Unix socket has no host name; `localhost` is what curl sends over one.
+    let host = match &endpoint.addr {
+        Address::Tcp(addr) => addr.to_string(),
+        Address::Unix(_) => "localhost".to_string(),
+    };
     let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: tcpvs/{}\r\nAccept: application/json\r\n",
-        endpoint.addr,
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: tcpvs/{}\r\nAccept: application/json\r\n",
         env!("CARGO_PKG_VERSION")
     );
     if let Some(token) = &endpoint.token {
@@ -129,19 +134,43 @@ pub(super) fn exchange(
             return Err(Error::TokenText);
         }
     }
-    let addr = endpoint.addr;
-    let mut stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
-        .map_err(|error| Error::Unreachable { addr, error })?;
-    let broken = |error| Error::Exchange { addr, error };
-    stream.set_read_timeout(Some(IO_TIMEOUT)).map_err(broken)?;
-    stream.set_write_timeout(Some(IO_TIMEOUT)).map_err(broken)?;
-    let _ = stream.set_nodelay(true);
-    stream
-        .write_all(&request_bytes(endpoint, method, path, body))
-        .map_err(broken)?;
-    read_answer(&mut stream).map_err(|e| match e {
-        ReadError::Io(error) => Error::Exchange { addr, error },
-        ReadError::Malformed(what) => Error::Malformed { addr, what },
+    let addr = &endpoint.addr;
+    let unreachable = |error| Error::Unreachable {
+        addr: addr.clone(),
+        error,
+    };
+    let broken = |error| Error::Exchange {
+        addr: addr.clone(),
+        error,
+    };
+    let request = request_bytes(endpoint, method, path, body);
+    let answer = match addr {
+        Address::Tcp(socket) => {
+            let mut stream =
+                TcpStream::connect_timeout(socket, CONNECT_TIMEOUT).map_err(unreachable)?;
+            stream.set_read_timeout(Some(IO_TIMEOUT)).map_err(broken)?;
+            stream.set_write_timeout(Some(IO_TIMEOUT)).map_err(broken)?;
+            let _ = stream.set_nodelay(true);
+            stream.write_all(&request).map_err(broken)?;
+            read_answer(&mut stream)
+        }
+        Address::Unix(path) => {
+            // No connect timeout here (std has none for Unix sockets): a local connect waits
+            // only while the endpoint's accept queue is full, and the endpoint accepts at once
+            // (it makes room by closing a connection rather than leaving new ones queued).
+            let mut stream = UnixStream::connect(path).map_err(unreachable)?;
+            stream.set_read_timeout(Some(IO_TIMEOUT)).map_err(broken)?;
+            stream.set_write_timeout(Some(IO_TIMEOUT)).map_err(broken)?;
+            stream.write_all(&request).map_err(broken)?;
+            read_answer(&mut stream)
+        }
+    };
+    answer.map_err(|e| match e {
+        ReadError::Io(error) => broken(error),
+        ReadError::Malformed(what) => Error::Malformed {
+            addr: addr.clone(),
+            what,
+        },
     })
 }
 

@@ -1,0 +1,274 @@
+//! The admin endpoint on a shared host: a Unix socket whose mode says who may connect (a stale
+//! socket replaced, anything else refused, the file removed when the switch stops), the token
+//! still required over it when one is set.
+//!
+//! Verdicts never depend on elapsed time: each step waits for an answer.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::UnixStream;
+
+// ---------------------------------------------------------------- talking to the endpoint
+
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+/// One answer from `raw`, when it is complete: the answer and its length.
+fn parse_answer(raw: &[u8]) -> Option<(Answer, usize)> {
+    let mut fields = [httparse::EMPTY_HEADER; 32];
+    let mut response = httparse::Response::new(&mut fields);
+    let httparse::Status::Complete(head_len) = response.parse(raw).expect("a valid answer") else {
+        return None;
+    };
+    let length: usize = response
+        .headers
+        .iter()
+        .find(|f| f.name.eq_ignore_ascii_case("content-length"))
+        .map(|f| std::str::from_utf8(f.value).unwrap().parse().unwrap())
+        .expect("every admin answer has a Content-Length");
+    if raw.len() < head_len + length {
+        return None;
+    }
+    let answer = Answer {
+        status: response.code.expect("a status"),
+        body: String::from_utf8_lossy(&raw[head_len..head_len + length]).into_owned(),
+    };
+    Some((answer, head_len + length))
+}
+
+/// A request's bytes: `fields` are whole lines; a body gets its Content-Length.
+fn request(method: &str, path: &str, host: &str, fields: &[&str], body: &str) -> String {
+    let mut text = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\n");
+    for field in fields {
+        text.push_str(field);
+        text.push_str("\r\n");
+    }
+    if !body.is_empty() || method == "PUT" || method == "POST" {
+        text.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    text.push_str("\r\n");
+    text.push_str(body);
+    text
+}
+
+/// Sends `bytes` (a request with `Connection: close`) and reads the answer to the end.
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, bytes: &str) -> Answer {
+    stream.write_all(bytes.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut raw))
+        .await
+        .expect("the endpoint answers and closes")
+        .unwrap();
+    parse_answer(&raw)
+        .unwrap_or_else(|| panic!("incomplete answer: {}", String::from_utf8_lossy(&raw)))
+        .0
+}
+
+/// One request over the Unix socket at `path`, `Connection: close`.
+async fn unix_call(path: &Path, method: &str, target: &str, fields: &[&str], body: &str) -> Answer {
+    let stream = UnixStream::connect(path)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {}: {e}", path.display()));
+    let mut fields = fields.to_vec();
+    fields.push("Connection: close");
+    exchange(stream, &request(method, target, "localhost", &fields, body)).await
+}
+
+const RULES: &str = "[switch]\naccess_log = false\n[admin]\n{admin}\n\
+    [virtual.web]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"p\"\n\
+    [pool.p]\nservers = [{ addr = \"{server}\" }]\n";
+
+/// A rule file in `scratch` with `admin` as the `[admin]` keys, and the switch run from it.
+async fn start_from_file(
+    scratch: &Scratch,
+    admin: &str,
+    server: SocketAddr,
+) -> (tcpvs::Switch, PathBuf) {
+    let text = RULES
+        .replace("{admin}", admin)
+        .replace("{server}", &server.to_string());
+    let rules = scratch.file("rules.toml", &text);
+    let config = tcpvs::Config::load(&rules).unwrap_or_else(|e| panic!("{text}\n{e}"));
+    (tcpvs::Switch::start(config).await.unwrap(), rules)
+}
+
+fn server_state(stats: &Value, addr: SocketAddr) -> (String, u64) {
+    let server = stats["pools"][0]["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["addr"] == addr.to_string())
+        .unwrap_or_else(|| panic!("no server {addr}"));
+    (
+        server["state"].as_str().unwrap().to_string(),
+        server["weight"].as_u64().unwrap(),
+    )
+}
+
+// ---------------------------------------------------------------- the Unix socket
+
+#[tokio::test]
+async fn a_unix_socket_serves_the_endpoint_with_its_mode_and_goes_when_the_switch_stops() {
+    let live = backend().await;
+    let scratch = Scratch::new("admin_unix");
+    let socket = scratch.0.join("admin.sock");
+    // A crashed run's socket: the file stays, nobody listens.
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let stale = std::fs::metadata(&socket).unwrap().ino();
+
+    // A relative path is taken from the rule file's folder.
+    let (switch, _) = start_from_file(
+        &scratch,
+        "listen = \"unix:admin.sock\"\nmode = \"0640\"",
+        live.addr,
+    )
+    .await;
+    let metadata = std::fs::symlink_metadata(&socket).unwrap();
+    assert!(metadata.file_type().is_socket());
+    assert_eq!(metadata.permissions().mode() & 0o7777, 0o640);
+    assert_ne!(metadata.ino(), stale, "the stale socket was replaced");
+    assert_eq!(switch.admin_addr(), None, "no TCP address");
+
+    let stats = unix_call(&socket, "GET", "/stats", &[], "").await;
+    assert_eq!(stats.status, 200, "{}", stats.body);
+
+    // No token: the socket's permissions decide, and this process may connect.
+    let path = format!("/pools/p/servers/{}", live.addr);
+    let json = "Content-Type: application/json";
+    let changed = unix_call(
+        &socket,
+        "PUT",
+        &path,
+        &[json],
+        r#"{"state":"drain","weight":3}"#,
+    )
+    .await;
+    assert_eq!(changed.status, 200, "{}", changed.body);
+    let stats = unix_call(&socket, "GET", "/stats", &[], "").await.json();
+    assert_eq!(server_state(&stats, live.addr), ("drain".to_string(), 3));
+    // A page of another site, through some proxy to the socket, is still refused.
+    let cross = unix_call(
+        &socket,
+        "PUT",
+        &path,
+        &[json, "Origin: http://evil.example"],
+        r#"{"state":"ready"}"#,
+    )
+    .await;
+    assert_eq!(cross.status, 403, "{}", cross.body);
+
+    let reloaded = unix_call(&socket, "POST", "/reload", &[json], "{}").await;
+    assert_eq!(reloaded.status, 200, "{}", reloaded.body);
+    assert_eq!(reloaded.json()["generation"], 2);
+
+    switch.shutdown(std::time::Duration::from_secs(1)).await;
+    assert!(
+        std::fs::symlink_metadata(&socket).is_err(),
+        "the socket file is removed when the switch stops"
+    );
+}
+
+#[tokio::test]
+async fn the_default_mode_is_the_owners_alone_and_a_token_is_still_required() {
+    let live = backend().await;
+    let scratch = Scratch::new("admin_unix_token");
+    let socket = scratch.0.join("admin.sock");
+    let (switch, _) = start_from_file(
+        &scratch,
+        &format!(
+            "listen = \"unix:{}\"\ntoken = \"over-the-socket\"",
+            socket.display()
+        ),
+        live.addr,
+    )
+    .await;
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o600);
+    let path = format!("/pools/p/servers/{}", live.addr);
+    let json = "Content-Type: application/json";
+    let missing = unix_call(&socket, "PUT", &path, &[json], r#"{"weight":7}"#).await;
+    assert_eq!(missing.status, 401, "{}", missing.body);
+    let wrong = unix_call(
+        &socket,
+        "PUT",
+        &path,
+        &[json, "Authorization: Bearer not-it"],
+        r#"{"weight":7}"#,
+    )
+    .await;
+    assert_eq!(wrong.status, 401, "{}", wrong.body);
+    let right = unix_call(
+        &socket,
+        "PUT",
+        &path,
+        &[json, "Authorization: Bearer over-the-socket"],
+        r#"{"weight":7}"#,
+    )
+    .await;
+    assert_eq!(right.status, 200, "{}", right.body);
+    assert_eq!(right.json()["weight"], 7);
+    // With a token, a reload need not be labelled JSON: a page cannot send the token.
+    let reload = unix_call(
+        &socket,
+        "POST",
+        "/reload",
+        &["Authorization: Bearer over-the-socket"],
+        "",
+    )
+    .await;
+    assert_eq!(reload.status, 200, "{}", reload.body);
+    switch.shutdown(std::time::Duration::from_secs(1)).await;
+    assert!(std::fs::symlink_metadata(&socket).is_err());
+}
+
+#[tokio::test]
+async fn a_path_that_is_not_a_stale_socket_is_refused_and_left_alone() {
+    let live = backend().await;
+    let scratch = Scratch::new("admin_unix_taken");
+    let start = |listen: &str| {
+        let text = RULES
+            .replace("{admin}", &format!("listen = \"unix:{listen}\""))
+            .replace("{server}", &live.addr.to_string());
+        let rules = scratch.file("rules.toml", &text);
+        let config = tcpvs::Config::load(&rules).unwrap();
+        async move { tcpvs::Switch::start(config).await }
+    };
+
+    let file = scratch.file("regular", "not a socket\n");
+    let error = start(&file.display().to_string())
+        .await
+        .err()
+        .expect("refused");
+    assert!(error.to_string().contains("is a regular file"), "{error}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "not a socket\n");
+
+    // A socket somebody serves: in use, as a TCP address would be.
+    let busy = scratch.0.join("busy.sock");
+    let serving = std::os::unix::net::UnixListener::bind(&busy).unwrap();
+    let error = start(&busy.display().to_string())
+        .await
+        .err()
+        .expect("refused");
+    assert!(
+        error.to_string().contains("another process serves"),
+        "{error}"
+    );
+    let identity = std::fs::metadata(&busy).unwrap().ino();
+    assert_eq!(std::fs::metadata(&busy).unwrap().ino(), identity);
+    drop(serving);
+}
