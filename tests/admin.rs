@@ -1028,7 +1028,9 @@ async fn token_file_is_read_relative_to_the_rule_file() {
     assert_eq!(answer.status, 200, "{}", answer.body);
 }
 
-// ---------------------------------------------------------------- cross-site changes, a full house
+// ---------------------------------------------------------------- cross-site changes
+
+// A full house (64 connections): tests/admin_safety.rs.
 
 /// Sends `request` (a whole request, `Connection: close`) and reads the answer.
 async fn raw_call(admin: SocketAddr, request: &str) -> Answer {
@@ -1092,49 +1094,6 @@ async fn without_a_token_changes_from_other_sites_pages_are_refused() {
         server(&stats(s.admin).await, "p", s.a.addr)["state"],
         "maint"
     );
-}
-
-#[tokio::test]
-async fn a_full_endpoint_answers_503_and_serves_again_when_a_connection_ends() {
-    let s = setup("wlc", "").await;
-    // 64 kept-alive connections, each holding a slot (each answered once, so each was taken).
-    let mut held = Vec::new();
-    for _ in 0..64 {
-        let mut stream = TcpStream::connect(s.admin).await.unwrap();
-        stream
-            .write_all(format!("GET /stats HTTP/1.1\r\nHost: {}\r\n\r\n", s.admin).as_bytes())
-            .await
-            .unwrap();
-        let mut raw = Vec::new();
-        let mut chunk = [0u8; 65536];
-        while parse_answer(&raw, false).is_none() {
-            let n = tokio::time::timeout(PATIENCE, stream.read(&mut chunk))
-                .await
-                .expect("an answer")
-                .unwrap();
-            assert!(n > 0, "closed while the house was filling");
-            raw.extend_from_slice(&chunk[..n]);
-        }
-        held.push(stream);
-    }
-    let busy = get(s.admin, "/stats").await;
-    assert_eq!(busy.status, 503, "{}", busy.body);
-    assert!(busy.body.contains("busy"));
-    // One connection leaves: its slot serves the next caller.
-    drop(held.pop());
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let answer = get(s.admin, "/stats").await;
-        if answer.status == 200 {
-            break;
-        }
-        assert_eq!(answer.status, 503);
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the freed slot never served"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
 }
 
 #[tokio::test]

@@ -1,8 +1,10 @@
 //! The admin endpoint on a shared host: a Unix socket whose mode says who may connect (a stale
 //! socket replaced, anything else refused, the file removed when the switch stops), the token
-//! still required over it when one is set.
+//! still required over it when one is set; changes with the token getting through a house full
+//! of idle, slow and reading connections, and the bound that still holds when every connection
+//! is a token holder's.
 //!
-//! Verdicts never depend on elapsed time: each step waits for an answer.
+//! Verdicts never depend on elapsed time: each step waits for an answer or an EOF.
 
 mod common;
 
@@ -12,7 +14,7 @@ use std::net::SocketAddr;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::UnixStream;
+use tokio::net::{TcpStream, UnixStream};
 
 // ---------------------------------------------------------------- talking to the endpoint
 
@@ -87,6 +89,53 @@ async fn unix_call(path: &Path, method: &str, target: &str, fields: &[&str], bod
     let mut fields = fields.to_vec();
     fields.push("Connection: close");
     exchange(stream, &request(method, target, "localhost", &fields, body)).await
+}
+
+/// One request over TCP, `Connection: close`.
+async fn tcp_call(
+    admin: SocketAddr,
+    method: &str,
+    target: &str,
+    fields: &[&str],
+    body: &str,
+) -> Answer {
+    let stream = TcpStream::connect(admin).await.unwrap();
+    let mut fields = fields.to_vec();
+    fields.push("Connection: close");
+    exchange(
+        stream,
+        &request(method, target, &admin.to_string(), &fields, body),
+    )
+    .await
+}
+
+/// Reads one answer on a kept-alive connection.
+async fn read_one<S: AsyncRead + Unpin>(stream: &mut S) -> Answer {
+    let mut raw = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        if let Some((answer, used)) = parse_answer(&raw) {
+            assert_eq!(used, raw.len(), "nothing after the answer");
+            return answer;
+        }
+        let n = tokio::time::timeout(PATIENCE, stream.read(&mut chunk))
+            .await
+            .expect("an answer")
+            .unwrap();
+        assert!(n > 0, "closed before answering");
+        raw.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Whether the endpoint closed `stream` (EOF or reset); a stream that gets bytes instead
+/// panics, and so does one that neither closes nor sends within PATIENCE.
+async fn closed_by_endpoint(stream: &mut TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    match tokio::time::timeout(PATIENCE, stream.read(&mut byte)).await {
+        Ok(Ok(0)) | Ok(Err(_)) => true,
+        Ok(Ok(_)) => panic!("the endpoint sent bytes instead of closing"),
+        Err(_) => panic!("the endpoint neither closed the connection nor sent within {PATIENCE:?}"),
+    }
 }
 
 const RULES: &str = "[switch]\naccess_log = false\n[admin]\n{admin}\n\
@@ -271,4 +320,158 @@ async fn a_path_that_is_not_a_stale_socket_is_refused_and_left_alone() {
     let identity = std::fs::metadata(&busy).unwrap().ino();
     assert_eq!(std::fs::metadata(&busy).unwrap().ino(), identity);
     drop(serving);
+}
+
+// ---------------------------------------------------------------- a full house
+
+/// Opens a connection to `admin` and sends it `bytes` (possibly a partial request).
+async fn open_with(admin: SocketAddr, bytes: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(admin).await.unwrap();
+    stream.write_all(bytes.as_bytes()).await.unwrap();
+    stream
+}
+
+#[tokio::test]
+async fn changes_with_the_token_get_through_a_house_full_of_idle_slow_and_reading_connections() {
+    let live = backend().await;
+    let scratch = Scratch::new("admin_lockout");
+    let (switch, _) = start_from_file(
+        &scratch,
+        "listen = \"127.0.0.1:0\"\ntoken = \"operator\"",
+        live.addr,
+    )
+    .await;
+    let admin = switch.admin_addr().unwrap();
+    let host = admin.to_string();
+    // 64 connections, as any local user can open them: 22 that never send a byte, 21 that
+    // send a head a piece at a time (slowloris), 21 that read /stats and stay, to read again.
+    let mut idle = Vec::new();
+    for _ in 0..22 {
+        idle.push(open_with(admin, "").await);
+    }
+    let mut slow = Vec::new();
+    for _ in 0..21 {
+        slow.push(
+            open_with(
+                admin,
+                &format!("GET /stats HTTP/1.1\r\nHost: {host}\r\nX-Slow"),
+            )
+            .await,
+        );
+    }
+    let mut readers = Vec::new();
+    for _ in 0..21 {
+        let mut stream = open_with(admin, &request("GET", "/stats", &host, &[], "")).await;
+        assert_eq!(read_one(&mut stream).await.status, 200);
+        readers.push(stream);
+    }
+    // Every one of them was accepted: the readers, connected last, were answered (the
+    // endpoint accepts in order).
+
+    let path = format!("/pools/p/servers/{}", live.addr);
+    let token = "Authorization: Bearer operator";
+    let json = "Content-Type: application/json";
+    let change = tcp_call(admin, "PUT", &path, &[token, json], r#"{"state":"maint"}"#).await;
+    assert_eq!(change.status, 200, "{}", change.body);
+    let reload = tcp_call(admin, "POST", "/reload", &[token, json], "{}").await;
+    assert_eq!(reload.status, 200, "{}", reload.body);
+    assert_eq!(reload.json()["generation"], 2);
+    // The change made room by closing the connection that had waited longest for a request,
+    // the first idle one; the reload found the change's slot free again.
+    assert!(closed_by_endpoint(&mut idle[0]).await);
+    // The readers still read: they had waited less.
+    for reader in &mut readers {
+        reader
+            .write_all(request("GET", "/stats", &host, &[], "").as_bytes())
+            .await
+            .unwrap();
+        let answer = read_one(reader).await;
+        assert_eq!(answer.status, 200);
+        assert_eq!(
+            server_state(&answer.json(), live.addr).0,
+            "maint",
+            "the change took effect"
+        );
+    }
+    drop((idle, slow));
+}
+
+#[tokio::test]
+async fn without_a_token_too_the_newcomer_gets_in_and_the_longest_waiting_makes_room() {
+    let live = backend().await;
+    let scratch = Scratch::new("admin_full_no_token");
+    let (switch, _) = start_from_file(&scratch, "listen = \"127.0.0.1:0\"", live.addr).await;
+    let admin = switch.admin_addr().unwrap();
+    let host = admin.to_string();
+    let mut readers = Vec::new();
+    for _ in 0..tcpvs::admin::MAX_CONNECTIONS {
+        let mut stream = open_with(admin, &request("GET", "/stats", &host, &[], "")).await;
+        assert_eq!(read_one(&mut stream).await.status, 200);
+        readers.push(stream);
+    }
+    let path = format!("/pools/p/servers/{}", live.addr);
+    let change = tcp_call(
+        admin,
+        "PUT",
+        &path,
+        &["Content-Type: application/json"],
+        r#"{"weight":9}"#,
+    )
+    .await;
+    assert_eq!(change.status, 200, "{}", change.body);
+    assert!(
+        closed_by_endpoint(&mut readers[0]).await,
+        "the first reader waited longest"
+    );
+}
+
+#[tokio::test]
+async fn when_every_connection_is_a_token_holders_a_newcomer_gets_503_and_the_house_stays_bounded()
+{
+    let live = backend().await;
+    let scratch = Scratch::new("admin_all_kept");
+    let (switch, _) = start_from_file(
+        &scratch,
+        "listen = \"127.0.0.1:0\"\ntoken = \"operator\"",
+        live.addr,
+    )
+    .await;
+    let admin = switch.admin_addr().unwrap();
+    let host = admin.to_string();
+    let token = "Authorization: Bearer operator";
+    let path = format!("/pools/p/servers/{}", live.addr);
+    let body = r#"{"weight": 2}"#;
+    // Each connection: a read with the token, answered, and behind it (in the same write) a
+    // change with the token whose body is still arriving: the endpoint parses that head as soon
+    // as the answer is written, and keeps the connection for it.
+    let mut held = Vec::new();
+    for _ in 0..tcpvs::admin::MAX_CONNECTIONS {
+        let read = request("GET", "/stats", &host, &[token], "");
+        let change = request(
+            "PUT",
+            &path,
+            &host,
+            &[token, "Content-Type: application/json"],
+            body,
+        );
+        let partial = &change[..change.len() - 4];
+        let mut stream = open_with(admin, &format!("{read}{partial}")).await;
+        assert_eq!(read_one(&mut stream).await.status, 200);
+        held.push(stream);
+    }
+    let busy = tcp_call(admin, "GET", "/stats", &[], "").await;
+    assert_eq!(busy.status, 503, "{}", busy.body);
+    // One change completes; its connection then waits for a request like any other, and makes
+    // room for the next newcomer.
+    let first = &mut held[0];
+    first
+        .write_all(&body.as_bytes()[body.len() - 4..])
+        .await
+        .unwrap();
+    let answer = read_one(first).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.json()["weight"], 2);
+    let served = tcp_call(admin, "GET", "/stats", &[], "").await;
+    assert_eq!(served.status, 200, "{}", served.body);
+    assert!(closed_by_endpoint(&mut held[0]).await);
 }

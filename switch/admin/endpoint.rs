@@ -22,6 +22,14 @@ impl Endpoint {
             sampler: Sampler::default(),
         }
     }
+
+    /// Whether `request` carries the valid token (there is one, and it is this).
+    pub fn carries_token(&self, request: &Request) -> bool {
+        match (&self.token, bearer(request)) {
+            (Some(token), Some(given)) => same_secret(given.as_bytes(), token.as_bytes()),
+            _ => false,
+        }
+    }
 }
 
 /// The credentials of `Authorization: Bearer <credentials>`; the scheme's name is

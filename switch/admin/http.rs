@@ -5,6 +5,7 @@
 //! browser, a scraper and the `tcpvs` command, and the switch already reads HTTP heads with
 //! httparse; hyper or axum would add a second HTTP stack (and its dependency tree) for that.
 
+use super::slots::Slot;
 use std::io;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -82,7 +83,7 @@ impl Response {
 
 /// Why no request could be read.
 enum Unread {
-    /// The connection ended, timed out or broke: nothing to answer.
+    /// The connection ended, timed out, broke, or was closed to make room: nothing to answer.
     Gone,
     /// A request that cannot be served; answered, then the connection closes.
     Refuse(u16, &'static str),
@@ -92,10 +93,13 @@ enum Unread {
 pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> Stream for S {}
 
-/// Serves requests on `stream` until it closes, `handle` answering each.
-pub async fn serve_connection<S, F, Fut>(mut stream: S, mut handle: F)
+/// Serves requests on `stream` until it closes, `handle` answering each. `privileged` says
+/// whether a request carries the valid token: its connection is then never closed to make
+/// room for another until it is answered (slots.rs), nor while its handler runs.
+pub async fn serve_connection<S, P, F, Fut>(mut stream: S, slot: Slot, privileged: P, mut handle: F)
 where
     S: Stream,
+    P: Fn(&Request) -> bool,
     F: FnMut(Request) -> Fut,
     Fut: std::future::Future<Output = Response>,
 {
@@ -104,31 +108,51 @@ where
     loop {
         let wait = if first { READ_TIMEOUT } else { IDLE_TIMEOUT };
         first = false;
-        let request = match read_request(&mut stream, &mut buffer, wait).await {
+        let request = match read_request(&mut stream, &mut buffer, wait, &slot, &privileged).await {
             Ok(request) => request,
             Err(Unread::Gone) => return,
             Err(Unread::Refuse(status, why)) => {
-                let _ =
-                    write_response(&mut stream, &Response::error(status, why), true, false).await;
+                slot.writing();
+                let refusal = Response::error(status, why);
+                let _ = or_evicted(&slot, write_response(&mut stream, &refusal, true, false)).await;
                 return;
             }
         };
+        let kept = privileged(&request);
+        // The handler runs to the end (a reload in progress is not cut short).
+        if !slot.keep() {
+            return;
+        }
         let close = request.close;
         let head_only = request.method == "HEAD";
         let response = handle(request).await;
-        if write_response(&mut stream, &response, close, head_only)
-            .await
-            .is_err()
-            || close
-        {
+        if !kept {
+            slot.writing();
+        }
+        let written = or_evicted(
+            &slot,
+            write_response(&mut stream, &response, close, head_only),
+        )
+        .await;
+        if !matches!(written, Some(Ok(()))) || close {
             return;
         }
+        slot.waiting();
     }
 }
 
-/// Answers 503 to a connection over the endpoint's limit, and closes it. The request head is
-/// read first (briefly): closing with it unread would reset the connection, and the reset
-/// could destroy the answer before the caller reads it.
+/// `io`, unless the connection is closed to make room first (`None`).
+async fn or_evicted<T>(slot: &Slot, io: impl std::future::Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        biased;
+        () = slot.evicted() => None,
+        out = io => Some(out),
+    }
+}
+
+/// Answers 503 to a connection that finds every connection kept (slots.rs), and closes it. The
+/// request head is read first (briefly): closing with it unread would reset the connection,
+/// and the reset could destroy the answer before the caller reads it.
 pub async fn refuse_busy<S: Stream>(mut stream: S) {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
     let mut seen = Vec::new();
@@ -137,15 +161,21 @@ pub async fn refuse_busy<S: Stream>(mut stream: S) {
             break;
         }
     }
-    let busy = Response::error(503, "the admin endpoint is busy: too many connections");
+    let busy = Response::error(
+        503,
+        "the admin endpoint is busy: every connection is serving a change or a token holder",
+    );
     let _ = write_response(&mut stream, &busy, true, false).await;
 }
 
-/// Reads one request; bytes after it stay in `buffer` for the next.
+/// Reads one request; bytes after it stay in `buffer` for the next. A head that carries the
+/// valid token keeps its connection from being closed to make room while its body arrives.
 async fn read_request<S: Stream>(
     stream: &mut S,
     buffer: &mut Vec<u8>,
     first_byte_within: Duration,
+    slot: &Slot,
+    privileged: &impl Fn(&Request) -> bool,
 ) -> Result<Request, Unread> {
     // A request already begun (pipelined behind the last one) has READ_TIMEOUT to complete.
     let wait = if buffer.is_empty() {
@@ -162,8 +192,13 @@ async fn read_request<S: Stream>(
                 Ok(httparse::Status::Complete(head_len)) => {
                     let (mut request, body_len) = request_of(&parsed)?;
                     buffer.drain(..head_len);
+                    if privileged(&request) && !slot.keep() {
+                        return Err(Unread::Gone);
+                    }
                     while buffer.len() < body_len {
-                        read_more(stream, buffer, deadline).await?;
+                        or_evicted(slot, read_more(stream, buffer, deadline))
+                            .await
+                            .unwrap_or(Err(Unread::Gone))?;
                     }
                     request.body = buffer.drain(..body_len).collect();
                     return Ok(request);
@@ -176,7 +211,9 @@ async fn read_request<S: Stream>(
             }
         }
         let was_empty = buffer.is_empty();
-        read_more(stream, buffer, deadline).await?;
+        or_evicted(slot, read_more(stream, buffer, deadline))
+            .await
+            .unwrap_or(Err(Unread::Gone))?;
         if was_empty {
             // The request began: it has READ_TIMEOUT from now to arrive whole.
             deadline = tokio::time::Instant::now() + READ_TIMEOUT;

@@ -18,6 +18,7 @@ pub mod listener;
 pub mod metrics;
 pub mod rates;
 mod routes;
+mod slots;
 pub mod stats_json;
 pub mod table;
 
@@ -26,15 +27,15 @@ use crate::shared::Shared;
 use endpoint::Endpoint;
 pub use listener::{bind, Listener, Peer};
 use rates::Counters;
+pub use slots::MAX_CONNECTIONS;
+use slots::{Admission, Slots};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-/// Connections served at once. One more is answered 503 and closed at once, so that a caller
-/// learns the endpoint is busy instead of waiting in the backlog; idle connections are closed
-/// after a few seconds (http.rs), so a full house does not last.
-pub const MAX_CONNECTIONS: usize = 64;
+/// Refusals (503) answered at once; a connection beyond them is closed unanswered, so that a
+/// flood of connections to a house full of kept ones costs no more descriptors than this.
+const MAX_REFUSING: usize = 8;
 
 /// The endpoint's listening socket in the runtime it serves on.
 enum Accepting {
@@ -62,15 +63,17 @@ pub async fn serve(shared: Arc<Shared>, config: AdminConfig, listener: Listener)
     };
     let endpoint = Arc::new(Endpoint::new(Arc::clone(&shared), config.token));
     let sampling = tokio::spawn(sample_rates(Arc::clone(&endpoint)));
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let slots = Slots::new(MAX_CONNECTIONS);
     // The connections' tasks: dropped (ended) with this function when the switch stops, on
     // whichever runtime the endpoint runs.
     let mut connections = JoinSet::new();
+    let mut refusing = JoinSet::new();
     let mut shutdown = shared.shutdown.clone();
     loop {
         let accepted = tokio::select! {
             accepted = accept(&accepting) => accepted,
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            Some(_) = refusing.join_next(), if !refusing.is_empty() => continue,
             _ = shutdown.wait_for(|stop| *stop) => break,
         };
         let (stream, peer) = match accepted {
@@ -81,22 +84,46 @@ pub async fn serve(shared: Arc<Shared>, config: AdminConfig, listener: Listener)
                 continue;
             }
         };
-        let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
-            connections.spawn(stream.refuse_busy());
-            continue;
+        let slot = match slots.admit() {
+            Admission::Admitted { slot, made_room } => {
+                if made_room {
+                    tracing::debug!(
+                        "admin endpoint: {MAX_CONNECTIONS} connections; closed the one that \
+                         waited longest for {peer}"
+                    );
+                }
+                slot
+            }
+            Admission::Full => {
+                if refusing.len() < MAX_REFUSING {
+                    refusing.spawn(stream.refuse_busy());
+                }
+                continue;
+            }
         };
         let endpoint = Arc::clone(&endpoint);
         connections.spawn(async move {
-            let _permit = permit;
+            let privileged = {
+                let endpoint = Arc::clone(&endpoint);
+                move |request: &http::Request| endpoint.carries_token(request)
+            };
             let answer = |request| {
                 let endpoint = Arc::clone(&endpoint);
                 async move { routes::answer(&endpoint, request, peer).await }
             };
             match stream {
-                Accepted::Tcp(stream) => http::serve_connection(stream, answer).await,
-                Accepted::Unix(stream) => http::serve_connection(stream, answer).await,
+                Accepted::Tcp(stream) => {
+                    http::serve_connection(stream, slot, privileged, answer).await
+                }
+                Accepted::Unix(stream) => {
+                    http::serve_connection(stream, slot, privileged, answer).await
+                }
             }
         });
+        // Let the connection just taken read what it was sent before the next is accepted: a
+        // flood of new connections then cannot make a change that came with its request at
+        // once wait long enough to be the one that makes room.
+        tokio::task::yield_now().await;
     }
     sampling.abort();
 }
