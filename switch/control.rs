@@ -242,7 +242,12 @@ pub fn apply(pool: &Pool, index: usize, change: Change) {
             }
             Change::Admin { state, weight } => {
                 if let Some(state) = state {
-                    status.reason = format!("set by the admin: {state:?}").to_lowercase();
+                    status.reason = match state {
+                        AdminState::Ready => "made ready by the admin",
+                        AdminState::Drain => "set to drain by the admin",
+                        AdminState::Maint => "put in maintenance by the admin",
+                    }
+                    .to_string();
                     status.admin = state;
                 }
                 if let Some(weight) = weight {

@@ -767,7 +767,14 @@ async fn bad_changes_are_refused_and_change_nothing() {
 async fn reload_without_a_rule_file_answers_409() {
     // Rules given as text (as the demo's are built in): there is no file to read again.
     let s = setup("wlc", "").await;
-    let answer = call(s.admin, "POST", "/reload", &[], "").await;
+    let answer = call(
+        s.admin,
+        "POST",
+        "/reload",
+        &["Content-Type: application/json"],
+        "{}",
+    )
+    .await;
     assert_eq!(answer.status, 409, "{}", answer.body);
     assert!(answer.json()["error"]
         .as_str()

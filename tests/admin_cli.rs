@@ -478,7 +478,10 @@ fn the_endpoints_own_words_come_with_a_404_and_reload_says_it_is_not_there_yet()
     );
     let seen = fake.seen();
     assert_eq!(seen[0].request_line(), "POST /reload HTTP/1.1");
-    assert_eq!(seen[0].field("content-length"), ["0"]);
+    // As JSON, as every change: an endpoint without a token takes no other.
+    assert_eq!(seen[0].field("content-type"), ["application/json"]);
+    assert_eq!(seen[0].field("content-length"), ["2"]);
+    assert_eq!(seen[0].body, b"{}");
 }
 
 #[tokio::test]

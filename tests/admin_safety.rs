@@ -2,9 +2,9 @@
 //! socket replaced, anything else refused, the file removed when the switch stops), the token
 //! still required over it when one is set; changes with the token getting through a house full
 //! of idle, slow and reading connections, and the bound that still holds when every connection
-//! is a token holder's.
+//! is a token holder's; `POST /reload` as JSON without a token; the log lines of changes.
 //!
-//! Verdicts never depend on elapsed time: each step waits for an answer or an EOF.
+//! Verdicts never depend on elapsed time: each step waits for an answer, an EOF or a log line.
 
 mod common;
 
@@ -208,6 +208,7 @@ async fn a_unix_socket_serves_the_endpoint_with_its_mode_and_goes_when_the_switc
     )
     .await;
     assert_eq!(changed.status, 200, "{}", changed.body);
+    assert_eq!(changed.json()["reason"], "set to drain by the admin");
     let stats = unix_call(&socket, "GET", "/stats", &[], "").await.json();
     assert_eq!(server_state(&stats, live.addr), ("drain".to_string(), 3));
     // A page of another site, through some proxy to the socket, is still refused.
@@ -221,6 +222,9 @@ async fn a_unix_socket_serves_the_endpoint_with_its_mode_and_goes_when_the_switc
     .await;
     assert_eq!(cross.status, 403, "{}", cross.body);
 
+    // A reload without a token is JSON, as a change is.
+    let form = unix_call(&socket, "POST", "/reload", &[], "").await;
+    assert_eq!(form.status, 415, "{}", form.body);
     let reloaded = unix_call(&socket, "POST", "/reload", &[json], "{}").await;
     assert_eq!(reloaded.status, 200, "{}", reloaded.body);
     assert_eq!(reloaded.json()["generation"], 2);
@@ -474,4 +478,94 @@ async fn when_every_connection_is_a_token_holders_a_newcomer_gets_503_and_the_ho
     let served = tcp_call(admin, "GET", "/stats", &[], "").await;
     assert_eq!(served.status, 200, "{}", served.body);
     assert!(closed_by_endpoint(&mut held[0]).await);
+}
+
+// ---------------------------------------------------------------- POST /reload and the log
+
+#[tokio::test]
+async fn a_reload_without_a_token_must_be_json() {
+    let live = backend().await;
+    let scratch = Scratch::new("admin_reload_json");
+    let (switch, _) = start_from_file(&scratch, "listen = \"127.0.0.1:0\"", live.addr).await;
+    let admin = switch.admin_addr().unwrap();
+    for fields in [
+        &[][..],
+        &["Content-Type: text/plain"],
+        &["Content-Type: application/x-www-form-urlencoded"],
+    ] {
+        let refused = tcp_call(admin, "POST", "/reload", fields, "").await;
+        assert_eq!(refused.status, 415, "{fields:?}: {}", refused.body);
+    }
+    let generation = tcp_call(admin, "GET", "/stats", &[], "").await.json()["generation"].clone();
+    assert_eq!(generation, 1, "nothing was reloaded");
+    let reloaded = tcp_call(
+        admin,
+        "POST",
+        "/reload",
+        &["Content-Type: application/json; charset=utf-8"],
+        "{}",
+    )
+    .await;
+    assert_eq!(reloaded.status, 200, "{}", reloaded.body);
+    assert_eq!(reloaded.json()["generation"], 2);
+}
+
+#[tokio::test]
+async fn changes_are_logged_as_sentences() {
+    let live = backend().await;
+    let scratch = Scratch::new("admin_log_words");
+    let socket = scratch.0.join("admin.sock");
+    let rules = scratch.file(
+        "rules.toml",
+        &RULES
+            .replace("{admin}", "listen = \"unix:admin.sock\"")
+            .replace("{server}", &live.addr.to_string()),
+    );
+    let switch = Process::start(&["run".as_ref(), "-c".as_ref(), rules.as_os_str()]);
+    let (switch, _, _) = line_with(switch, "admin endpoint on unix:").await;
+    let path = format!("/pools/p/servers/{}", live.addr);
+    let json = "Content-Type: application/json";
+    let answer = unix_call(&socket, "PUT", &path, &[json], r#"{"state":"drain"}"#).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let (switch, line, _) = line_with(switch, "the admin endpoint sets").await;
+    let uid = rustix::process::getuid().as_raw();
+    let expected = format!(
+        "the admin endpoint sets server {} of pool `p` to drain (asked by uid {uid}, pid ",
+        live.addr
+    );
+    assert!(line.contains(&expected), "{line}");
+    assert!(!line.contains("Some("), "{line}");
+    let (switch, line, _) = line_with(switch, "server up -> drain").await;
+    assert!(
+        line.contains("server up -> drain: set to drain by the admin"),
+        "{line}"
+    );
+    let answer = unix_call(
+        &socket,
+        "PUT",
+        &path,
+        &[json],
+        r#"{"state":"ready","weight":4}"#,
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let (switch, line, _) = line_with(switch, "the admin endpoint sets").await;
+    assert!(
+        line.contains(&format!(
+            "sets server {} of pool `p` ready, with weight 4 (asked by uid {uid}",
+            live.addr
+        )),
+        "{line}"
+    );
+    let (switch, line, _) = line_with(switch, "server drain -> up").await;
+    assert!(
+        line.contains("server drain -> up: made ready by the admin"),
+        "{line}"
+    );
+    let (lines, status) = stop(switch).await;
+    assert!(status.success(), "{lines:?}");
+    assert!(
+        std::fs::symlink_metadata(&socket).is_err(),
+        "tcpvs run removes its socket when it stops: {lines:?}"
+    );
 }

@@ -166,9 +166,10 @@ pub fn set_state(
     )
 }
 
-/// `POST /reload`; the generation now running.
+/// `POST /reload`, with a JSON body as every change is sent (an endpoint without a token takes
+/// no other); the generation now running.
 pub fn reload(endpoint: &Endpoint) -> Result<u64, Error> {
-    let answer = exchange(endpoint, "POST", "/reload", Some(b""))?;
+    let answer = exchange(endpoint, "POST", "/reload", Some(b"{}"))?;
     answer.success(endpoint, Verb::Reload)?;
     let value = answer.json(endpoint)?;
     value
@@ -266,8 +267,12 @@ mod tests {
         assert!(get.starts_with("GET /stats HTTP/1.1\r\n"), "{get}");
         assert!(get.contains("Authorization: Bearer s3cret\r\n"), "{get}");
         assert!(!get.contains("Content-Length"), "{get}");
-        let reload = String::from_utf8(request_bytes(&ep, "POST", "/reload", Some(b""))).unwrap();
-        assert!(reload.contains("Content-Length: 0\r\n"), "{reload}");
+        let reload = String::from_utf8(request_bytes(&ep, "POST", "/reload", Some(b"{}"))).unwrap();
+        assert!(reload.contains("Content-Length: 2\r\n"), "{reload}");
+        assert!(
+            reload.contains("Content-Type: application/json\r\n"),
+            "{reload}"
+        );
         assert!(
             reload.contains("Authorization: Bearer s3cret\r\n"),
             "{reload}"

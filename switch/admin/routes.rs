@@ -26,7 +26,18 @@ pub async fn answer(endpoint: &Arc<Endpoint>, request: Request, peer: Peer) -> R
         "/metrics" if reads => metrics(endpoint, &request),
         "/reload" if method == "POST" => match authorize(endpoint, &request, peer) {
             Err(refused) => refused,
-            Ok(()) => reload(endpoint).await,
+            // Without a token, as a change of a server: a page of another site cannot send
+            // JSON without the browser asking first (a CORS preflight), which we never allow.
+            Ok(()) if endpoint.token.is_none() && !is_json(&request.content_type) => {
+                Response::error(
+                    415,
+                    "send the reload as JSON, with `Content-Type: application/json` (the body may be `{}`)",
+                )
+            }
+            Ok(()) => {
+                tracing::info!("reload asked through the admin endpoint by {peer}");
+                reload(endpoint).await
+            }
         },
         "/" | "/index.html" | "/stats" | "/metrics" => not_allowed("GET, HEAD"),
         "/reload" => not_allowed("POST"),
@@ -209,7 +220,10 @@ fn change_server(
         Err(why) => return Response::error(400, &why),
     };
     if let Change::Admin { state, weight } = &change {
-        tracing::info!(pool = %pool_name, server = %addr, ?state, ?weight, %peer, "changed by the admin endpoint");
+        tracing::info!(
+            "the admin endpoint sets server {addr} of pool `{pool_name}` {} (asked by {peer})",
+            describe_change(*state, *weight)
+        );
     }
     control::apply(pool, index, change);
     let snapshot = shared.snapshot();
@@ -222,6 +236,21 @@ fn change_server(
     {
         Some(server) => Response::json(200, &server_json(server, &rates)),
         None => Response::error(404, &format!("no server {addr} in pool `{pool_name}`")),
+    }
+}
+
+/// A change in words: `to drain`, `to weight 5`, `ready, with weight 0`.
+fn describe_change(state: Option<AdminState>, weight: Option<u32>) -> String {
+    let state = state.map(|state| match state {
+        AdminState::Ready => "ready",
+        AdminState::Drain => "to drain",
+        AdminState::Maint => "to maintenance",
+    });
+    match (state, weight) {
+        (Some(state), Some(weight)) => format!("{state}, with weight {weight}"),
+        (Some(state), None) => state.to_string(),
+        (None, Some(weight)) => format!("to weight {weight}"),
+        (None, None) => "as it was".to_string(),
     }
 }
 
@@ -345,5 +374,19 @@ mod tests {
         assert!(same_secret(b"abc", b"abc"));
         assert!(!same_secret(b"abd", b"abc"));
         assert!(!same_secret(b"ab", b"abc"));
+    }
+
+    #[test]
+    fn changes_are_logged_in_words() {
+        assert_eq!(describe_change(Some(AdminState::Drain), None), "to drain");
+        assert_eq!(
+            describe_change(Some(AdminState::Ready), Some(0)),
+            "ready, with weight 0"
+        );
+        assert_eq!(
+            describe_change(Some(AdminState::Maint), Some(3)),
+            "to maintenance, with weight 3"
+        );
+        assert_eq!(describe_change(None, Some(5)), "to weight 5");
     }
 }
