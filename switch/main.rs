@@ -115,8 +115,9 @@ struct AdminArgs {
     /// The admin endpoint: IP:PORT, or unix:PATH for a Unix socket [default: 127.0.0.1:9090].
     #[arg(long, value_name = "ADDR", conflicts_with = "config")]
     admin: Option<Address>,
-    /// Find the endpoint by this rule file's `[admin] listen` (and use its token, if it has
-    /// one and no other is given).
+    /// Find the endpoint by this rule file's `[admin]` table (`listen`, and its token if it has
+    /// one and no other is given); the rest of the file is not read. `reload` also checks that
+    /// the switch runs this file.
     #[arg(short, long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Read the token from this file (its first line); else from the environment variable
@@ -221,8 +222,16 @@ fn main() -> ExitCode {
             Ok(changed_line(&pool, server, now))
         }),
         Command::Reload { admin } => admin_verb(&admin, |endpoint| {
-            let generation = client::reload(endpoint)?;
-            Ok(format!("reloaded: generation {generation}\n"))
+            // `-c FILE` names a file: the switch must be running that one, as a reload
+            // re-reads the switch's own file and not the one named here.
+            if let Some(file) = &admin.config {
+                client::check_rule_file(endpoint, file)?;
+            }
+            let reloaded = client::reload(endpoint)?;
+            Ok(match reloaded.file {
+                Some(file) => format!("reloaded {file}: generation {}\n", reloaded.generation),
+                None => format!("reloaded: generation {}\n", reloaded.generation),
+            })
         }),
         Command::ImportKtcpvs { file } => import_ktcpvs(&file),
     }
@@ -290,14 +299,16 @@ fn changed_line(pool: &str, server: SocketAddr, mut now: client::ServerJson) -> 
 }
 
 /// The endpoint's address (`--admin`, else the rule file's `[admin] listen`, else the
-/// default) and the token (`--token-file`, else TCPVS_ADMIN_TOKEN, else the rule file's). The
-/// error is the message to print: a rule file's errors as `FILE:LINE:COL: message`.
+/// default) and the token (`--token-file`, else TCPVS_ADMIN_TOKEN, else the rule file's). Of
+/// the rule file only `[admin]` is read: a mistake elsewhere in it (being fixed, or the reason
+/// for a reload the switch will refuse with its errors) does not stop the verbs. The error is
+/// the message to print: `[admin]`'s errors (or a TOML syntax error) as `FILE:LINE:COL: message`.
 fn endpoint(args: &AdminArgs) -> Result<Endpoint, String> {
     let mut addr = args.admin.clone();
     let mut file_token = None;
     if let Some(path) = &args.config {
-        let config = Config::load(path).map_err(|e| e.to_string())?;
-        let Some(admin) = config.admin else {
+        let admin = tcpvs::config::admin::load_admin_only(path).map_err(|e| e.to_string())?;
+        let Some(admin) = admin else {
             return Err(format!(
                 "tcpvs: {} has no [admin] listen: a switch run with it serves no admin endpoint",
                 path.display()

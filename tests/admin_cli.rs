@@ -653,7 +653,12 @@ async fn the_verbs_drive_a_running_switch() {
     // server's line did not change).
     let out = run(verb(&["reload"]), Some("end-to-end")).await.unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "reloaded: generation 2\n");
+    // It names the file the switch read again.
+    let canonical = std::fs::canonicalize(&rules).unwrap();
+    assert_eq!(
+        text(&out.stdout),
+        format!("reloaded {}: generation 2\n", canonical.display())
+    );
     let out = run(verb(&["list"]), None).await.unwrap();
     assert!(
         text(&out.stdout).contains("generation 2"),
@@ -671,10 +676,74 @@ async fn the_verbs_drive_a_running_switch() {
     );
 }
 
-/// The verbs over a Unix socket, found by `--admin unix:PATH` or by `-c FILE`; the socket goes
-/// when tcpvs stops.
+/// `-c FILE` takes the endpoint and the token from FILE's `[admin]` table alone: an error
+/// elsewhere in the file (the one a reload is about to be refused for, or a half-done edit)
+/// does not stop the verbs; one in `[admin]`, or a TOML syntax error, does, at its
+/// FILE:LINE:COL.
+#[test]
+fn with_c_only_the_admin_table_is_read() {
+    let fake = Fake::start(200, STATS);
+    let scratch = common::Scratch::new("admin-cli-admin-only");
+    let admin = format!(
+        "[admin]\nlisten = \"{}\"\ntoken = \"from-the-file\"\n",
+        fake.addr
+    );
+    let broken = scratch.file(
+        "broken.toml",
+        &format!(
+            "{admin}\n[virtual.web]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"nope\"\n\
+             [pool.p]\nservers = [{{ addr = \"not an address\" }}]\nschedular = \"wlc\"\n"
+        ),
+    );
+    let out = tcpvs(&["list", "-c", path(&broken)], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("tcpvs 0.1.0, generation 1"));
+    assert_eq!(
+        fake.seen()[0].field("authorization"),
+        ["Bearer from-the-file"]
+    );
+
+    let syntax = "[virtual.web]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"p\n";
+    let unreadable = scratch.file("syntax.toml", &format!("{admin}{syntax}"));
+    let out = tcpvs(&["list", "-c", path(&unreadable)], None);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with(&format!("{}:6:18: ", unreadable.display())),
+        "{stderr}"
+    );
+
+    let bad_mode = scratch.file(
+        "mode.toml",
+        "[admin]\nlisten = \"unix:/run/tcpvs/admin.sock\"\nmode = \"0680\"\n",
+    );
+    let out = tcpvs(
+        &[
+            "set-weight",
+            "p",
+            "127.0.0.1:9001",
+            "1",
+            "-c",
+            path(&bad_mode),
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "{}:3:8: mode \"0680\" is not an octal permission like \"0600\" (owner) or \"0660\" (owner and group)\n",
+            bad_mode.display()
+        )
+    );
+    assert_eq!(fake.seen().len(), 1, "nothing sent for the refused ones");
+}
+
+/// The verbs over a Unix socket, found by `--admin unix:PATH` or by `-c FILE`; `reload -c`
+/// checks that the switch runs that file, and refuses another; the socket goes when tcpvs
+/// stops.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_verbs_speak_to_a_unix_socket() {
+async fn the_verbs_speak_to_a_unix_socket_and_reload_only_the_file_named() {
     let live = common::backend().await;
     let scratch = common::Scratch::new("cli_unix");
     let rules_text = format!(
@@ -684,6 +753,11 @@ async fn the_verbs_speak_to_a_unix_socket() {
         live.addr
     );
     let rules = scratch.file("rules.toml", &rules_text);
+    // Another file, with the same [admin]: the switch does not run it.
+    let other = scratch.file(
+        "other.toml",
+        &rules_text.replace("default_pool = \"p\"", "default_pool = \"nope\""),
+    );
     let socket = scratch.0.join("admin.sock");
     let switch = common::Process::start(&["run".as_ref(), "-c".as_ref(), rules.as_os_str()]);
     let (switch, line, _) = common::line_with(switch, "admin endpoint on ").await;
@@ -692,7 +766,11 @@ async fn the_verbs_speak_to_a_unix_socket() {
         "{line}"
     );
     let by_socket = format!("unix:{}", socket.display());
-    let (rules_arg, server) = (path(&rules).to_string(), live.addr.to_string());
+    let (rules_arg, other_arg, server) = (
+        path(&rules).to_string(),
+        path(&other).to_string(),
+        live.addr.to_string(),
+    );
     let run = move |args: Vec<String>| {
         tokio::task::spawn_blocking(move || {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -722,9 +800,41 @@ async fn the_verbs_speak_to_a_unix_socket() {
     let table = text(&out.stdout);
     assert!(table.contains("generation 1"), "{table}");
 
-    let out = run(words(&["reload", "-c", &rules_arg])).await.unwrap();
+    // Another file: refused before anything is sent to reload, and nothing reloaded.
+    let out = run(words(&["reload", "-c", &other_arg])).await.unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let canonical = std::fs::canonicalize(&rules).unwrap();
+    let other_canonical = std::fs::canonicalize(&other).unwrap();
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "tcpvs: not reloading: the switch at {by_socket} runs {}, not {}; a reload re-reads \
+             the switch's own file (use --admin {by_socket} to reload it whatever it is)\n",
+            canonical.display(),
+            other_canonical.display()
+        )
+    );
+    let out = run(words(&["list", "--json", "--admin", &by_socket]))
+        .await
+        .unwrap();
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stats["generation"], 1);
+    assert_eq!(stats["rule_file"], canonical.display().to_string());
+
+    // The file it runs, named another way (a `..` in the path): reloaded, and named.
+    let roundabout = scratch
+        .0
+        .join("..")
+        .join(scratch.0.file_name().unwrap())
+        .join("rules.toml");
+    let out = run(words(&["reload", "-c", path(&roundabout)]))
+        .await
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "reloaded: generation 2\n");
+    assert_eq!(
+        text(&out.stdout),
+        format!("reloaded {}: generation 2\n", canonical.display())
+    );
 
     let (lines, status) = common::stop(switch).await;
     assert!(status.success(), "{lines:?}");

@@ -181,7 +181,7 @@ async fn a_unix_socket_serves_the_endpoint_with_its_mode_and_goes_when_the_switc
     let stale = std::fs::metadata(&socket).unwrap().ino();
 
     // A relative path is taken from the rule file's folder.
-    let (switch, _) = start_from_file(
+    let (switch, rules) = start_from_file(
         &scratch,
         "listen = \"unix:admin.sock\"\nmode = \"0640\"",
         live.addr,
@@ -195,6 +195,8 @@ async fn a_unix_socket_serves_the_endpoint_with_its_mode_and_goes_when_the_switc
 
     let stats = unix_call(&socket, "GET", "/stats", &[], "").await;
     assert_eq!(stats.status, 200, "{}", stats.body);
+    let canonical = std::fs::canonicalize(&rules).unwrap();
+    assert_eq!(stats.json()["rule_file"], canonical.display().to_string());
 
     // No token: the socket's permissions decide, and this process may connect.
     let path = format!("/pools/p/servers/{}", live.addr);
@@ -222,12 +224,13 @@ async fn a_unix_socket_serves_the_endpoint_with_its_mode_and_goes_when_the_switc
     .await;
     assert_eq!(cross.status, 403, "{}", cross.body);
 
-    // A reload without a token is JSON, as a change is.
+    // A reload without a token is JSON, as a change is; it names the file it read.
     let form = unix_call(&socket, "POST", "/reload", &[], "").await;
     assert_eq!(form.status, 415, "{}", form.body);
     let reloaded = unix_call(&socket, "POST", "/reload", &[json], "{}").await;
     assert_eq!(reloaded.status, 200, "{}", reloaded.body);
     assert_eq!(reloaded.json()["generation"], 2);
+    assert_eq!(reloaded.json()["file"], canonical.display().to_string());
 
     switch.shutdown(std::time::Duration::from_secs(1)).await;
     assert!(

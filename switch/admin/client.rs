@@ -166,19 +166,55 @@ pub fn set_state(
     )
 }
 
+/// A reload that took effect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reloaded {
+    /// The generation now running.
+    pub generation: u64,
+    /// The file the switch read again (an older switch does not say).
+    pub file: Option<String>,
+}
+
 /// `POST /reload`, with a JSON body as every change is sent (an endpoint without a token takes
-/// no other); the generation now running.
-pub fn reload(endpoint: &Endpoint) -> Result<u64, Error> {
+/// no other).
+pub fn reload(endpoint: &Endpoint) -> Result<Reloaded, Error> {
     let answer = exchange(endpoint, "POST", "/reload", Some(b"{}"))?;
     answer.success(endpoint, Verb::Reload)?;
     let value = answer.json(endpoint)?;
-    value
+    let generation = value
         .get("generation")
         .and_then(serde_json::Value::as_u64)
         .ok_or_else(|| Error::Malformed {
             addr: endpoint.addr.clone(),
             what: "its answer to POST /reload has no `generation`".into(),
-        })
+        })?;
+    let file = value
+        .get("file")
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_string);
+    Ok(Reloaded { generation, file })
+}
+
+/// `tcpvs reload -c FILE`: asks the switch which rule file it runs (`/stats` `rule_file`) and
+/// refuses unless it is `file` (both canonical: symbolic links and `..` resolved), since a
+/// reload re-reads the switch's own file whatever the command line names.
+pub fn check_rule_file(endpoint: &Endpoint, file: &std::path::Path) -> Result<(), Error> {
+    let asked = std::fs::canonicalize(file)
+        .or_else(|_| std::path::absolute(file))
+        .unwrap_or_else(|_| file.to_path_buf());
+    let running = get_stats(endpoint)?.rule_file;
+    let same = running.as_deref().is_some_and(|running| {
+        let running = std::path::Path::new(running);
+        running == asked || std::fs::canonicalize(running).is_ok_and(|resolved| resolved == asked)
+    });
+    if same {
+        return Ok(());
+    }
+    Err(Error::OtherFile {
+        addr: endpoint.addr.clone(),
+        asked: asked.display().to_string(),
+        running,
+    })
 }
 
 /// The path of a server's resource: `/pools/{pool}/servers/{addr}`, each segment

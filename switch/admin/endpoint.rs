@@ -4,6 +4,7 @@
 use super::http::Request;
 use super::rates::Sampler;
 use crate::shared::Shared;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 #[derive(Debug)]
@@ -12,15 +13,38 @@ pub struct Endpoint {
     /// `Authorization: Bearer <token>` needed for changes; `None`: loopback rules apply.
     pub token: Option<String>,
     pub sampler: Sampler,
+    /// The rule file a reload reads again, as given to `tcpvs run` (`None`: rules built in).
+    pub rule_file: Option<PathBuf>,
 }
 
 impl Endpoint {
     pub fn new(shared: Arc<Shared>, token: Option<String>) -> Endpoint {
+        // The reloader is in place before the endpoint serves (gateway.rs), and its file never
+        // changes; read once here rather than under the reload lock at each request, which a
+        // reload in progress holds.
+        let rule_file = shared
+            .reload
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .as_ref()
+            .and_then(|reloader| reloader.file.clone());
         Endpoint {
             shared,
             token,
             sampler: Sampler::default(),
+            rule_file,
         }
+    }
+
+    /// The rule file as the command line compares it: its canonical path now (symbolic links
+    /// resolved, so that `tcpvs reload -c` can tell whether it names this file), or the path
+    /// made absolute when it cannot be resolved (removed since).
+    pub fn rule_file_shown(&self) -> Option<String> {
+        let file = self.rule_file.as_ref()?;
+        let shown = std::fs::canonicalize(file)
+            .or_else(|_| std::path::absolute(file))
+            .unwrap_or_else(|_| file.clone());
+        Some(shown.display().to_string())
     }
 
     /// Whether `request` carries the valid token (there is one, and it is this).

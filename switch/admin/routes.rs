@@ -72,6 +72,8 @@ async fn reload(endpoint: &Endpoint) -> Response {
             &serde_json::json!({
                 "generation": done.generation,
                 "restart_needed": done.restart_needed,
+                // The file read, so that the caller knows which one it was.
+                "file": endpoint.rule_file_shown(),
             }),
         ),
         Err(e @ (crate::reload::ReloadError::NoFile | crate::reload::ReloadError::NotRunning)) => {
@@ -91,12 +93,13 @@ fn stats(endpoint: &Endpoint) -> Response {
     let snapshot = shared.snapshot();
     let now = std::time::Instant::now();
     let rates = endpoint.sampler.rates(now, &Counters::read(shared));
-    let json = stats_json(
+    let mut json = stats_json(
         &snapshot,
         &rates,
         snapshot.generation,
         now.saturating_duration_since(shared.started),
     );
+    json.rule_file = endpoint.rule_file_shown();
     Response::json(200, &json)
 }
 

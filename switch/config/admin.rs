@@ -1,9 +1,10 @@
 //! `[admin]`: where the admin endpoint listens (an address, or a Unix socket and its mode) and
 //! the token that guards changes.
 
-use super::error::ErrorSink;
+use super::error::{ConfigErrors, ErrorSink};
 use super::listen::{parse_listen, ListenRegistry};
 use super::raw::RawAdmin;
+use super::LoadError;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -238,4 +239,34 @@ fn read_token_file(
             None
         }
     }
+}
+
+/// The `[admin]` table of the rule file at `path`, read and checked alone: the command line's
+/// admin verbs find the endpoint and its token with it, and the rest of the file may have
+/// errors (the switch reports those when it reloads). `Ok(None)`: the file has no `[admin]`.
+/// A TOML syntax error anywhere still refuses the file, as its tables cannot be told apart.
+pub fn load_admin_only(path: &Path) -> Result<Option<AdminConfig>, LoadError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| LoadError::Read(file.clone(), e))?;
+    let mut sink = ErrorSink::new(&file, &text);
+    let (doc, syntax) = toml::de::DeTable::parse_recoverable(&text);
+    let admin = if syntax.is_empty() {
+        super::raw::read_admin_only(&doc, &mut sink).and_then(|raw| {
+            build_admin(
+                &raw,
+                &file,
+                &text,
+                &mut ListenRegistry::default(),
+                &mut sink,
+            )
+        })
+    } else {
+        super::report_syntax_errors(syntax, &text, &mut sink);
+        None
+    };
+    let (errors, _warnings) = sink.finish();
+    if !errors.0.is_empty() {
+        return Err(LoadError::Invalid(ConfigErrors(errors.0)));
+    }
+    Ok(admin)
 }

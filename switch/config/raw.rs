@@ -292,6 +292,17 @@ fn read_switch(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawSwitch {
     }
 }
 
+/// Only the `[admin]` table of a document, the rest unread: the command line's admin verbs
+/// find the endpoint with it in a file that may have errors elsewhere.
+pub(crate) fn read_admin_only(
+    doc: &Spanned<DeTable<'_>>,
+    sink: &mut ErrorSink<'_>,
+) -> Option<RawAdmin> {
+    let top = Table::new(doc.get_ref(), doc.span(), "the file");
+    top.table("admin", "a table [admin]", "[admin]", sink)
+        .map(|t| read_admin(&t, sink))
+}
+
 fn read_admin(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawAdmin {
     t.check_keys(ADMIN_KEYS, sink);
     let listen = t.string("listen", ADMIN_LISTEN, sink);

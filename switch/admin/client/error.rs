@@ -17,6 +17,13 @@ pub enum Error {
     },
     /// The answer is not HTTP, or not the JSON expected.
     Malformed { addr: Address, what: String },
+    /// `tcpvs reload -c FILE`: the switch at that endpoint runs another file (`running`), or
+    /// does not say which (`None`).
+    OtherFile {
+        addr: Address,
+        asked: String,
+        running: Option<String>,
+    },
     /// The token is not something an HTTP field can carry.
     TokenText,
     /// 401: the token was refused (`sent`: one was sent at all).
@@ -95,6 +102,25 @@ impl std::fmt::Display for Error {
                 "the admin endpoint wants a token: set TCPVS_ADMIN_TOKEN or --token-file"
             ),
             Error::ReloadUnsupported => write!(f, "this tcpvs does not support reload yet"),
+            Error::OtherFile {
+                addr,
+                asked,
+                running: Some(running),
+            } => write!(
+                f,
+                "not reloading: the switch at {addr} runs {running}, not {asked}; a reload \
+                 re-reads the switch's own file (use --admin {addr} to reload it whatever it is)"
+            ),
+            Error::OtherFile {
+                addr,
+                asked,
+                running: None,
+            } => write!(
+                f,
+                "not reloading: the switch at {addr} does not say which rule file it runs (rules \
+                 built in, or an older tcpvs), so it cannot be told whether that is {asked} (use \
+                 --admin {addr} to reload it anyway)"
+            ),
             Error::ReloadRefused { errors } => {
                 write!(f, "reload refused; the running configuration is unchanged")?;
                 if errors.is_empty() {
