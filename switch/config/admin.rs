@@ -1,5 +1,5 @@
 //! `[admin]`: where the admin endpoint listens (an address, or a Unix socket and its mode) and
-//! the token that guards changes.
+//! the token that guards changes; the warnings about who else can use them.
 
 use super::error::{ConfigErrors, ErrorSink};
 use super::listen::{parse_listen, ListenRegistry};
@@ -7,6 +7,7 @@ use super::raw::RawAdmin;
 use super::LoadError;
 use std::fmt;
 use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use toml::Spanned;
 
@@ -64,7 +65,8 @@ impl std::fmt::Debug for AdminConfig {
 }
 
 /// Checks `[admin]`: its address (claimed against the services' ones) or socket and mode, its
-/// token, and that a listener reachable from other hosts is not left without one.
+/// token, and that a listener reachable from other hosts is not left without one. Warns when
+/// other local users can make changes, or read the token.
 pub(super) fn build_admin(
     admin: &RawAdmin,
     file: &str,
@@ -96,6 +98,13 @@ pub(super) fn build_admin(
                 sink.at(token.span(), "`token` is empty");
             }
             check_token_text(value, token.span(), sink);
+            warn_if_readable(
+                Path::new(file),
+                token.span(),
+                "the admin token is in this rule file",
+                "move it to a `token_file` of mode 600, or make this file mode 600",
+                sink,
+            );
             Some(value.to_string())
         }
         (None, Some(token_file)) => read_token_file(token_file, file, sink),
@@ -114,6 +123,25 @@ pub(super) fn build_admin(
                 ),
             );
             return None;
+        }
+        AdminListen::Tcp(addr) if !guarded => sink.warn(
+            listen_at.span(),
+            format!(
+                "any local user can change servers and reload through the admin endpoint on \
+                 {addr} (it has no token): set `token_file`, or listen on a Unix socket \
+                 (\"unix:/run/tcpvs/admin.sock\") whose `mode` says who may"
+            ),
+        ),
+        AdminListen::Unix { mode, .. } if !guarded && mode & 0o002 != 0 => {
+            let at = admin.mode.as_ref().map_or(listen_at.span(), Spanned::span);
+            sink.warn(
+                at,
+                format!(
+                    "mode {mode:04o} lets any local user connect to the admin socket, and \
+                     without a token that means change servers and reload: take `o+w` away \
+                     (\"0660\": its owner and group) or set `token_file`"
+                ),
+            );
         }
         _ => {}
     }
@@ -229,6 +257,13 @@ fn read_token_file(
                 return None;
             }
             check_token_text(&value, token_file.span(), sink);
+            warn_if_readable(
+                &path,
+                token_file.span(),
+                &format!("the admin token is in {} (token_file)", path.display()),
+                &format!("chmod 600 {}", path.display()),
+                sink,
+            );
             Some(value)
         }
         Err(e) => {
@@ -238,6 +273,33 @@ fn read_token_file(
             );
             None
         }
+    }
+}
+
+/// Warns at `span` when the file at `path` can be read by its group or by others: `what` (a
+/// secret) is then theirs too. A file that cannot be looked at (rules given as text) is not
+/// warned about.
+pub(super) fn warn_if_readable(
+    path: &Path,
+    span: std::ops::Range<usize>,
+    what: &str,
+    fix: &str,
+    sink: &mut ErrorSink<'_>,
+) {
+    let Ok(metadata) = std::fs::metadata(path) else {
+        return;
+    };
+    let mode = metadata.permissions().mode() & 0o777;
+    if mode & 0o044 != 0 {
+        let who = match (mode & 0o040 != 0, mode & 0o004 != 0) {
+            (true, true) => "its group and every other user",
+            (true, false) => "its group",
+            _ => "every other user",
+        };
+        sink.warn(
+            span,
+            format!("{what}, which {who} can read (mode {mode:04o}): {fix}"),
+        );
     }
 }
 

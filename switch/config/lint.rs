@@ -6,7 +6,9 @@
 //! - a rule after a catch-all rule of the same service (one without conditions, or with only a
 //!   `path` that every request path matches): it is never reached;
 //! - a rule with the same conditions as an earlier rule of the same service: never reached;
-//! - a pool that no rule and no `default_pool` names.
+//! - a pool that no rule and no `default_pool` names;
+//! - a pool's cookie `secret` in a rule file that other users can read (the admin token's
+//!   files are looked at in admin.rs).
 //!
 //! Rules and services that were not read whole (an unknown or unreadable key, reported as an
 //! error) are left out, so that a misspelt condition does not also make a "catch-all".
@@ -15,11 +17,30 @@ use super::error::{line_and_column, ErrorSink};
 use super::raw::{RawFile, RawRule};
 use toml::Spanned;
 
-pub(super) fn lint(raw: &RawFile, sink: &mut ErrorSink<'_>) {
+pub(super) fn lint(raw: &RawFile, file: &str, sink: &mut ErrorSink<'_>) {
     for (_, service) in &raw.services {
         lint_rules(&service.rule, sink);
     }
     unused_pools(raw, sink);
+    readable_secrets(raw, file, sink);
+}
+
+/// A cookie `secret` keys the hash that names each client's server: whoever reads it can make
+/// cookies that pick a server of their choosing. Its rule file should be its owner's alone.
+fn readable_secrets(raw: &RawFile, file: &str, sink: &mut ErrorSink<'_>) {
+    for (name, pool) in &raw.pools {
+        for (key, value) in &pool.options {
+            if key.get_ref() == "secret" {
+                super::admin::warn_if_readable(
+                    std::path::Path::new(file),
+                    value.span(),
+                    &format!("pool `{}`'s cookie `secret` is in this rule file", name.get_ref()),
+                    "whoever reads it can make cookies that choose a server; make the file mode 600",
+                    sink,
+                );
+            }
+        }
+    }
 }
 
 fn lint_rules(rules: &[Spanned<RawRule>], sink: &mut ErrorSink<'_>) {

@@ -263,7 +263,7 @@ impl Config {
             return None;
         }
         let raw: RawFile = raw::read(&doc, sink);
-        lint::lint(&raw, sink);
+        lint::lint(&raw, file, sink);
         let switch = build_switch(raw.switch.as_ref(), file, sink);
         let pools = build_pools(&raw.pools, sink);
         let pool_index: HashMap<&str, usize> = pools
