@@ -141,12 +141,14 @@ where
     }
 }
 
-/// `io`, unless the connection is closed to make room first (`None`).
+/// `io`, unless the connection is closed to make room first (`None`). What can be done at once
+/// is done first: bytes already received are read, an answer the socket takes is written
+/// (a handler's answer is then never lost to a closing that raced it).
 async fn or_evicted<T>(slot: &Slot, io: impl std::future::Future<Output = T>) -> Option<T> {
     tokio::select! {
         biased;
-        () = slot.evicted() => None,
         out = io => Some(out),
+        () = slot.evicted() => None,
     }
 }
 
