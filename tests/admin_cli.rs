@@ -852,3 +852,77 @@ async fn the_verbs_speak_to_a_unix_socket_and_reload_only_the_file_named() {
         )
     );
 }
+
+/// A connection the endpoint closes before answering (it made room for another, admin/slots.rs)
+/// is tried again, a few times; one that answers ends it. Each try sends the whole request.
+#[test]
+fn a_connection_closed_unanswered_is_tried_again() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let record = Arc::clone(&seen);
+    // The first two connections are closed unanswered (one before its request is read, one
+    // after), the third is answered; then every one is closed unanswered.
+    let serving = std::thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(mut stream) = stream else { return };
+            stream.set_read_timeout(Some(common::PATIENCE)).unwrap();
+            if n == 0 {
+                continue;
+            }
+            let Some(request) = read_request(&mut stream) else {
+                continue;
+            };
+            record.lock().unwrap().push(request);
+            if n == 2 {
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{SERVER}",
+                    SERVER.len()
+                );
+                stream.write_all(answer.as_bytes()).unwrap();
+            }
+            if n == 7 {
+                return;
+            }
+        }
+    });
+    let admin = addr.to_string();
+    let out = tcpvs(
+        &[
+            "set-state",
+            "static",
+            "127.0.0.1:9001",
+            "drain",
+            "--admin",
+            &admin,
+        ],
+        Some("t"),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(
+        requests.len(),
+        2,
+        "the first connection's request was never read"
+    );
+    for request in &requests {
+        assert_eq!(
+            request.request_line(),
+            "PUT /pools/static/servers/127.0.0.1:9001 HTTP/1.1"
+        );
+        assert_eq!(request.body, br#"{"state":"drain"}"#);
+    }
+    // An endpoint that never answers: five connections, then the error.
+    let out = tcpvs(&["reload", "--admin", &admin], Some("t"));
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "tcpvs: unexpected answer from the admin endpoint at {admin}: it closed the \
+             connection without answering\n"
+        )
+    );
+    serving.join().unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 2 + 5);
+}

@@ -10,7 +10,9 @@ re-opens each one the endpoint closes, for as long as the run lasts:
 
 Once they are all open, the operator's change is sent (`POST /reload`, or with --put PATH BODY
 a `PUT`), with the token, on a connection of its own; it is sent again every 100 ms until it
-is answered 2xx or --give-up seconds have passed. Printed: the statuses seen, and the time
+is answered 2xx or --give-up seconds have passed. With --cli BINARY the change is
+`BINARY reload --admin ADDR` (the token in TCPVS_ADMIN_TOKEN), a process of its own as an
+operator runs it, and what counts is its exit status. Printed: the answers seen, and the time
 from the first try to the success.
 
   tools/admin-lockout.py --admin 127.0.0.1:9090 --token T --idle 24 --slow 20 --readers 20
@@ -20,7 +22,9 @@ RELIABILITY.md, "Admin endpoint on a shared host", has the runs before and after
 """
 
 import argparse
+import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -136,6 +140,15 @@ class Attack:
 
 
 def change(args):
+    if args.cli:
+        env = dict(os.environ)
+        if args.token:
+            env["TCPVS_ADMIN_TOKEN"] = args.token
+        done = subprocess.run([args.cli, "reload", "--admin", args.admin], env=env,
+                              capture_output=True, text=True)
+        if done.returncode == 0:
+            return 200
+        return "exit %d: %s" % (done.returncode, done.stderr.strip()[:100])
     if args.put:
         path, body = args.put
         method = "PUT"
@@ -163,6 +176,7 @@ def main():
     parser.add_argument("--slow", type=int, default=0)
     parser.add_argument("--readers", type=int, default=0)
     parser.add_argument("--put", nargs=2, metavar=("PATH", "BODY"))
+    parser.add_argument("--cli", metavar="BINARY", help="make the change with `BINARY reload`")
     parser.add_argument("--give-up", type=float, default=30.0)
     parser.add_argument("--settle", type=float, default=1.0,
                         help="seconds between opening the attack and the change")
