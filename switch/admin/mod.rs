@@ -4,6 +4,10 @@
 //! path waits on longer than a status update. The `tcpvs list`/`set-weight`/`set-state`/
 //! `reload` commands talk to it through [`client`].
 //!
+//! It listens on TCP or on a Unix socket whose mode says who may connect (`listener.rs`), and
+//! serves at most 64 connections, closing the one that has waited longest for a request when
+//! another comes, never a token holder's (`slots.rs` says why).
+//!
 //! Where it runs: with several workers, on a thread of its own, off the workers. With one
 //! worker the process is a single thread on purpose (the kernel then looks file descriptors up
 //! without reference counts: 0.4-1 µs per request, BENCHMARKS.md), so there the endpoint runs
