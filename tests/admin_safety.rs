@@ -293,6 +293,39 @@ async fn the_default_mode_is_the_owners_alone_and_a_token_is_still_required() {
 }
 
 #[tokio::test]
+async fn a_reload_that_changes_the_socket_keeps_the_running_one() {
+    let live = backend().await;
+    let scratch = Scratch::new("admin_unix_reload");
+    let socket = scratch.0.join("admin.sock");
+    let (switch, rules) =
+        start_from_file(&scratch, "listen = \"unix:admin.sock\"", live.addr).await;
+    let identity = std::fs::metadata(&socket).unwrap().ino();
+    // The mode and the path change in the file: both need a restart; the socket stays as it is.
+    let text = std::fs::read_to_string(&rules).unwrap().replace(
+        "listen = \"unix:admin.sock\"",
+        "listen = \"unix:other.sock\"\nmode = \"0666\"",
+    );
+    std::fs::write(&rules, text).unwrap();
+    let json = "Content-Type: application/json";
+    let reloaded = unix_call(&socket, "POST", "/reload", &[json], "{}").await;
+    assert_eq!(reloaded.status, 200, "{}", reloaded.body);
+    assert_eq!(
+        reloaded.json()["restart_needed"],
+        serde_json::json!(["[admin]"])
+    );
+    let metadata = std::fs::metadata(&socket).unwrap();
+    assert_eq!(metadata.ino(), identity);
+    assert_eq!(metadata.permissions().mode() & 0o7777, 0o600);
+    assert!(std::fs::symlink_metadata(scratch.0.join("other.sock")).is_err());
+    assert_eq!(
+        unix_call(&socket, "GET", "/stats", &[], "").await.json()["generation"],
+        2
+    );
+    switch.shutdown(std::time::Duration::from_secs(1)).await;
+    assert!(std::fs::symlink_metadata(&socket).is_err());
+}
+
+#[tokio::test]
 async fn a_path_that_is_not_a_stale_socket_is_refused_and_left_alone() {
     let live = backend().await;
     let scratch = Scratch::new("admin_unix_taken");
