@@ -331,7 +331,12 @@ pub fn apply(pool: &Pool, index: usize, change: Change) {
             }
             Change::Admin { state, weight } => {
                 if let Some(state) = state {
-                    status.reason = format!("set by the admin: {state:?}").to_lowercase();
+                    status.reason = match state {
+                        AdminState::Ready => "made ready by the admin",
+                        AdminState::Drain => "set to drain by the admin",
+                        AdminState::Maint => "put in maintenance by the admin",
+                    }
+                    .to_string();
                     status.admin = state;
                 }
                 if let Some(weight) = weight {
@@ -351,8 +356,8 @@ pub fn apply(pool: &Pool, index: usize, change: Change) {
             status.ramp_from = Some(now);
         }
         // Without checks, a down server's good exchange (in panic) brings it back: reported.
-        let passive_down = status.health == Health::Down
-            && health.check == crate::config::health::CheckKind::None;
+        let passive_down =
+            status.health == Health::Down && health.check == crate::config::health::CheckKind::None;
         server.report_success.store(
             status.exchange_failures > 0 || status.on_trial || passive_down,
             Ordering::Relaxed,

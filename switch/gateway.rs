@@ -24,9 +24,10 @@ use tokio::time::Instant;
 pub struct Switch {
     shared: Arc<Shared>,
     addresses: Vec<(String, SocketAddr)>,
-    /// The admin endpoint's bound address, and its thread when it has one.
+    /// The admin endpoint's bound address, and its thread or task (one worker).
     admin: Option<SocketAddr>,
     admin_thread: Option<std::thread::JoinHandle<()>>,
+    admin_task: Option<JoinHandle<()>>,
     stop: watch::Sender<bool>,
     workers: Vec<Worker>,
 }
@@ -70,7 +71,7 @@ struct Prepared {
     stop: watch::Sender<bool>,
     listen: Vec<(usize, SocketAddr)>,
     /// The admin endpoint, its listener bound already.
-    admin: Option<(AdminConfig, std::net::TcpListener)>,
+    admin: Option<(AdminConfig, crate::admin::Listener)>,
     /// What reloads will need (the workers and listeners are added once they run).
     reloader: Reloader,
 }
@@ -186,7 +187,7 @@ impl Switch {
         let Launched {
             bound,
             timeouts,
-            mut tasks,
+            tasks,
             handle,
             listeners,
         } = plan.launch()?;
@@ -197,19 +198,19 @@ impl Switch {
         }
         Switch::ready_to_reload(&shared, reloader);
         // One worker: the endpoint's tasks run beside it (admin/mod.rs says why).
-        let admin_addr = match admin {
+        let (admin_addr, admin_task) = match admin {
             Some((config, listener)) => {
-                let addr = listener.local_addr()?;
+                let addr = listener.tcp_addr();
                 let serving = crate::admin::serve(Arc::clone(&shared), config, listener);
-                tasks.push(tokio::spawn(serving));
-                Some(addr)
+                (addr, Some(tokio::spawn(serving)))
             }
-            None => None,
+            None => (None, None),
         };
         Ok(Switch {
             addresses: Switch::named(&shared, &listen, &bound),
             admin: admin_addr,
             admin_thread: None,
+            admin_task,
             shared,
             stop,
             workers: vec![Worker {
@@ -323,9 +324,9 @@ impl Switch {
         // Several workers: the endpoint gets a thread of its own, off theirs.
         let (admin_addr, admin_thread) = match admin {
             Some((config, listener)) => {
-                let addr = listener.local_addr()?;
+                let addr = listener.tcp_addr();
                 let thread = crate::admin::spawn_thread(Arc::clone(&shared), config, listener)?;
-                (Some(addr), Some(thread))
+                (addr, Some(thread))
             }
             None => (None, None),
         };
@@ -333,6 +334,7 @@ impl Switch {
             addresses: Switch::named(&shared, &listen, &bound),
             admin: admin_addr,
             admin_thread,
+            admin_task: None,
             shared,
             stop,
             workers,
@@ -462,7 +464,7 @@ impl Switch {
         &self.addresses
     }
 
-    /// The bound address of the admin endpoint, if `[admin] listen` is set.
+    /// The bound address of the admin endpoint, if `[admin] listen` is set to a TCP address.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin
     }
@@ -502,6 +504,11 @@ impl Switch {
         if let Some(thread) = self.admin_thread {
             // It saw the stop signal and ends with its connections.
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        if let Some(task) = self.admin_task {
+            // It ends at the stop signal, with its connections; waited for, so that its Unix
+            // socket is removed before the switch is said to have stopped.
+            let _ = task.await;
         }
         for worker in self.workers {
             for task in &worker.tasks {

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use tcpvs::admin::client::{self, AdminState, Endpoint};
+use tcpvs::admin::client::{self, Address, AdminState, Endpoint};
 use tcpvs::admin::table;
 use tcpvs::config::Config;
 use tcpvs::demo;
@@ -112,11 +112,12 @@ enum Command {
 /// How the admin verbs find the endpoint and the token.
 #[derive(Args)]
 struct AdminArgs {
-    /// The admin endpoint's address [default: 127.0.0.1:9090].
+    /// The admin endpoint: IP:PORT, or unix:PATH for a Unix socket [default: 127.0.0.1:9090].
     #[arg(long, value_name = "ADDR", conflicts_with = "config")]
-    admin: Option<SocketAddr>,
-    /// Find the endpoint by this rule file's `[admin] listen` (and use its token, if it has
-    /// one and no other is given).
+    admin: Option<Address>,
+    /// Find the endpoint by this rule file's `[admin]` table (`listen`, and its token if it has
+    /// one and no other is given); the rest of the file is not read. `reload` also checks that
+    /// the switch runs this file.
     #[arg(short, long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Read the token from this file (its first line); else from the environment variable
@@ -178,13 +179,22 @@ fn main() -> ExitCode {
                     for service in &mut config.services {
                         service.listen = listen;
                     }
+                    // Its endpoint is on loopback without a token on purpose, so that the
+                    // monitor page's buttons work at once; the warning that any local user
+                    // can change servers is for rule files of real switches (`tcpvs check
+                    // rules/demo.toml` still says it).
+                    config.warnings.retain(|w| {
+                        !w.as_error()
+                            .message
+                            .starts_with("any local user can change servers")
+                    });
                     if !admin.ip().is_loopback() {
                         // The demo's endpoint has no token: changes would be open to anyone.
                         eprintln!("tcpvs demo: --admin must be a loopback address (the demo sets no token), not {admin}");
                         return ExitCode::FAILURE;
                     }
                     if let Some(endpoint) = &mut config.admin {
-                        endpoint.listen = admin;
+                        endpoint.listen = tcpvs::config::admin::AdminListen::Tcp(admin);
                     }
                     run(config, Launch::demo())
                 }
@@ -221,8 +231,16 @@ fn main() -> ExitCode {
             Ok(changed_line(&pool, server, now))
         }),
         Command::Reload { admin } => admin_verb(&admin, |endpoint| {
-            let generation = client::reload(endpoint)?;
-            Ok(format!("reloaded: generation {generation}\n"))
+            // `-c FILE` names a file: the switch must be running that one, as a reload
+            // re-reads the switch's own file and not the one named here.
+            if let Some(file) = &admin.config {
+                client::check_rule_file(endpoint, file)?;
+            }
+            let reloaded = client::reload(endpoint)?;
+            Ok(match reloaded.file {
+                Some(file) => format!("reloaded {file}: generation {}\n", reloaded.generation),
+                None => format!("reloaded: generation {}\n", reloaded.generation),
+            })
         }),
         Command::ImportKtcpvs { file } => import_ktcpvs(&file),
     }
@@ -290,23 +308,26 @@ fn changed_line(pool: &str, server: SocketAddr, mut now: client::ServerJson) -> 
 }
 
 /// The endpoint's address (`--admin`, else the rule file's `[admin] listen`, else the
-/// default) and the token (`--token-file`, else TCPVS_ADMIN_TOKEN, else the rule file's). The
-/// error is the message to print: a rule file's errors as `FILE:LINE:COL: message`.
+/// default) and the token (`--token-file`, else TCPVS_ADMIN_TOKEN, else the rule file's). Of
+/// the rule file only `[admin]` is read: a mistake elsewhere in it (being fixed, or the reason
+/// for a reload the switch will refuse with its errors) does not stop the verbs. The error is
+/// the message to print: `[admin]`'s errors (or a TOML syntax error) as `FILE:LINE:COL: message`.
 fn endpoint(args: &AdminArgs) -> Result<Endpoint, String> {
-    let mut addr = args.admin;
+    let mut addr = args.admin.clone();
     let mut file_token = None;
     if let Some(path) = &args.config {
-        let config = Config::load(path).map_err(|e| e.to_string())?;
-        let Some(admin) = config.admin else {
+        let admin = tcpvs::config::admin::load_admin_only(path).map_err(|e| e.to_string())?;
+        let Some(admin) = admin else {
             return Err(format!(
                 "tcpvs: {} has no [admin] listen: a switch run with it serves no admin endpoint",
                 path.display()
             ));
         };
-        addr = Some(admin.listen);
+        addr = Some(Address::from(&admin.listen));
         file_token = admin.token;
     }
-    let addr = addr.unwrap_or_else(|| DEFAULT_ADMIN.parse().expect("a valid default address"));
+    let addr = addr
+        .unwrap_or_else(|| Address::Tcp(DEFAULT_ADMIN.parse().expect("a valid default address")));
     let token = match &args.token_file {
         Some(path) => Some(read_token_file(path)?),
         None => match std::env::var(TOKEN_VARIABLE) {
@@ -441,6 +462,7 @@ fn run(config: Config, launch: Launch) -> ExitCode {
         }
         let grace = config.switch.shutdown_timeout;
         let file = config.file.clone();
+        let admin_listen = config.admin.as_ref().map(|admin| admin.listen.to_string());
         // A binary upgrade: the old process's listening sockets, before binding anything.
         let (inherited, takeover) = match &launch.take_over {
             Some(path) => match tcpvs::upgrade::take_over(path) {
@@ -499,6 +521,8 @@ fn run(config: Config, launch: Launch) -> ExitCode {
         drop(generation);
         if let Some(admin) = switch.admin_addr() {
             tracing::info!("admin endpoint on http://{admin}/ (monitor page; /stats, /metrics)");
+        } else if let Some(listen) = &admin_listen {
+            tracing::info!("admin endpoint on {listen} (tcpvs list --admin {listen}; /stats, /metrics)");
         }
         if with_demo_servers {
             if let Some((_, addr)) = switch.addresses().first() {

@@ -478,7 +478,10 @@ fn the_endpoints_own_words_come_with_a_404_and_reload_says_it_is_not_there_yet()
     );
     let seen = fake.seen();
     assert_eq!(seen[0].request_line(), "POST /reload HTTP/1.1");
-    assert_eq!(seen[0].field("content-length"), ["0"]);
+    // As JSON, as every change: an endpoint without a token takes no other.
+    assert_eq!(seen[0].field("content-type"), ["application/json"]);
+    assert_eq!(seen[0].field("content-length"), ["2"]);
+    assert_eq!(seen[0].body, b"{}");
 }
 
 #[tokio::test]
@@ -650,7 +653,12 @@ async fn the_verbs_drive_a_running_switch() {
     // server's line did not change).
     let out = run(verb(&["reload"]), Some("end-to-end")).await.unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "reloaded: generation 2\n");
+    // It names the file the switch read again.
+    let canonical = std::fs::canonicalize(&rules).unwrap();
+    assert_eq!(
+        text(&out.stdout),
+        format!("reloaded {}: generation 2\n", canonical.display())
+    );
     let out = run(verb(&["list"]), None).await.unwrap();
     assert!(
         text(&out.stdout).contains("generation 2"),
@@ -666,4 +674,255 @@ async fn the_verbs_drive_a_running_switch() {
         errors.contains(&format!("{}:2:", rules.display())),
         "{errors}"
     );
+}
+
+/// `-c FILE` takes the endpoint and the token from FILE's `[admin]` table alone: an error
+/// elsewhere in the file (the one a reload is about to be refused for, or a half-done edit)
+/// does not stop the verbs; one in `[admin]`, or a TOML syntax error, does, at its
+/// FILE:LINE:COL.
+#[test]
+fn with_c_only_the_admin_table_is_read() {
+    let fake = Fake::start(200, STATS);
+    let scratch = common::Scratch::new("admin-cli-admin-only");
+    let admin = format!(
+        "[admin]\nlisten = \"{}\"\ntoken = \"from-the-file\"\n",
+        fake.addr
+    );
+    let broken = scratch.file(
+        "broken.toml",
+        &format!(
+            "{admin}\n[virtual.web]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"nope\"\n\
+             [pool.p]\nservers = [{{ addr = \"not an address\" }}]\nschedular = \"wlc\"\n"
+        ),
+    );
+    let out = tcpvs(&["list", "-c", path(&broken)], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("tcpvs 0.1.0, generation 1"));
+    assert_eq!(
+        fake.seen()[0].field("authorization"),
+        ["Bearer from-the-file"]
+    );
+
+    let syntax = "[virtual.web]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"p\n";
+    let unreadable = scratch.file("syntax.toml", &format!("{admin}{syntax}"));
+    let out = tcpvs(&["list", "-c", path(&unreadable)], None);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with(&format!("{}:6:18: ", unreadable.display())),
+        "{stderr}"
+    );
+
+    let bad_mode = scratch.file(
+        "mode.toml",
+        "[admin]\nlisten = \"unix:/run/tcpvs/admin.sock\"\nmode = \"0680\"\n",
+    );
+    let out = tcpvs(
+        &[
+            "set-weight",
+            "p",
+            "127.0.0.1:9001",
+            "1",
+            "-c",
+            path(&bad_mode),
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "{}:3:8: mode \"0680\" is not an octal permission like \"0600\" (owner) or \"0660\" (owner and group)\n",
+            bad_mode.display()
+        )
+    );
+    assert_eq!(fake.seen().len(), 1, "nothing sent for the refused ones");
+}
+
+/// The verbs over a Unix socket, found by `--admin unix:PATH` or by `-c FILE`; `reload -c`
+/// checks that the switch runs that file, and refuses another; the socket goes when tcpvs
+/// stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_verbs_speak_to_a_unix_socket_and_reload_only_the_file_named() {
+    let live = common::backend().await;
+    let scratch = common::Scratch::new("cli_unix");
+    let rules_text = format!(
+        "[switch]\nworkers = 2\naccess_log = false\n[admin]\nlisten = \"unix:admin.sock\"\n\
+         [virtual.web]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"p\"\n\
+         [pool.p]\nservers = [{{ addr = \"{}\" }}]\n",
+        live.addr
+    );
+    let rules = scratch.file("rules.toml", &rules_text);
+    // Another file, with the same [admin]: the switch does not run it.
+    let other = scratch.file(
+        "other.toml",
+        &rules_text.replace("default_pool = \"p\"", "default_pool = \"nope\""),
+    );
+    let socket = scratch.0.join("admin.sock");
+    let switch = common::Process::start(&["run".as_ref(), "-c".as_ref(), rules.as_os_str()]);
+    let (switch, line, _) = common::line_with(switch, "admin endpoint on ").await;
+    assert!(
+        line.contains(&format!("admin endpoint on unix:{}", socket.display())),
+        "{line}"
+    );
+    let by_socket = format!("unix:{}", socket.display());
+    let (rules_arg, other_arg, server) = (
+        path(&rules).to_string(),
+        path(&other).to_string(),
+        live.addr.to_string(),
+    );
+    let run = move |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            tcpvs(&args, None)
+        })
+    };
+    let words = |w: &[&str]| w.iter().map(|w| w.to_string()).collect::<Vec<_>>();
+
+    let out = run(words(&[
+        "set-weight",
+        "p",
+        &server,
+        "4",
+        "--admin",
+        &by_socket,
+    ]))
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("weight 4 (configured 1)"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = run(words(&["list", "-c", &rules_arg])).await.unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(table.contains("generation 1"), "{table}");
+
+    // Another file: refused before anything is sent to reload, and nothing reloaded.
+    let out = run(words(&["reload", "-c", &other_arg])).await.unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let canonical = std::fs::canonicalize(&rules).unwrap();
+    let other_canonical = std::fs::canonicalize(&other).unwrap();
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "tcpvs: not reloading: the switch at {by_socket} runs {}, not {}; a reload re-reads \
+             the switch's own file (use --admin {by_socket} to reload it whatever it is)\n",
+            canonical.display(),
+            other_canonical.display()
+        )
+    );
+    let out = run(words(&["list", "--json", "--admin", &by_socket]))
+        .await
+        .unwrap();
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stats["generation"], 1);
+    assert_eq!(stats["rule_file"], canonical.display().to_string());
+
+    // The file it runs, named another way (a `..` in the path): reloaded, and named.
+    let roundabout = scratch
+        .0
+        .join("..")
+        .join(scratch.0.file_name().unwrap())
+        .join("rules.toml");
+    let out = run(words(&["reload", "-c", path(&roundabout)]))
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        format!("reloaded {}: generation 2\n", canonical.display())
+    );
+
+    let (lines, status) = common::stop(switch).await;
+    assert!(status.success(), "{lines:?}");
+    assert!(
+        std::fs::symlink_metadata(&socket).is_err(),
+        "removed at exit: {lines:?}"
+    );
+    let out = run(words(&["list", "--admin", &by_socket])).await.unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "tcpvs: cannot reach the admin endpoint at {by_socket}: no such socket - is tcpvs \
+             running with [admin] listen = \"{by_socket}\"?\n"
+        )
+    );
+}
+
+/// A connection the endpoint closes before answering (it made room for another, admin/slots.rs)
+/// is tried again, a few times; one that answers ends it. Each try sends the whole request.
+#[test]
+fn a_connection_closed_unanswered_is_tried_again() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let record = Arc::clone(&seen);
+    // The first two connections are closed unanswered (one before its request is read, one
+    // after), the third is answered; then every one is closed unanswered.
+    let serving = std::thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(mut stream) = stream else { return };
+            stream.set_read_timeout(Some(common::PATIENCE)).unwrap();
+            if n == 0 {
+                continue;
+            }
+            let Some(request) = read_request(&mut stream) else {
+                continue;
+            };
+            record.lock().unwrap().push(request);
+            if n == 2 {
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{SERVER}",
+                    SERVER.len()
+                );
+                stream.write_all(answer.as_bytes()).unwrap();
+            }
+            if n == 7 {
+                return;
+            }
+        }
+    });
+    let admin = addr.to_string();
+    let out = tcpvs(
+        &[
+            "set-state",
+            "static",
+            "127.0.0.1:9001",
+            "drain",
+            "--admin",
+            &admin,
+        ],
+        Some("t"),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(
+        requests.len(),
+        2,
+        "the first connection's request was never read"
+    );
+    for request in &requests {
+        assert_eq!(
+            request.request_line(),
+            "PUT /pools/static/servers/127.0.0.1:9001 HTTP/1.1"
+        );
+        assert_eq!(request.body, br#"{"state":"drain"}"#);
+    }
+    // An endpoint that never answers: five connections, then the error.
+    let out = tcpvs(&["reload", "--admin", &admin], Some("t"));
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "tcpvs: unexpected answer from the admin endpoint at {admin}: it closed the \
+             connection without answering\n"
+        )
+    );
+    serving.join().unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 2 + 5);
 }

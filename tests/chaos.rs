@@ -1314,7 +1314,8 @@ async fn admin_request(admin: SocketAddr, method: &str, path: &str) -> (u16, Str
         .expect("the admin endpoint accepts")
         .expect("the admin endpoint accepts");
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {admin}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {admin}\r\nContent-Type: application/json\r\n\
+         Content-Length: 0\r\nConnection: close\r\n\r\n"
     );
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut raw = Vec::new();

@@ -82,24 +82,54 @@ fn a_valid_file_gets_a_summary() {
 
 #[test]
 fn the_shipped_rule_files_are_valid() {
-    // Strict: a shipped file teaches by example, so it carries no warning either.
+    // Strict: a shipped file teaches by example, so it carries no warning either, installed
+    // as README says: mode 600, as two of them hold a cookie secret.
     for file in [
-        "rules/demo.toml",
         "rules/static-image-cgi.toml",
         "rules/locality.toml",
         "deploy/rules.toml",
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_tcpvs"))
-            .args(["check", "--strict"])
-            .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success() && out.stderr.is_empty(),
-            "{file}: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        let text = std::fs::read_to_string(path).unwrap();
+        let name = format!("shipped-{}", file.replace('/', "-"));
+        let installed = check_mode(&["--strict"], &name, &text, 0o600);
+        assert_eq!(
+            (installed.code, installed.stderr.as_str()),
+            (0, ""),
+            "{file}"
         );
     }
+    // As checked out (readable by all), the deploy example's secret is warned about.
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rules.toml");
+    let text = std::fs::read_to_string(&deploy).unwrap();
+    let readable = check_mode(&[], "deploy-rules-644.toml", &text, 0o644);
+    assert_eq!(readable.code, 0);
+    assert_eq!(
+        readable.stderr.trim(),
+        at(&readable.file, &text, "\"the same long random string", 0, "warning: pool `app`'s cookie `secret` is in this rule file, which its group and every other user can read (mode 0644): whoever reads it can make cookies that choose a server; make the file mode 600")
+    );
+    // The demo's endpoint is on loopback without a token, so that its monitor page's buttons
+    // work at once; it is a toy on one's own machine, and its one warning says what that costs
+    // on a shared one.
+    let demo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("rules/demo.toml");
+    let text = std::fs::read_to_string(&demo).unwrap();
+    let checked = check_mode(&["--strict"], "demo.toml", &text, 0o644);
+    assert_eq!(checked.code, 1);
+    assert_eq!(
+        checked.stderr.trim(),
+        at(&checked.file, &text, "\"127.0.0.1:9090\"", 0, "any local user can change servers and reload through the admin endpoint on 127.0.0.1:9090 (it has no token): set `token_file`, or listen on a Unix socket (\"unix:/run/tcpvs/admin.sock\") whose `mode` says who may")
+    );
+}
+
+/// [`check_with`] on a file of permissions `mode` (writing a file anew keeps its mode).
+fn check_mode(args: &[&str], name: &str, text: &str, mode: u32) -> Checked {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("tcpvs-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    check_with(args, name, text)
 }
 
 /// Each case: a broken variant of VALID (original, replacement), the token the error must point
@@ -419,7 +449,7 @@ health = "http"
         at(f, text, "30", 0, "`header_timeout`: expected a duration like \"30s\", found the number 30"),
         at(f, text, "1\n", 0, "`splice`: expected true or false, found the number 1"),
         at(f, text, "true", 0, "`access_log_format`: expected \"text\", \"json\" or \"combined\", found true"),
-        at(f, text, "9090", 0, "`listen`: expected an address like \"127.0.0.1:8080\", found the number 9090"),
+        at(f, text, "9090", 0, "`listen`: expected an address like \"127.0.0.1:9090\" or a Unix socket like \"unix:/run/tcpvs/admin.sock\", found the number 9090"),
         at(f, text, "[\"static\"]", 0, "`default_pool`: expected a pool name like \"static\", found a list"),
         at(f, text, "{ path", 0, "`rule`: expected rules written as [[virtual.web.rule]] tables, found a table"),
         at(f, text, "\"no\"", 0, "`backup`: expected true or false, found the string \"no\""),
@@ -857,5 +887,172 @@ fn a_service_that_routes_nowhere_is_a_warning() {
     // One server of weight 1 anywhere it routes: no warning.
     let text = text.replacen("9003\", weight = 0", "9003\", weight = 1", 1);
     let c = check("routes.toml", &text);
+    assert_eq!((c.code, c.stderr.as_str()), (0, ""));
+}
+
+// ---------------------------------------------------------------- [admin] on a shared host
+
+/// VALID with an `[admin]` table of `keys` first, checked from a file of mode `mode`.
+fn with_admin(name: &str, keys: &str, mode: u32) -> (Checked, String) {
+    let text = format!("[admin]\n{keys}\n{VALID}");
+    (check_mode(&[], name, &text, mode), text)
+}
+
+#[test]
+fn a_bad_admin_socket_is_refused_at_its_key() {
+    let long = format!("/run/{}.sock", "x".repeat(100));
+    let cases: &[(&str, &str, String)] = &[
+        (
+            "listen = \"unix:/run/tcpvs/admin.sock\"\nmode = \"0680\"",
+            "\"0680\"",
+            "mode \"0680\" is not an octal permission like \"0600\" (owner) or \"0660\" (owner and group)".into(),
+        ),
+        (
+            "listen = \"unix:/run/tcpvs/admin.sock\"\nmode = \"rw-rw----\"",
+            "\"rw-rw----\"",
+            "mode \"rw-rw----\" is not an octal permission like \"0600\" (owner) or \"0660\" (owner and group)".into(),
+        ),
+        (
+            "listen = \"unix:/run/tcpvs/admin.sock\"\nmode = \"\"",
+            "\"\"",
+            "mode \"\" is not an octal permission like \"0600\" (owner) or \"0660\" (owner and group)".into(),
+        ),
+        (
+            "listen = \"unix:/run/tcpvs/admin.sock\"\nmode = \"4770\"",
+            "\"4770\"",
+            "mode 4770 has setuid, setgid or sticky bits, which mean nothing for a socket: give the permission bits only, like \"0660\"".into(),
+        ),
+        (
+            "listen = \"unix:/run/tcpvs/admin.sock\"\nmode = 660",
+            "660",
+            "`mode`: expected an octal string like \"0600\", found the number 660".into(),
+        ),
+        (
+            "listen = \"127.0.0.1:9090\"\ntoken_file = \"/dev/null/x\"\nmode = \"0600\"",
+            "\"0600\"",
+            "`mode` sets the permissions of a Unix socket: it needs `listen = \"unix:PATH\"`".into(),
+        ),
+        (
+            "listen = \"unix:\"",
+            "\"unix:\"",
+            "`unix:` needs the socket's path, like \"unix:/run/tcpvs/admin.sock\"".into(),
+        ),
+        (
+            &*Box::leak(format!("listen = \"unix:{long}\"").into_boxed_str()),
+            "\"unix:",
+            format!("the socket's path {long} is 110 bytes long; a Unix socket's path holds at most 107"),
+        ),
+    ];
+    for (i, (keys, token, message)) in cases.iter().enumerate() {
+        let (c, text) = with_admin(&format!("admin-mode-{i}.toml"), keys, 0o600);
+        assert_eq!(c.code, 1, "{keys}: {}", c.stderr);
+        let expected = at(&c.file, &text, token, 0, message);
+        let errors: Vec<&str> = c
+            .stderr
+            .lines()
+            .filter(|l| !l.contains("token_file"))
+            .collect();
+        assert_eq!(errors, [expected.as_str()], "{keys}");
+    }
+    // What is right: an octal mode of 3 or 4 digits (or 0o...), a path relative to the file.
+    for (i, mode) in ["0660", "600", "0o640", "0000"].iter().enumerate() {
+        let keys = format!("listen = \"unix:admin.sock\"\nmode = \"{mode}\"");
+        let (c, _) = with_admin(&format!("admin-mode-ok-{i}.toml"), &keys, 0o600);
+        assert_eq!((c.code, c.stderr.as_str()), (0, ""), "{mode}");
+    }
+}
+
+#[test]
+fn secrets_other_users_can_read_and_changes_any_local_user_can_make_are_warnings() {
+    let warns_at = |name: &str, keys: &str, mode: u32, token: &str, message: &str| {
+        let (c, text) = with_admin(name, keys, mode);
+        assert_eq!(c.code, 0, "{}", c.stderr);
+        assert!(c.stdout.contains(": ok: "), "{}", c.stdout);
+        let expected = at(&c.file, &text, token, 0, &format!("warning: {message}"));
+        assert_eq!(c.stderr.trim(), expected);
+    };
+    let quiet = |name: &str, keys: &str, mode: u32| {
+        let (c, _) = with_admin(name, keys, mode);
+        assert_eq!((c.code, c.stderr.as_str()), (0, ""), "{keys}");
+    };
+    let inline = "listen = \"127.0.0.1:9090\"\ntoken = \"s3cret\"";
+    warns_at(
+        "token-644.toml",
+        inline,
+        0o644,
+        "\"s3cret\"",
+        "the admin token is in this rule file, which its group and every other user can read (mode 0644): move it to a `token_file` of mode 600, or make this file mode 600",
+    );
+    warns_at(
+        "token-640.toml",
+        inline,
+        0o640,
+        "\"s3cret\"",
+        "the admin token is in this rule file, which its group can read (mode 0640): move it to a `token_file` of mode 600, or make this file mode 600",
+    );
+    quiet("token-600.toml", inline, 0o600);
+
+    // A token file: its own mode counts, the rule file's does not.
+    let dir = std::env::temp_dir().join(format!("tcpvs-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token_file = dir.join("admin-token");
+    std::fs::write(&token_file, "from-a-file\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let by_file = "listen = \"127.0.0.1:9090\"\ntoken_file = \"admin-token\"";
+    warns_at(
+        "token-file-640.toml",
+        by_file,
+        0o644,
+        "\"admin-token\"",
+        &format!(
+            "the admin token is in {} (token_file), which its group can read (mode 0640): chmod 600 {}",
+            token_file.display(),
+            token_file.display()
+        ),
+    );
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    quiet("token-file-600.toml", by_file, 0o644);
+
+    // No token on loopback: any local user may change servers.
+    warns_at(
+        "loopback.toml",
+        "listen = \"127.0.0.1:9090\"",
+        0o600,
+        "\"127.0.0.1:9090\"",
+        "any local user can change servers and reload through the admin endpoint on 127.0.0.1:9090 (it has no token): set `token_file`, or listen on a Unix socket (\"unix:/run/tcpvs/admin.sock\") whose `mode` says who may",
+    );
+    // A socket any local user can connect to, without a token: the same.
+    warns_at(
+        "socket-666.toml",
+        "listen = \"unix:/run/tcpvs/admin.sock\"\nmode = \"0666\"",
+        0o600,
+        "\"0666\"",
+        "mode 0666 lets any local user connect to the admin socket, and without a token that means change servers and reload: take `o+w` away (\"0660\": its owner and group) or set `token_file`",
+    );
+    quiet(
+        "socket-660.toml",
+        "listen = \"unix:/run/tcpvs/admin.sock\"\nmode = \"0660\"",
+        0o644,
+    );
+    quiet(
+        "socket-default.toml",
+        "listen = \"unix:/run/tcpvs/admin.sock\"",
+        0o644,
+    );
+
+    // A pool's cookie secret.
+    let text = VALID.replacen(
+        "[pool.static]\nscheduler = \"wlc\"",
+        "[pool.static]\nscheduler = \"cookie\"\nsecret = \"keyed-hash-key\"",
+        1,
+    );
+    let c = check_mode(&[], "cookie-604.toml", &text, 0o604);
+    assert_eq!(c.code, 0, "{}", c.stderr);
+    assert_eq!(
+        c.stderr.trim(),
+        at(&c.file, &text, "\"keyed-hash-key\"", 0, "warning: pool `static`'s cookie `secret` is in this rule file, which every other user can read (mode 0604): whoever reads it can make cookies that choose a server; make the file mode 600")
+    );
+    let c = check_mode(&["--strict"], "cookie-600.toml", &text, 0o600);
     assert_eq!((c.code, c.stderr.as_str()), (0, ""));
 }

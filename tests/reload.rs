@@ -46,7 +46,8 @@ async fn start(path: &std::path::Path) -> tcpvs::Switch {
 async fn post_reload(admin: SocketAddr) -> (u16, serde_json::Value) {
     let mut stream = TcpStream::connect(admin).await.unwrap();
     let request = format!(
-        "POST /reload HTTP/1.1\r\nHost: {admin}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "POST /reload HTTP/1.1\r\nHost: {admin}\r\nContent-Type: application/json\r\n\
+         Content-Length: 2\r\nConnection: close\r\n\r\n{{}}"
     );
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut raw = Vec::new();

@@ -1,7 +1,8 @@
 //! The command line's side of the admin endpoint: `tcpvs list`, `set-weight`, `set-state` and
 //! `reload` each send one request and read one answer.
 //!
-//! The HTTP/1.1 client is written by hand over a blocking `std::net::TcpStream`: the command
+//! The HTTP/1.1 client is written by hand over a blocking `std::net::TcpStream` (or
+//! `UnixStream`, for an endpoint on a Unix socket): the command
 //! line sends a single request, with `Connection: close`, to an endpoint that is normally on
 //! loopback, and reads a single JSON answer. An HTTP client crate (with its own runtime, pools,
 //! TLS and redirects) would be a heavy dependency for that; `httparse`, already used by the
@@ -15,6 +16,7 @@ mod error;
 mod http;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 pub use error::Error;
@@ -26,10 +28,53 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long one read or write may wait.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Where the admin endpoint listens: `127.0.0.1:9090` or `unix:/run/tcpvs/admin.sock`, as
+/// `[admin] listen` and `--admin` write it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Address {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Address::Tcp(addr) => write!(f, "{addr}"),
+            Address::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+impl std::str::FromStr for Address {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Address, String> {
+        match text.strip_prefix("unix:") {
+            Some("") => {
+                Err("`unix:` needs the socket's path, like unix:/run/tcpvs/admin.sock".into())
+            }
+            Some(path) => Ok(Address::Unix(PathBuf::from(path))),
+            None => text
+                .parse()
+                .map(Address::Tcp)
+                .map_err(|_| format!("{text:?} is neither IP:PORT (127.0.0.1:9090) nor unix:PATH")),
+        }
+    }
+}
+
+impl From<&crate::config::admin::AdminListen> for Address {
+    fn from(listen: &crate::config::admin::AdminListen) -> Address {
+        match listen {
+            crate::config::admin::AdminListen::Tcp(addr) => Address::Tcp(*addr),
+            crate::config::admin::AdminListen::Unix { path, .. } => Address::Unix(path.clone()),
+        }
+    }
+}
+
 /// Where the admin endpoint is, and the token for changes (`Authorization: Bearer <token>`).
 #[derive(Clone)]
 pub struct Endpoint {
-    pub addr: SocketAddr,
+    pub addr: Address,
     pub token: Option<String>,
 }
 
@@ -74,7 +119,7 @@ pub use super::stats_json::{ServerJson, StatsJson};
 pub fn get_stats(endpoint: &Endpoint) -> Result<StatsJson, Error> {
     let text = get_stats_json(endpoint)?;
     serde_json::from_str(&text).map_err(|e| Error::Malformed {
-        addr: endpoint.addr,
+        addr: endpoint.addr.clone(),
         what: format!("its /stats document does not have the expected shape: {e}"),
     })
 }
@@ -85,7 +130,7 @@ pub fn get_stats_json(endpoint: &Endpoint) -> Result<String, Error> {
     answer.success(endpoint, Verb::Read)?;
     answer.json(endpoint)?;
     String::from_utf8(answer.body).map_err(|_| Error::Malformed {
-        addr: endpoint.addr,
+        addr: endpoint.addr.clone(),
         what: "the body is not UTF-8".into(),
     })
 }
@@ -121,18 +166,55 @@ pub fn set_state(
     )
 }
 
-/// `POST /reload`; the generation now running.
-pub fn reload(endpoint: &Endpoint) -> Result<u64, Error> {
-    let answer = exchange(endpoint, "POST", "/reload", Some(b""))?;
+/// A reload that took effect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reloaded {
+    /// The generation now running.
+    pub generation: u64,
+    /// The file the switch read again (an older switch does not say).
+    pub file: Option<String>,
+}
+
+/// `POST /reload`, with a JSON body as every change is sent (an endpoint without a token takes
+/// no other).
+pub fn reload(endpoint: &Endpoint) -> Result<Reloaded, Error> {
+    let answer = exchange(endpoint, "POST", "/reload", Some(b"{}"))?;
     answer.success(endpoint, Verb::Reload)?;
     let value = answer.json(endpoint)?;
-    value
+    let generation = value
         .get("generation")
         .and_then(serde_json::Value::as_u64)
         .ok_or_else(|| Error::Malformed {
-            addr: endpoint.addr,
+            addr: endpoint.addr.clone(),
             what: "its answer to POST /reload has no `generation`".into(),
-        })
+        })?;
+    let file = value
+        .get("file")
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_string);
+    Ok(Reloaded { generation, file })
+}
+
+/// `tcpvs reload -c FILE`: asks the switch which rule file it runs (`/stats` `rule_file`) and
+/// refuses unless it is `file` (both canonical: symbolic links and `..` resolved), since a
+/// reload re-reads the switch's own file whatever the command line names.
+pub fn check_rule_file(endpoint: &Endpoint, file: &std::path::Path) -> Result<(), Error> {
+    let asked = std::fs::canonicalize(file)
+        .or_else(|_| std::path::absolute(file))
+        .unwrap_or_else(|_| file.to_path_buf());
+    let running = get_stats(endpoint)?.rule_file;
+    let same = running.as_deref().is_some_and(|running| {
+        let running = std::path::Path::new(running);
+        running == asked || std::fs::canonicalize(running).is_ok_and(|resolved| resolved == asked)
+    });
+    if same {
+        return Ok(());
+    }
+    Err(Error::OtherFile {
+        addr: endpoint.addr.clone(),
+        asked: asked.display().to_string(),
+        running,
+    })
 }
 
 /// The path of a server's resource: `/pools/{pool}/servers/{addr}`, each segment
@@ -160,7 +242,7 @@ fn change_server(
     )?;
     answer.success(endpoint, Verb::Change)?;
     serde_json::from_value(answer.json(endpoint)?).map_err(|e| Error::Malformed {
-        addr: endpoint.addr,
+        addr: endpoint.addr.clone(),
         what: format!("its answer is not a server: {e}"),
     })
 }
@@ -193,7 +275,7 @@ mod tests {
 
     fn endpoint(token: Option<&str>) -> Endpoint {
         Endpoint {
-            addr: "127.0.0.1:9090".parse().unwrap(),
+            addr: Address::Tcp("127.0.0.1:9090".parse().unwrap()),
             token: token.map(str::to_string),
         }
     }
@@ -221,12 +303,41 @@ mod tests {
         assert!(get.starts_with("GET /stats HTTP/1.1\r\n"), "{get}");
         assert!(get.contains("Authorization: Bearer s3cret\r\n"), "{get}");
         assert!(!get.contains("Content-Length"), "{get}");
-        let reload = String::from_utf8(request_bytes(&ep, "POST", "/reload", Some(b""))).unwrap();
-        assert!(reload.contains("Content-Length: 0\r\n"), "{reload}");
+        let reload = String::from_utf8(request_bytes(&ep, "POST", "/reload", Some(b"{}"))).unwrap();
+        assert!(reload.contains("Content-Length: 2\r\n"), "{reload}");
+        assert!(
+            reload.contains("Content-Type: application/json\r\n"),
+            "{reload}"
+        );
         assert!(
             reload.contains("Authorization: Bearer s3cret\r\n"),
             "{reload}"
         );
+    }
+
+    #[test]
+    fn addresses_are_ip_and_port_or_a_unix_path() {
+        assert_eq!(
+            "127.0.0.1:9090".parse::<Address>(),
+            Ok(Address::Tcp("127.0.0.1:9090".parse().unwrap()))
+        );
+        assert_eq!(
+            "unix:/run/tcpvs/admin.sock".parse::<Address>(),
+            Ok(Address::Unix("/run/tcpvs/admin.sock".into()))
+        );
+        assert_eq!(
+            Address::Unix("/run/tcpvs/admin.sock".into()).to_string(),
+            "unix:/run/tcpvs/admin.sock"
+        );
+        assert!("unix:".parse::<Address>().is_err());
+        assert!("localhost:9090".parse::<Address>().is_err());
+        // Over a Unix socket the request names `localhost`, as curl does.
+        let ep = Endpoint {
+            addr: Address::Unix("/run/tcpvs/admin.sock".into()),
+            token: None,
+        };
+        let get = String::from_utf8(request_bytes(&ep, "GET", "/stats", None)).unwrap();
+        assert!(get.contains("\r\nHost: localhost\r\n"), "{get}");
     }
 
     #[test]

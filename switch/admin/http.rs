@@ -5,10 +5,10 @@
 //! browser, a scraper and the `tcpvs` command, and the switch already reads HTTP heads with
 //! httparse; hyper or axum would add a second HTTP stack (and its dependency tree) for that.
 
+use super::slots::Slot;
 use std::io;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// A request head larger than this is refused (431).
 const MAX_HEAD: usize = 16 * 1024;
@@ -83,15 +83,23 @@ impl Response {
 
 /// Why no request could be read.
 enum Unread {
-    /// The connection ended, timed out or broke: nothing to answer.
+    /// The connection ended, timed out, broke, or was closed to make room: nothing to answer.
     Gone,
     /// A request that cannot be served; answered, then the connection closes.
     Refuse(u16, &'static str),
 }
 
-/// Serves requests on `stream` until it closes, `handle` answering each.
-pub async fn serve_connection<F, Fut>(mut stream: TcpStream, mut handle: F)
+/// What the endpoint's connections are: TCP or Unix stream sockets.
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Stream for S {}
+
+/// Serves requests on `stream` until it closes, `handle` answering each. `privileged` says
+/// whether a request carries the valid token: its connection is then never closed to make
+/// room for another until it is answered (slots.rs), nor while its handler runs.
+pub async fn serve_connection<S, P, F, Fut>(mut stream: S, slot: Slot, privileged: P, mut handle: F)
 where
+    S: Stream,
+    P: Fn(&Request) -> bool,
     F: FnMut(Request) -> Fut,
     Fut: std::future::Future<Output = Response>,
 {
@@ -100,32 +108,54 @@ where
     loop {
         let wait = if first { READ_TIMEOUT } else { IDLE_TIMEOUT };
         first = false;
-        let request = match read_request(&mut stream, &mut buffer, wait).await {
+        let request = match read_request(&mut stream, &mut buffer, wait, &slot, &privileged).await {
             Ok(request) => request,
             Err(Unread::Gone) => return,
             Err(Unread::Refuse(status, why)) => {
-                let _ =
-                    write_response(&mut stream, &Response::error(status, why), true, false).await;
+                slot.writing();
+                let refusal = Response::error(status, why);
+                let _ = or_evicted(&slot, write_response(&mut stream, &refusal, true, false)).await;
                 return;
             }
         };
+        let kept = privileged(&request);
+        // The handler runs to the end (a reload in progress is not cut short).
+        if !slot.keep() {
+            return;
+        }
         let close = request.close;
         let head_only = request.method == "HEAD";
         let response = handle(request).await;
-        if write_response(&mut stream, &response, close, head_only)
-            .await
-            .is_err()
-            || close
-        {
+        if !kept {
+            slot.writing();
+        }
+        let written = or_evicted(
+            &slot,
+            write_response(&mut stream, &response, close, head_only),
+        )
+        .await;
+        if !matches!(written, Some(Ok(()))) || close {
             return;
         }
+        slot.waiting();
     }
 }
 
-/// Answers 503 to a connection over the endpoint's limit, and closes it. The request head is
-/// read first (briefly): closing with it unread would reset the connection, and the reset
-/// could destroy the answer before the caller reads it.
-pub async fn refuse_busy(mut stream: TcpStream) {
+/// `io`, unless the connection is closed to make room first (`None`). What can be done at once
+/// is done first: bytes already received are read, an answer the socket takes is written
+/// (a handler's answer is then never lost to a closing that raced it).
+async fn or_evicted<T>(slot: &Slot, io: impl std::future::Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        biased;
+        out = io => Some(out),
+        () = slot.evicted() => None,
+    }
+}
+
+/// Answers 503 to a connection that finds every connection kept (slots.rs), and closes it. The
+/// request head is read first (briefly): closing with it unread would reset the connection,
+/// and the reset could destroy the answer before the caller reads it.
+pub async fn refuse_busy<S: Stream>(mut stream: S) {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
     let mut seen = Vec::new();
     while !seen.windows(4).any(|w| w == b"\r\n\r\n") && seen.len() < MAX_HEAD {
@@ -133,15 +163,21 @@ pub async fn refuse_busy(mut stream: TcpStream) {
             break;
         }
     }
-    let busy = Response::error(503, "the admin endpoint is busy: too many connections");
+    let busy = Response::error(
+        503,
+        "the admin endpoint is busy: every connection is serving a change or a token holder",
+    );
     let _ = write_response(&mut stream, &busy, true, false).await;
 }
 
-/// Reads one request; bytes after it stay in `buffer` for the next.
-async fn read_request(
-    stream: &mut TcpStream,
+/// Reads one request; bytes after it stay in `buffer` for the next. A head that carries the
+/// valid token keeps its connection from being closed to make room while its body arrives.
+async fn read_request<S: Stream>(
+    stream: &mut S,
     buffer: &mut Vec<u8>,
     first_byte_within: Duration,
+    slot: &Slot,
+    privileged: &impl Fn(&Request) -> bool,
 ) -> Result<Request, Unread> {
     // A request already begun (pipelined behind the last one) has READ_TIMEOUT to complete.
     let wait = if buffer.is_empty() {
@@ -158,8 +194,13 @@ async fn read_request(
                 Ok(httparse::Status::Complete(head_len)) => {
                     let (mut request, body_len) = request_of(&parsed)?;
                     buffer.drain(..head_len);
+                    if privileged(&request) && !slot.keep() {
+                        return Err(Unread::Gone);
+                    }
                     while buffer.len() < body_len {
-                        read_more(stream, buffer, deadline).await?;
+                        or_evicted(slot, read_more(stream, buffer, deadline))
+                            .await
+                            .unwrap_or(Err(Unread::Gone))?;
                     }
                     request.body = buffer.drain(..body_len).collect();
                     return Ok(request);
@@ -172,7 +213,9 @@ async fn read_request(
             }
         }
         let was_empty = buffer.is_empty();
-        read_more(stream, buffer, deadline).await?;
+        or_evicted(slot, read_more(stream, buffer, deadline))
+            .await
+            .unwrap_or(Err(Unread::Gone))?;
         if was_empty {
             // The request began: it has READ_TIMEOUT from now to arrive whole.
             deadline = tokio::time::Instant::now() + READ_TIMEOUT;
@@ -180,8 +223,8 @@ async fn read_request(
     }
 }
 
-async fn read_more(
-    stream: &mut TcpStream,
+async fn read_more<S: Stream>(
+    stream: &mut S,
     buffer: &mut Vec<u8>,
     deadline: tokio::time::Instant,
 ) -> Result<(), Unread> {
@@ -246,8 +289,8 @@ fn request_of(parsed: &httparse::Request<'_, '_>) -> Result<(Request, usize), Un
     Ok((request, body_len))
 }
 
-async fn write_response(
-    stream: &mut TcpStream,
+async fn write_response<S: Stream>(
+    stream: &mut S,
     response: &Response,
     close: bool,
     head_only: bool,

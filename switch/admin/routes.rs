@@ -1,8 +1,9 @@
 //! What each admin path answers. Reads take a snapshot; the one change (`PUT
 //! /pools/{pool}/servers/{addr}`) goes through `control::apply`, like checks and the agent.
 
-use super::endpoint::Endpoint;
+use super::endpoint::{bearer, same_secret, Endpoint};
 use super::http::{percent_decode, Request, Response};
+use super::listener::Peer;
 use super::rates::Counters;
 use super::stats_json::{server_json, stats_json};
 use crate::control::{self, AdminState, Change};
@@ -13,7 +14,7 @@ use std::sync::Arc;
 /// The monitor page: one document, no external assets (it must work offline).
 const MONITOR_PAGE: &str = include_str!("monitor.html");
 
-pub async fn answer(endpoint: &Arc<Endpoint>, request: Request, peer: SocketAddr) -> Response {
+pub async fn answer(endpoint: &Arc<Endpoint>, request: Request, peer: Peer) -> Response {
     let method = request.method.as_str();
     let path = request.path.as_str();
     let reads = matches!(method, "GET" | "HEAD");
@@ -25,7 +26,18 @@ pub async fn answer(endpoint: &Arc<Endpoint>, request: Request, peer: SocketAddr
         "/metrics" if reads => metrics(endpoint, &request),
         "/reload" if method == "POST" => match authorize(endpoint, &request, peer) {
             Err(refused) => refused,
-            Ok(()) => reload(endpoint).await,
+            // Without a token, as a change of a server: a page of another site cannot send
+            // JSON without the browser asking first (a CORS preflight), which we never allow.
+            Ok(()) if endpoint.token.is_none() && !is_json(&request.content_type) => {
+                Response::error(
+                    415,
+                    "send the reload as JSON, with `Content-Type: application/json` (the body may be `{}`)",
+                )
+            }
+            Ok(()) => {
+                tracing::info!("reload asked through the admin endpoint by {peer}");
+                reload(endpoint).await
+            }
         },
         "/" | "/index.html" | "/stats" | "/metrics" => not_allowed("GET, HEAD"),
         "/reload" => not_allowed("POST"),
@@ -37,7 +49,7 @@ pub async fn answer(endpoint: &Arc<Endpoint>, request: Request, peer: SocketAddr
                     415,
                     "send the change as JSON, with `Content-Type: application/json`",
                 ),
-                Ok(()) => change_server(endpoint, pool, addr, &request.body),
+                Ok(()) => change_server(endpoint, pool, addr, &request.body, peer),
             },
             None => Response::error(404, &format!("no such path: {path}")),
         },
@@ -60,6 +72,8 @@ async fn reload(endpoint: &Endpoint) -> Response {
             &serde_json::json!({
                 "generation": done.generation,
                 "restart_needed": done.restart_needed,
+                // The file read, so that the caller knows which one it was.
+                "file": endpoint.rule_file_shown(),
             }),
         ),
         Err(e @ (crate::reload::ReloadError::NoFile | crate::reload::ReloadError::NotRunning)) => {
@@ -79,12 +93,13 @@ fn stats(endpoint: &Endpoint) -> Response {
     let snapshot = shared.snapshot();
     let now = std::time::Instant::now();
     let rates = endpoint.sampler.rates(now, &Counters::read(shared));
-    let json = stats_json(
+    let mut json = stats_json(
         &snapshot,
         &rates,
         snapshot.generation,
         now.saturating_duration_since(shared.started),
     );
+    json.rule_file = endpoint.rule_file_shown();
     Response::json(200, &json)
 }
 
@@ -111,40 +126,38 @@ fn server_path(path: &str) -> Option<(&str, &str)> {
     (!pool.is_empty() && !addr.is_empty() && !addr.contains('/')).then_some((pool, addr))
 }
 
-/// Changes need the token when one is set; without one, only a loopback listener (the rule
-/// file cannot put one elsewhere) takes them, only from loopback peers, and only when they
-/// do not come from a web page of another site: a browser on this host would otherwise carry
-/// them for any page (a request made cross-site names its page's `Origin`; a page behind DNS
-/// rebinding names its own host in `Host`). Such a page cannot send a token it does not know.
-fn authorize(endpoint: &Endpoint, request: &Request, peer: SocketAddr) -> Result<(), Response> {
+/// Changes need the token when one is set. Without one, they are taken from peers that the
+/// listener lets in only: loopback peers of a loopback listener (the rule file cannot put one
+/// elsewhere) and whoever the Unix socket's permissions let connect; and never from a web page
+/// of another site: a browser on this host would otherwise carry them for any page (a request
+/// made cross-site names its page's `Origin`; a page behind DNS rebinding names its own host in
+/// `Host`, which only TCP can reach). Such a page cannot send a token it does not know.
+fn authorize(endpoint: &Endpoint, request: &Request, peer: Peer) -> Result<(), Response> {
     let unauthorized = |why: &str| {
         Response::error(401, why).with_field("WWW-Authenticate: Bearer realm=\"tcpvs\"".into())
     };
     let forbidden = |why: &str| Err(Response::error(403, why));
     let Some(token) = &endpoint.token else {
-        if !peer.ip().is_loopback() {
-            return forbidden("changes without a token are accepted only from loopback");
-        }
-        if !is_loopback_host(&request.host) {
-            return forbidden(
-                "changes without a token must name a loopback Host (127.0.0.1, [::1], localhost)",
-            );
+        if let Peer::Tcp(addr) = peer {
+            if !addr.ip().is_loopback() {
+                return forbidden("changes without a token are accepted only from loopback");
+            }
+            if !is_loopback_host(&request.host) {
+                return forbidden(
+                    "changes without a token must name a loopback Host (127.0.0.1, [::1], localhost)",
+                );
+            }
         }
         if !request.origin.is_empty() && request.origin != format!("http://{}", request.host) {
             return forbidden("changes without a token are not accepted from another site's page");
         }
         return Ok(());
     };
-    // The scheme's name is case-insensitive (RFC 9110, 11.1).
-    let given = request.authorization.as_deref().and_then(|value| {
-        let (scheme, credentials) = value.split_once(' ')?;
-        scheme.eq_ignore_ascii_case("bearer").then_some(credentials)
-    });
-    match given {
+    match bearer(request) {
         None => Err(unauthorized(
             "changes need `Authorization: Bearer <token>` (the [admin] token)",
         )),
-        Some(given) if same_secret(given.trim().as_bytes(), token.as_bytes()) => Ok(()),
+        Some(given) if same_secret(given.as_bytes(), token.as_bytes()) => Ok(()),
         Some(_) => Err(unauthorized("wrong token")),
     }
 }
@@ -170,19 +183,6 @@ fn is_json(content_type: &str) -> bool {
         .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
 }
 
-/// Compares without an early exit, so the time taken does not tell how much of a guess was
-/// right.
-fn same_secret(given: &[u8], expected: &[u8]) -> bool {
-    if given.len() != expected.len() {
-        return false;
-    }
-    given
-        .iter()
-        .zip(expected)
-        .fold(0u8, |diff, (a, b)| diff | (a ^ b))
-        == 0
-}
-
 /// The body of a change: either key or both.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -191,7 +191,13 @@ struct ServerChange {
     state: Option<String>,
 }
 
-fn change_server(endpoint: &Endpoint, pool_name: &str, addr: &str, body: &[u8]) -> Response {
+fn change_server(
+    endpoint: &Endpoint,
+    pool_name: &str,
+    addr: &str,
+    body: &[u8],
+    peer: Peer,
+) -> Response {
     let Some(pool_name) = percent_decode(pool_name) else {
         return Response::error(400, "the pool name is not valid %-encoded UTF-8");
     };
@@ -217,7 +223,10 @@ fn change_server(endpoint: &Endpoint, pool_name: &str, addr: &str, body: &[u8]) 
         Err(why) => return Response::error(400, &why),
     };
     if let Change::Admin { state, weight } = &change {
-        tracing::info!(pool = %pool_name, server = %addr, ?state, ?weight, "changed by the admin endpoint");
+        tracing::info!(
+            "the admin endpoint sets server {addr} of pool `{pool_name}` {} (asked by {peer})",
+            describe_change(*state, *weight)
+        );
     }
     control::apply(pool, index, change);
     let snapshot = shared.snapshot();
@@ -230,6 +239,21 @@ fn change_server(endpoint: &Endpoint, pool_name: &str, addr: &str, body: &[u8]) 
     {
         Some(server) => Response::json(200, &server_json(server, &rates)),
         None => Response::error(404, &format!("no server {addr} in pool `{pool_name}`")),
+    }
+}
+
+/// A change in words: `to drain`, `to weight 5`, `ready, with weight 0`.
+fn describe_change(state: Option<AdminState>, weight: Option<u32>) -> String {
+    let state = state.map(|state| match state {
+        AdminState::Ready => "ready",
+        AdminState::Drain => "to drain",
+        AdminState::Maint => "to maintenance",
+    });
+    match (state, weight) {
+        (Some(state), Some(weight)) => format!("{state}, with weight {weight}"),
+        (Some(state), None) => state.to_string(),
+        (None, Some(weight)) => format!("to weight {weight}"),
+        (None, None) => "as it was".to_string(),
     }
 }
 
@@ -353,5 +377,19 @@ mod tests {
         assert!(same_secret(b"abc", b"abc"));
         assert!(!same_secret(b"abd", b"abc"));
         assert!(!same_secret(b"ab", b"abc"));
+    }
+
+    #[test]
+    fn changes_are_logged_in_words() {
+        assert_eq!(describe_change(Some(AdminState::Drain), None), "to drain");
+        assert_eq!(
+            describe_change(Some(AdminState::Ready), Some(0)),
+            "ready, with weight 0"
+        );
+        assert_eq!(
+            describe_change(Some(AdminState::Maint), Some(3)),
+            "to maintenance, with weight 3"
+        );
+        assert_eq!(describe_change(None, Some(5)), "to weight 5");
     }
 }

@@ -17,6 +17,9 @@ pub struct StatsJson {
     pub generation: u64,
     pub uptime_s: f64,
     pub clients: usize,
+    /// The rule file the switch runs and a reload reads again (its canonical path; `null` for
+    /// rules built in): `tcpvs reload -c FILE` checks that FILE is this one.
+    pub rule_file: Option<String>,
     pub services: Vec<ServiceJson>,
     pub pools: Vec<PoolJson>,
 }
@@ -192,6 +195,7 @@ pub fn stats_json(
         generation,
         uptime_s: seconds(uptime),
         clients: snapshot.clients,
+        rule_file: None,
         services,
         pools,
     }

@@ -10,6 +10,8 @@
 //! - a virtual service that routes nowhere: no rule and no `default_pool`, or only pools whose
 //!   every server has weight 0, so that every request gets 503 (every connection is closed,
 //!   under `tls-passthrough`).
+//! - a pool's cookie `secret` in a rule file that other users can read (the admin token's
+//!   files are looked at in admin.rs).
 //!
 //! Rules and services that were not read whole (an unknown or unreadable key, reported as an
 //! error) are left out, so that a misspelt condition does not also make a "catch-all".
@@ -18,12 +20,13 @@ use super::error::{line_and_column, ErrorSink};
 use super::raw::{RawFile, RawRule};
 use toml::Spanned;
 
-pub(super) fn lint(raw: &RawFile, sink: &mut ErrorSink<'_>) {
+pub(super) fn lint(raw: &RawFile, file: &str, sink: &mut ErrorSink<'_>) {
     for (_, service) in &raw.services {
         lint_rules(&service.rule, sink);
     }
     unused_pools(raw, sink);
     routes_nowhere(raw, sink);
+    readable_secrets(raw, file, sink);
 }
 
 /// Virtual services that cannot route a single request: no rule and no `default_pool`, or
@@ -95,6 +98,24 @@ fn routes_nowhere(raw: &RawFile, sink: &mut ErrorSink<'_>) {
                     pools.join(", ")
                 ),
             );
+        }
+    }
+}
+
+/// A cookie `secret` keys the hash that names each client's server: whoever reads it can make
+/// cookies that pick a server of their choosing. Its rule file should be its owner's alone.
+fn readable_secrets(raw: &RawFile, file: &str, sink: &mut ErrorSink<'_>) {
+    for (name, pool) in &raw.pools {
+        for (key, value) in &pool.options {
+            if key.get_ref() == "secret" {
+                super::admin::warn_if_readable(
+                    std::path::Path::new(file),
+                    value.span(),
+                    &format!("pool `{}`'s cookie `secret` is in this rule file", name.get_ref()),
+                    "whoever reads it can make cookies that choose a server; make the file mode 600",
+                    sink,
+                );
+            }
         }
     }
 }

@@ -265,28 +265,11 @@ impl Config {
     fn build(file: &str, text: &str, sink: &mut ErrorSink<'_>) -> Option<Config> {
         let (doc, syntax) = toml::de::DeTable::parse_recoverable(text);
         if !syntax.is_empty() {
-            // The parser goes on after a syntax error, but what follows one is often only its
-            // echo ("expected newline" after a stray `=`): one error per line is kept.
-            let mut lines_seen = Vec::new();
-            for e in syntax {
-                let span = e.span().unwrap_or(0..0);
-                let (line, _) = error::line_and_column(text, span.start);
-                if !lines_seen.contains(&line) {
-                    lines_seen.push(line);
-                    let mut message = e.message().trim().to_string();
-                    if message == "duplicate key" {
-                        // Name it: the span is the key.
-                        if let Some(key) = text.get(span.clone()).filter(|k| !k.contains('\n')) {
-                            message = format!("duplicate key `{key}`: already defined above");
-                        }
-                    }
-                    sink.at(span, message);
-                }
-            }
+            report_syntax_errors(syntax, text, sink);
             return None;
         }
         let raw: RawFile = raw::read(&doc, sink);
-        lint::lint(&raw, sink);
+        lint::lint(&raw, file, sink);
         let switch = build_switch(raw.switch.as_ref(), file, sink);
         let pools = build_pools(&raw.pools, sink);
         let pool_index: HashMap<&str, usize> = pools
@@ -333,6 +316,27 @@ impl Config {
             rules,
             plural(rules),
         )
+    }
+}
+
+/// TOML syntax errors, one per line: the parser goes on after a syntax error, but what follows
+/// one is often only its echo ("expected newline" after a stray `=`).
+fn report_syntax_errors(syntax: Vec<toml::de::Error>, text: &str, sink: &mut ErrorSink<'_>) {
+    let mut lines_seen = Vec::new();
+    for e in syntax {
+        let span = e.span().unwrap_or(0..0);
+        let (line, _) = error::line_and_column(text, span.start);
+        if !lines_seen.contains(&line) {
+            lines_seen.push(line);
+            let mut message = e.message().trim().to_string();
+            if message == "duplicate key" {
+                // Name it: the span is the key.
+                if let Some(key) = text.get(span.clone()).filter(|k| !k.contains('\n')) {
+                    message = format!("duplicate key `{key}`: already defined above");
+                }
+            }
+            sink.at(span, message);
+        }
     }
 }
 

@@ -26,7 +26,7 @@ pub(crate) const SWITCH_KEYS: &[&str] = &[
     "server_idle_max",
     "server_idle_timeout",
 ];
-const ADMIN_KEYS: &[&str] = &["listen", "token", "token_file"];
+const ADMIN_KEYS: &[&str] = &["listen", "token", "token_file", "mode"];
 const SERVICE_KEYS: &[&str] = &[
     "listen",
     "default_pool",
@@ -67,6 +67,8 @@ const HEALTH_KEYS: &[&str] = &[
 ];
 
 const LISTEN: &str = "an address like \"127.0.0.1:8080\"";
+const ADMIN_LISTEN: &str =
+    "an address like \"127.0.0.1:9090\" or a Unix socket like \"unix:/run/tcpvs/admin.sock\"";
 const POOL_NAME: &str = "a pool name like \"static\"";
 const REGEX: &str = "a regex like \"^/images/\"";
 const SERVERS: &str = "a list of servers like [{ addr = \"127.0.0.1:9001\" }]";
@@ -110,6 +112,8 @@ pub(crate) struct RawAdmin {
     pub listen: Option<Spanned<String>>,
     pub token: Option<Spanned<String>>,
     pub token_file: Option<Spanned<String>>,
+    /// The permissions of a `unix:` socket, an octal string.
+    pub mode: Option<Spanned<String>>,
 }
 
 pub(crate) struct RawService {
@@ -297,19 +301,31 @@ fn read_switch(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawSwitch {
     }
 }
 
+/// Only the `[admin]` table of a document, the rest unread: the command line's admin verbs
+/// find the endpoint with it in a file that may have errors elsewhere.
+pub(crate) fn read_admin_only(
+    doc: &Spanned<DeTable<'_>>,
+    sink: &mut ErrorSink<'_>,
+) -> Option<RawAdmin> {
+    let top = Table::new(doc.get_ref(), doc.span(), "the file");
+    top.table("admin", "a table [admin]", "[admin]", sink)
+        .map(|t| read_admin(&t, sink))
+}
+
 fn read_admin(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawAdmin {
     t.check_keys(ADMIN_KEYS, sink);
-    let listen = t.string("listen", LISTEN, sink);
+    let listen = t.string("listen", ADMIN_LISTEN, sink);
     if t.get("listen").is_none() {
         sink.at(
             t.span.clone(),
-            "[admin] has no `listen`: add the address of the admin endpoint, like \"127.0.0.1:9090\"",
+            "[admin] has no `listen`: add the address of the admin endpoint, like \"127.0.0.1:9090\" or \"unix:/run/tcpvs/admin.sock\"",
         );
     }
     RawAdmin {
         listen,
         token: t.string("token", "a string", sink),
         token_file: t.string("token_file", "a file path", sink),
+        mode: t.string("mode", "an octal string like \"0600\"", sink),
     }
 }
 

@@ -1,23 +1,29 @@
 //! What went wrong in an exchange with the admin endpoint, worded for the operator.
 
-use super::{CONNECT_TIMEOUT, IO_TIMEOUT};
-use std::net::SocketAddr;
+use super::{Address, CONNECT_TIMEOUT, IO_TIMEOUT};
 
 /// What went wrong, worded for the operator.
 #[derive(Debug)]
 pub enum Error {
     /// No connection: the switch is not running, or not with this `[admin] listen`.
     Unreachable {
-        addr: SocketAddr,
+        addr: Address,
         error: std::io::Error,
     },
     /// The connection broke or stalled during the exchange.
     Exchange {
-        addr: SocketAddr,
+        addr: Address,
         error: std::io::Error,
     },
     /// The answer is not HTTP, or not the JSON expected.
-    Malformed { addr: SocketAddr, what: String },
+    Malformed { addr: Address, what: String },
+    /// `tcpvs reload -c FILE`: the switch at that endpoint runs another file (`running`), or
+    /// does not say which (`None`).
+    OtherFile {
+        addr: Address,
+        asked: String,
+        running: Option<String>,
+    },
     /// The token is not something an HTTP field can carry.
     TokenText,
     /// 401: the token was refused (`sent`: one was sent at all).
@@ -38,8 +44,22 @@ impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Error::Unreachable { addr, error } => {
+                let unix = matches!(addr, Address::Unix(_));
                 let why = match error.kind() {
+                    std::io::ErrorKind::ConnectionRefused if unix => {
+                        "connection refused (a socket left by a tcpvs that stopped?)".to_string()
+                    }
                     std::io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
+                    std::io::ErrorKind::NotFound if unix => "no such socket".to_string(),
+                    std::io::ErrorKind::PermissionDenied if unix => {
+                        return write!(
+                            f,
+                            "cannot reach the admin endpoint at {addr}: permission denied - the \
+                             socket's mode (its `[admin] mode`) or its folder's does not let this \
+                             user in; run as its owner, or as a member of its group when the \
+                             mode lets the group in"
+                        );
+                    }
                     std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
                         format!("no answer within {}s", CONNECT_TIMEOUT.as_secs())
                     }
@@ -82,6 +102,25 @@ impl std::fmt::Display for Error {
                 "the admin endpoint wants a token: set TCPVS_ADMIN_TOKEN or --token-file"
             ),
             Error::ReloadUnsupported => write!(f, "this tcpvs does not support reload yet"),
+            Error::OtherFile {
+                addr,
+                asked,
+                running: Some(running),
+            } => write!(
+                f,
+                "not reloading: the switch at {addr} runs {running}, not {asked}; a reload \
+                 re-reads the switch's own file (use --admin {addr} to reload it whatever it is)"
+            ),
+            Error::OtherFile {
+                addr,
+                asked,
+                running: None,
+            } => write!(
+                f,
+                "not reloading: the switch at {addr} does not say which rule file it runs (rules \
+                 built in, or an older tcpvs), so it cannot be told whether that is {asked} (use \
+                 --admin {addr} to reload it anyway)"
+            ),
             Error::ReloadRefused { errors } => {
                 write!(f, "reload refused; the running configuration is unchanged")?;
                 if errors.is_empty() {

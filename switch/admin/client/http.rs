@@ -1,9 +1,10 @@
 //! The HTTP/1.1 of the client: the bytes of a request, and an answer read and framed by its
 //! `Content-Length`.
 
-use super::{Endpoint, Error, CONNECT_TIMEOUT, IO_TIMEOUT};
+use super::{Address, Endpoint, Error, CONNECT_TIMEOUT, IO_TIMEOUT};
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
 
 /// The largest answer accepted: far above any `/stats` document, a guard against a peer that
 /// is not the admin endpoint and never stops sending.
@@ -74,7 +75,7 @@ impl Answer {
 
     pub(super) fn json(&self, endpoint: &Endpoint) -> Result<serde_json::Value, Error> {
         serde_json::from_slice(&self.body).map_err(|e| Error::Malformed {
-            addr: endpoint.addr,
+            addr: endpoint.addr.clone(),
             what: format!("the body is not JSON: {e}"),
         })
     }
@@ -97,9 +98,13 @@ pub fn request_bytes(
     path: &str,
     body: Option<&[u8]>,
 ) -> Vec<u8> {
+    // A Unix socket has no host name; `localhost` is what curl sends over one.
+    let host = match &endpoint.addr {
+        Address::Tcp(addr) => addr.to_string(),
+        Address::Unix(_) => "localhost".to_string(),
+    };
     let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: tcpvs/{}\r\nAccept: application/json\r\n",
-        endpoint.addr,
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: tcpvs/{}\r\nAccept: application/json\r\n",
         env!("CARGO_PKG_VERSION")
     );
     if let Some(token) = &endpoint.token {
@@ -129,25 +134,101 @@ pub(super) fn exchange(
             return Err(Error::TokenText);
         }
     }
-    let addr = endpoint.addr;
-    let mut stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
-        .map_err(|error| Error::Unreachable { addr, error })?;
-    let broken = |error| Error::Exchange { addr, error };
-    stream.set_read_timeout(Some(IO_TIMEOUT)).map_err(broken)?;
-    stream.set_write_timeout(Some(IO_TIMEOUT)).map_err(broken)?;
-    let _ = stream.set_nodelay(true);
-    stream
-        .write_all(&request_bytes(endpoint, method, path, body))
-        .map_err(broken)?;
-    read_answer(&mut stream).map_err(|e| match e {
-        ReadError::Io(error) => Error::Exchange { addr, error },
-        ReadError::Malformed(what) => Error::Malformed { addr, what },
+    let addr = &endpoint.addr;
+    let unreachable = |error| Error::Unreachable {
+        addr: addr.clone(),
+        error,
+    };
+    let broken = |error| Error::Exchange {
+        addr: addr.clone(),
+        error,
+    };
+    let request = request_bytes(endpoint, method, path, body);
+    // A connection closed before any byte of an answer is tried again, a few times: the
+    // endpoint closes a connection to make room only while it waits for the request (or for
+    // a slow reader of an answer, which this client is not), so the request was not acted on.
+    // A flood of new connections by another local user can close this one before its request
+    // arrives (admin/slots.rs).
+    let mut attempt = 1;
+    let answer = loop {
+        match exchange_once(addr, &request) {
+            Err(ReadError::Unanswered) if attempt < ATTEMPTS => {
+                std::thread::sleep(RETRY_PAUSE * attempt);
+                attempt += 1;
+            }
+            other => break other,
+        }
+    };
+    answer.map_err(|e| match e {
+        ReadError::Connect(error) => unreachable(error),
+        ReadError::Io(error) => broken(error),
+        ReadError::Unanswered => Error::Malformed {
+            addr: addr.clone(),
+            what: "it closed the connection without answering".into(),
+        },
+        ReadError::Malformed(what) => Error::Malformed {
+            addr: addr.clone(),
+            what,
+        },
     })
 }
 
+/// Connections tried for one request when the endpoint closes them unanswered.
+const ATTEMPTS: u32 = 5;
+/// The pause before the next attempt, times the attempts made.
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// One connection: the request sent, the answer read.
+fn exchange_once(addr: &Address, request: &[u8]) -> Result<Answer, ReadError> {
+    match addr {
+        Address::Tcp(socket) => {
+            let mut stream =
+                TcpStream::connect_timeout(socket, CONNECT_TIMEOUT).map_err(ReadError::Connect)?;
+            stream
+                .set_read_timeout(Some(IO_TIMEOUT))
+                .map_err(ReadError::Io)?;
+            stream
+                .set_write_timeout(Some(IO_TIMEOUT))
+                .map_err(ReadError::Io)?;
+            let _ = stream.set_nodelay(true);
+            stream.write_all(request).map_err(ReadError::sending)?;
+            read_answer(&mut stream)
+        }
+        Address::Unix(path) => {
+            // No connect timeout here (std has none for Unix sockets): a local connect waits
+            // only while the endpoint's accept queue is full, and the endpoint accepts at once
+            // (it makes room by closing a connection rather than leaving new ones queued).
+            let mut stream = UnixStream::connect(path).map_err(ReadError::Connect)?;
+            stream
+                .set_read_timeout(Some(IO_TIMEOUT))
+                .map_err(ReadError::Io)?;
+            stream
+                .set_write_timeout(Some(IO_TIMEOUT))
+                .map_err(ReadError::Io)?;
+            stream.write_all(request).map_err(ReadError::sending)?;
+            read_answer(&mut stream)
+        }
+    }
+}
+
 enum ReadError {
+    Connect(std::io::Error),
     Io(std::io::Error),
+    /// Closed (or reset) before any byte of an answer.
+    Unanswered,
     Malformed(String),
+}
+
+impl ReadError {
+    /// A write refused because the endpoint closed the connection is a connection unanswered.
+    fn sending(error: std::io::Error) -> ReadError {
+        match error.kind() {
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
+                ReadError::Unanswered
+            }
+            _ => ReadError::Io(error),
+        }
+    }
 }
 
 /// Reads until the answer is complete (by its `Content-Length`).
@@ -161,14 +242,18 @@ fn read_answer(stream: &mut impl Read) -> Result<Answer, ReadError> {
         let n = match stream.read(&mut chunk) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset && buf.is_empty() => {
+                return Err(ReadError::Unanswered)
+            }
             Err(e) => return Err(ReadError::Io(e)),
         };
         if n == 0 {
-            return Err(ReadError::Malformed(if buf.is_empty() {
-                "it closed the connection without answering".into()
-            } else {
-                "it closed the connection in the middle of its answer".into()
-            }));
+            if buf.is_empty() {
+                return Err(ReadError::Unanswered);
+            }
+            return Err(ReadError::Malformed(
+                "it closed the connection in the middle of its answer".into(),
+            ));
         }
         buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
         if buf.len() > MAX_ANSWER {
@@ -333,7 +418,7 @@ mod tests {
         let mut nothing = &b""[..];
         assert!(matches!(
             read_answer(&mut nothing),
-            Err(ReadError::Malformed(m)) if m.contains("without answering")
+            Err(ReadError::Unanswered)
         ));
         let mut unframed = &b"HTTP/1.1 200 OK\r\n\r\n{}"[..];
         assert!(matches!(
