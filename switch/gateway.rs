@@ -175,7 +175,7 @@ impl Switch {
             listen,
             admin,
             mut reloader,
-        } = Switch::prepare(config, 1)?;
+        } = Switch::prepare(config, 1, &mut inherited.admin)?;
         let mut shares = share_out(&mut inherited, &shared.generation.load(), 1)?;
         let plan = Plan {
             shared: Arc::clone(&shared),
@@ -240,7 +240,7 @@ impl Switch {
             listen,
             admin,
             mut reloader,
-        } = Switch::prepare(config, count.max(1))?;
+        } = Switch::prepare(config, count.max(1), &mut inherited.admin)?;
         reloader.reuse_port = true;
         let shares = share_out(&mut inherited, &shared.generation.load(), count.max(1))?;
         let mut shares = shares.into_iter();
@@ -342,7 +342,12 @@ impl Switch {
     }
 
     /// The shared state of a switch, the stop signal and the listeners to bind.
-    fn prepare(config: Config, workers: usize) -> io::Result<Prepared> {
+    /// `inherited_admin`: the admin socket an old process handed over (upgrade.rs), if any.
+    fn prepare(
+        config: Config,
+        workers: usize,
+        inherited_admin: &mut Option<crate::admin::listener::Handover>,
+    ) -> io::Result<Prepared> {
         let clock: Arc<dyn tcpvs_modules::Clock> = Arc::new(tcpvs_modules::MonotonicClock::new());
         let pools = config
             .pools
@@ -352,9 +357,10 @@ impl Switch {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         // Ticket keys and a session cache per TLS service, for every generation (reloads too).
         let resumption = crate::edge::tls::ResumptionByService::default();
-        let reloader = Reloader {
+        let mut reloader = Reloader {
             file: config.path.clone(),
             admin: config.admin.clone(),
+            admin_socket: None,
             clock: Arc::clone(&clock),
             resumption: resumption.clone(),
             reuse_port: false,
@@ -364,7 +370,9 @@ impl Switch {
         };
         let admin = match config.admin {
             Some(admin) => {
-                let listener = crate::admin::bind(&admin)?;
+                let listener = crate::admin::bind(&admin, inherited_admin)?;
+                // A copy for a successor at a binary upgrade (none: it binds its own).
+                reloader.admin_socket = listener.handover().ok();
                 Some((admin, listener))
             }
             None => None,

@@ -488,7 +488,7 @@ fn run(config: Config, launch: Launch) -> ExitCode {
         };
         if let Some(takeover) = takeover {
             // Serving now: the old process lets go of its listeners and drains.
-            if let Err(e) = takeover.ready() {
+            if let Err(e) = takeover.ready(switch.shared()) {
                 tracing::warn!("upgrade: the old tcpvs did not confirm: {e}");
             } else {
                 tracing::info!("upgrade: took the listeners over; the old tcpvs drains");

@@ -50,6 +50,8 @@ pub struct Reloader {
     pub listeners: HashMap<SocketAddr, Vec<AbortHandle>>,
     /// A copy of each of those listening sockets, to hand over to a new process (upgrade.rs).
     pub sockets: HashMap<SocketAddr, Vec<OwnedFd>>,
+    /// A copy of the admin endpoint's socket, likewise.
+    pub admin_socket: Option<crate::admin::listener::Handover>,
 }
 
 impl fmt::Debug for Reloader {

@@ -14,6 +14,7 @@
 //! If the new one fails before `ready` (a wrong rule file, a port it cannot bind), it exits
 //! and the old one goes on as if nothing happened.
 
+use crate::admin::listener::{AdminSocket, Handover};
 use crate::shared::Shared;
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::net::{
@@ -35,10 +36,12 @@ const MAX_SOCKETS: usize = 250;
 /// How long each side waits for the other at each step.
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Listening sockets taken over from the old process, by bound address.
+/// Listening sockets taken over from the old process, by bound address, and its admin
+/// endpoint's socket.
 #[derive(Debug, Default)]
 pub struct Inherited {
     pub sockets: HashMap<SocketAddr, Vec<std::net::TcpListener>>,
+    pub admin: Option<Handover>,
 }
 
 impl Inherited {
@@ -100,6 +103,15 @@ pub fn take_over(path: &Path) -> io::Result<(Inherited, Takeover)> {
     }
     let mut inherited = Inherited::default();
     for (addr, fd) in addrs.into_iter().zip(fds) {
+        if let Some(admin) = AdminSocket::parse(addr) {
+            let name = admin.map_err(|e| fail("a malformed answer", io::Error::other(e)))?;
+            inherited.admin = Some(Handover {
+                name,
+                socket: fd,
+                removes_file: None,
+            });
+            continue;
+        }
         let addr: SocketAddr = addr
             .parse()
             .map_err(|_| fail("a malformed answer", io::Error::other(addr.to_string())))?;
@@ -112,8 +124,21 @@ pub fn take_over(path: &Path) -> io::Result<(Inherited, Takeover)> {
 
 impl Takeover {
     /// Tells the old process that this one serves: it stops accepting and drains. Waits for
-    /// its `bye` (its upgrade socket is gone by then, so this process may listen there).
-    pub fn ready(self) -> io::Result<()> {
+    /// its `bye` (its upgrade socket is gone by then, so this process may listen there). Then
+    /// an admin socket file taken over is this process's to remove when it stops.
+    pub fn ready(self, shared: &Shared) -> io::Result<()> {
+        self.confirm()?;
+        let guard = shared
+            .reload
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(admin) = guard.as_ref().and_then(|r| r.admin_socket.as_ref()) {
+            admin.set_removes_file(true);
+        }
+        Ok(())
+    }
+
+    fn confirm(self) -> io::Result<()> {
         let mut stream = self.stream;
         stream.write_all(b"ready\n")?;
         let mut line = String::new();
@@ -174,9 +199,9 @@ async fn hand_over(stream: tokio::net::UnixStream, path: &Path, shared: &Shared)
     if line.trim() != "listeners" {
         return Err(io::Error::other(format!("asked {line:?}")));
     }
-    let (addrs, fds) = listener_sockets(shared)?;
+    let (lines, fds) = listener_sockets(shared)?;
     let stream = reader.get_mut();
-    let payload: String = addrs.iter().map(|a| format!("{a}\n")).collect();
+    let payload: String = lines.iter().map(|line| format!("{line}\n")).collect();
     let borrowed: Vec<_> = fds.iter().map(|fd| fd.as_fd()).collect();
     let mut space =
         vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(borrowed.len()))];
@@ -222,8 +247,9 @@ async fn hand_over(stream: tokio::net::UnixStream, path: &Path, shared: &Shared)
     Ok(())
 }
 
-/// A copy of every listening socket, with its bound address.
-fn listener_sockets(shared: &Shared) -> io::Result<(Vec<SocketAddr>, Vec<OwnedFd>)> {
+/// A copy of every listening socket, each with the line naming it: its bound address, or
+/// `admin tcp ADDR` / `admin unix PATH` for the admin endpoint's.
+fn listener_sockets(shared: &Shared) -> io::Result<(Vec<String>, Vec<OwnedFd>)> {
     let guard = shared
         .reload
         .lock()
@@ -235,8 +261,14 @@ fn listener_sockets(shared: &Shared) -> io::Result<(Vec<SocketAddr>, Vec<OwnedFd
     let mut fds = Vec::new();
     for (addr, sockets) in &reloader.sockets {
         for socket in sockets {
-            addrs.push(*addr);
+            addrs.push(addr.to_string());
             fds.push(rustix::io::fcntl_dupfd_cloexec(socket, 0)?);
+        }
+    }
+    if let Some(admin) = &reloader.admin_socket {
+        if let Some(line) = admin.name.line() {
+            addrs.push(line);
+            fds.push(rustix::io::fcntl_dupfd_cloexec(&admin.socket, 0)?);
         }
     }
     if fds.len() > MAX_SOCKETS {
@@ -261,6 +293,10 @@ fn stop_accepting(shared: &Shared) {
             }
         }
         reloader.sockets.clear();
+        // The admin socket is the new process's now: its file stays when this one stops.
+        if let Some(admin) = reloader.admin_socket.take() {
+            admin.set_removes_file(false);
+        }
         // No reload after this: the new process has the rules now.
         reloader.file = None;
     }

@@ -198,3 +198,113 @@ async fn a_take_over_without_a_running_tcpvs_fails_clearly() {
         "{stderr}"
     );
 }
+
+/// `tcpvs list` against the admin endpoint at `admin`: its exit status and output.
+fn list(admin: &str) -> (bool, String) {
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_tcpvs"))
+        .args(["list", "--admin", admin])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&run.stdout).into_owned() + &String::from_utf8_lossy(&run.stderr);
+    (run.status.success(), text)
+}
+
+/// The admin endpoint goes to the new process with the listeners, on TCP and on a Unix socket:
+/// `tcpvs list` answers throughout, and the socket file stays, owned by the new process. A
+/// successor that fails after receiving the sockets (it cannot bind a listener of its own rule
+/// file) leaves the endpoint, and its file, to the old process. Before, the successor could not
+/// bind the admin address the old process held, and every upgrade of a switch with `[admin]`
+/// failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_endpoint_goes_over_with_the_listeners() {
+    for unix in [false, true] {
+        let scratch = Scratch::new(if unix {
+            "upgrade_admin_unix"
+        } else {
+            "upgrade_admin_tcp"
+        });
+        let free = || {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            probe.local_addr().unwrap()
+        };
+        let (web, admin_tcp) = (free(), free());
+        let admin_sock = scratch.0.join("admin.sock");
+        let (listen, admin) = if unix {
+            (
+                format!("unix:{}", admin_sock.display()),
+                format!("unix:{}", admin_sock.display()),
+            )
+        } else {
+            (admin_tcp.to_string(), admin_tcp.to_string())
+        };
+        let base = format!(
+            "[switch]\naccess_log = false\n[admin]\nlisten = \"{listen}\"\n[virtual.web]\n\
+             listen = \"{web}\"\ndefault_pool = \"p\"\n[pool.p]\nservers = [{{ addr = \"127.0.0.1:9\" }}]\n"
+        );
+        let rules = scratch.file("rules.toml", &base);
+        // A successor whose rule file adds a service on an address another process holds.
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let failing = scratch.file(
+            "failing.toml",
+            &format!(
+                "{base}[virtual.extra]\nlisten = \"{}\"\ndefault_pool = \"p\"\n",
+                taken.local_addr().unwrap()
+            ),
+        );
+        let socket = scratch.0.join("upgrade.sock");
+        let run = |file: &std::path::Path, take_over: bool| {
+            let mut args: Vec<std::ffi::OsString> = vec![
+                "run".into(),
+                "-c".into(),
+                file.into(),
+                "--upgrade-socket".into(),
+                socket.clone().into(),
+            ];
+            if take_over {
+                args.extend(["--take-over".into(), socket.clone().into()]);
+            }
+            Process::start(&args.iter().map(|a| a.as_os_str()).collect::<Vec<_>>())
+        };
+        let old = run(&rules, false);
+        let (old, _, _) = line_with(old, "listening on").await;
+        assert!(list(&admin).0, "the old process answers");
+
+        // 1. The successor fails: the old process keeps its endpoint and its file.
+        let (log, status) = log_to_end(run(&failing, true)).await;
+        assert!(!status.success(), "{log:#?}");
+        assert!(
+            log.iter().any(|l| l.contains("cannot listen on")),
+            "{log:#?}"
+        );
+        let (answered, text) = list(&admin);
+        assert!(answered, "the old process still answers: {text}");
+        if unix {
+            assert!(admin_sock.exists(), "the failed successor left the file");
+        }
+
+        // 2. The successor takes over: the endpoint goes with the listeners.
+        let new = run(&rules, true);
+        let (new, _, _) = line_with(new, "upgrade: took the listeners over").await;
+        let (old_log, status) = log_to_end(old).await;
+        assert!(status.success(), "{old_log:#?}");
+        let (answered, text) = list(&admin);
+        assert!(answered, "the new process answers: {text}");
+        assert!(text.contains("generation 1"), "{text}");
+        if unix {
+            assert!(
+                admin_sock.exists(),
+                "the old process left the file to the new one"
+            );
+        }
+        let (new_log, status) = stop(new).await;
+        assert!(status.success(), "{new_log:#?}");
+        if unix {
+            assert!(
+                !admin_sock.exists(),
+                "the new process removed its file at the end"
+            );
+        }
+        drop(taken);
+    }
+}
