@@ -89,19 +89,21 @@ pub enum Evidence {
     /// wrong status: the server is not working. Counts toward `max_fails` and `fall`.
     Broken,
     /// No answer in time (connect or response), and the server answered nothing else through
-    /// this switch meanwhile: it may be dead. Counts.
+    /// this switch meanwhile, nor was it moving another exchange's body: it may be dead.
+    /// Counts.
     Silent,
-    /// No answer in time while the server answered other requests meanwhile: alive, only busy
+    /// No answer in time while the server answered other requests meanwhile, or was moving
+    /// another exchange's body (a slow client's upload or download holds it): alive, only busy
     /// or slow on this one. Does not count (nor clear the count): the request was retried or
     /// refused, the server keeps its state.
     Busy,
 }
 
 impl Evidence {
-    /// For a timeout: `Busy` when the server's answered-responses counter moved since the
-    /// attempt began (`before`, read then), else `Silent`.
-    pub fn of_timeout(before: u64, now: u64) -> Evidence {
-        if now > before {
+    /// For a timeout: `Busy` when the server showed itself alive while the attempt waited
+    /// ([`crate::stats::ServerStats::alive_since`]), else `Silent`.
+    pub fn of_timeout(alive: bool) -> Evidence {
+        if alive {
             Evidence::Busy
         } else {
             Evidence::Silent
@@ -252,7 +254,9 @@ pub fn apply(pool: &Pool, index: usize, change: Change) {
                 status.checked = true;
                 status.last_check = Some((
                     false,
-                    format!("{why} (busy: it answered requests meanwhile; not counted)"),
+                    format!(
+                        "{why} (busy: it answered requests or moved bodies meanwhile; not counted)"
+                    ),
                     now,
                 ));
             }
@@ -719,12 +723,16 @@ mod tests {
         };
         apply(&p, 0, Change::ExchangeFailed(silent));
         assert_eq!(shown(&p)[0].0, State::Down, "a silent server is counted");
-        assert_eq!(
-            Evidence::of_timeout(7, 7),
-            Evidence::Silent,
-            "nothing answered meanwhile"
-        );
-        assert_eq!(Evidence::of_timeout(7, 8), Evidence::Busy);
+        let server = crate::stats::ServerStats::default();
+        let answered = crate::stats::read(&server.responses);
+        let evidence = || Evidence::of_timeout(server.alive_since(answered));
+        assert_eq!(evidence(), Evidence::Silent, "nothing answered meanwhile");
+        let upload = server.relaying();
+        assert_eq!(evidence(), Evidence::Busy, "another exchange's body moves");
+        drop(upload);
+        assert_eq!(evidence(), Evidence::Silent, "the body moved no more");
+        crate::stats::bump(&server.responses);
+        assert_eq!(evidence(), Evidence::Busy, "another request was answered");
     }
 
     #[test]

@@ -34,6 +34,38 @@ pub struct ServerStats {
     /// Request head read -> response head received, connection set-up included; with its
     /// sum.
     pub latency: Latency,
+    /// Exchanges moving a body to or from the server now (a gauge): see
+    /// [`ServerStats::relaying`].
+    relaying: AtomicU64,
+}
+
+impl ServerStats {
+    /// Marks an exchange as moving a body (the request's up, or the response's down) until
+    /// the mark drops. Bodies move at their clients' pace: a client that trickles its upload
+    /// or reads its answer slowly holds the server (a worker of it, or all of a one-worker
+    /// server) for as long as it likes, and the server's other requests then wait. Those
+    /// waits must not be evidence against the server (issue 22: one client trickling a body
+    /// took a healthy server down through the others' 504s and its failed checks).
+    pub fn relaying(&self) -> RelayingBody<'_> {
+        bump(&self.relaying);
+        RelayingBody(&self.relaying)
+    }
+
+    /// Whether the server showed itself alive since `answered` (its response count read
+    /// then): it answered another request, or it is moving another exchange's body now. A
+    /// timeout then says busy, not dead (see [`crate::control::Evidence`]).
+    pub fn alive_since(&self, answered: u64) -> bool {
+        read(&self.responses) > answered || read(&self.relaying) > 0
+    }
+}
+
+/// An exchange moving a body at a server; see [`ServerStats::relaying`].
+pub struct RelayingBody<'a>(&'a AtomicU64);
+
+impl Drop for RelayingBody<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 #[derive(Debug, Default)]

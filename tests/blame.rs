@@ -6,6 +6,10 @@
 //! failure counted at the server would take it down, and checks that the server stays up, has
 //! no failure counted, and serves the next client.
 //!
+//! Nor can a client blame a server through other clients: one that trickles its upload or
+//! reads its answer slowly holds a one-worker server, and the others' requests time out
+//! meanwhile; the server is busy, not dead, and stays up.
+//!
 //! Also here: what a server alone can be blamed for (a server streaming interim responses
 //! forever), and the request-side limits that keep a client from holding the switch
 //! (chunk extensions).
@@ -17,9 +21,12 @@ mod common;
 
 use common::*;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use tcpvs::control::State;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
 
 /// One pool of `server`, one failure enough to take it down, and a short `idle_timeout` so
 /// that a stalled exchange ends soon.
@@ -284,4 +291,230 @@ async fn an_endless_chunk_extension_is_400() {
         (State::Up, 0),
         "{counted:?}"
     );
+}
+
+/// A server with one worker: it serves one connection at a time, to its end (each answer
+/// closes), and the others wait in its listen queue. `POST /upload` reads a chunked body to
+/// its end, `GET /big` answers 1 GiB; anything else is answered at once. `held` is told when
+/// the worker begins one of those two, which a slow client can make last.
+async fn single_worker() -> (SocketAddr, Arc<Notify>, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let held = Arc::new(Notify::new());
+    let told = Arc::clone(&held);
+    let task = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut buf = Vec::new();
+            let head = loop {
+                if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                    buf.drain(..end + 4);
+                    break Some(head);
+                }
+                let mut chunk = [0u8; 4096];
+                match stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break None,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            };
+            let Some(head) = head else { continue };
+            if head.starts_with("POST /upload ") {
+                told.notify_one();
+                // The chunked body, to its last chunk.
+                while !buf.windows(5).any(|w| w == b"0\r\n\r\n") {
+                    let mut chunk = [0u8; 4096];
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            }
+            let big = head.starts_with("GET /big ");
+            let length = if big { 1 << 30 } else { 5 };
+            let answer =
+                format!("HTTP/1.1 200 OK\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n");
+            if stream.write_all(answer.as_bytes()).await.is_err() {
+                continue;
+            }
+            if big {
+                told.notify_one();
+                let block = vec![b'x'; 1 << 20];
+                for _ in 0..1024 {
+                    if stream.write_all(&block).await.is_err() {
+                        break;
+                    }
+                }
+            } else {
+                let _ = stream.write_all(b"fine\n").await;
+            }
+        }
+    });
+    (addr, held, task)
+}
+
+/// While one client holds a one-worker server (`held` says when it does), three others' GETs
+/// wait in its listen queue until the switch gives up on them (504): the server is busy with
+/// that client, not dead, and none of it is counted. Then `release` lets the held exchange
+/// end, and the server, up with no failure counted, serves the next GET.
+async fn others_wait_while_one_holds(
+    switch: &tcpvs::Switch,
+    server: SocketAddr,
+    held: &Notify,
+    release: impl FnOnce(),
+) {
+    let addr = switch.local_addr("web").unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(30), held.notified())
+        .await
+        .expect("the worker took the slow client");
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        tasks.push(tokio::spawn(async move {
+            let mut client = Client::connect(addr).await;
+            let response = client.get("/waiting").await;
+            assert_eq!(response.status, 504, "{}", response.text());
+        }));
+    }
+    join_all(tasks).await;
+    let snap = wait_until(switch, "three timeouts counted", |snap| {
+        snap.server(server).is_some_and(|s| s.timeouts == 3)
+    })
+    .await;
+    let counted = snap.server(server).unwrap();
+    assert_eq!(counted.state, State::Up, "not blamed: {counted:?}");
+    release();
+    let mut honest = Client::connect(addr).await;
+    let answer = honest.get("/after").await;
+    assert_eq!((answer.status, answer.text()), (200, "fine\n".into()));
+    assert_eq!(switch.stats().server(server).unwrap().state, State::Up);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_trickling_its_upload_does_not_take_the_server_down() {
+    let (server, held, _task) = single_worker().await;
+    let switch = switch_for(server).await;
+    let mut slow = Client::connect(switch.local_addr("web").unwrap()).await;
+    slow.send(b"POST /upload HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n")
+        .await;
+    // One byte every 200 ms, within the switch's idle_timeout (500 ms), until released.
+    let done = Arc::new(AtomicBool::new(false));
+    let stop = Arc::clone(&done);
+    let trickle = tokio::spawn(async move {
+        for _ in 0..3000 {
+            if stop.load(Ordering::Acquire) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            slow.send(b"1\r\na\r\n").await;
+        }
+        slow.send(b"0\r\n\r\n").await;
+        let response = slow.response(false).await;
+        assert_eq!(response.status, 200, "{}", response.text());
+    });
+    others_wait_while_one_holds(&switch, server, &held, || {
+        done.store(true, Ordering::Release)
+    })
+    .await;
+    trickle.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_reading_its_answer_slowly_does_not_take_the_server_down() {
+    let (server, held, _task) = single_worker().await;
+    let switch = switch_for(server).await;
+    let mut slow = TcpStream::connect(switch.local_addr("web").unwrap())
+        .await
+        .unwrap();
+    slow.write_all(b"GET /big HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    // It reads 1 MiB every 100 ms (enough for the kernel to open its window each time: bytes
+    // move within the switch's idle_timeout), so the 1 GiB keeps the server writing until it
+    // leaves.
+    let done = Arc::new(AtomicBool::new(false));
+    let stop = Arc::clone(&done);
+    let reader = tokio::spawn(async move {
+        let mut block = vec![0u8; 1 << 20];
+        for _ in 0..3000 {
+            if stop.load(Ordering::Acquire) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            if slow.read_exact(&mut block).await.is_err() {
+                panic!("the switch closed a client that reads");
+            }
+        }
+    });
+    others_wait_while_one_holds(&switch, server, &held, || {
+        done.store(true, Ordering::Release)
+    })
+    .await;
+    reader.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_that_wait_behind_a_trickling_upload_do_not_take_the_server_down() {
+    let (server, held, _task) = single_worker().await;
+    let switch = start_switch(
+        r#"
+[switch]
+access_log = false
+idle_timeout = "5s"
+[virtual.web]
+listen = "127.0.0.1:0"
+default_pool = "p"
+[pool.p]
+servers = [{ addr = "{server}" }]
+[pool.p.health]
+check = "http"
+path = "/check"
+interval = "100ms"
+timeout = "300ms"
+fall = 1
+rise = 1
+max_fails = 1
+"#,
+        &[("server", server.to_string())],
+    )
+    .await;
+    wait_until(&switch, "a first check passed", |snap| {
+        snap.server(server)
+            .is_some_and(|s| s.check.last.as_ref().is_some_and(|last| last.0))
+    })
+    .await;
+    let mut slow = Client::connect(switch.local_addr("web").unwrap()).await;
+    slow.send(b"POST /upload HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n")
+        .await;
+    tokio::time::timeout(std::time::Duration::from_secs(30), held.notified())
+        .await
+        .expect("the worker took the slow client");
+    // Checks wait in the listen queue and time out, one after the other, while the upload
+    // goes on (a byte every 200 ms): each is busy, none is counted (`fall = 1`).
+    let mut timed_out = 0;
+    let mut last_ago = std::time::Duration::MAX;
+    for _ in 0..200 {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        slow.send(b"1\r\na\r\n").await;
+        let snap = switch.stats();
+        let counted = snap.server(server).unwrap();
+        assert_eq!(counted.state, State::Up, "{counted:?}");
+        if let Some((false, why, ago)) = &counted.check.last {
+            // A result newer than the one seen last time.
+            if *ago < last_ago {
+                assert!(why.contains("not counted"), "{why}");
+                timed_out += 1;
+            }
+            last_ago = *ago;
+        }
+        if timed_out >= 2 {
+            break;
+        }
+    }
+    assert!(
+        timed_out >= 2,
+        "checks timed out while the upload held the server"
+    );
+    slow.send(b"0\r\n\r\n").await;
+    let response = slow.response(false).await;
+    assert_eq!(response.status, 200, "{}", response.text());
+    assert_eq!(switch.stats().server(server).unwrap().state, State::Up);
 }

@@ -22,7 +22,8 @@ pub async fn run(place: Place, offset: Duration) {
             .is_ok_and(|s| s.admin == AdminState::Maint);
         let addr = server.addr;
         // Responses the server gave through the switch so far: a check that times out while
-        // the server goes on answering requests shows it busy, not dead.
+        // the server goes on answering requests (or moving their bodies) shows it busy, not
+        // dead.
         let answered = crate::stats::read(&server.stats.responses);
         drop(pool);
         if !in_maint {
@@ -31,10 +32,10 @@ pub async fn run(place: Place, offset: Duration) {
                 Probe::Failed(why) => Some(Change::CheckFailed(Failure::broken(why))),
                 Probe::TimedOut(why) => {
                     let Some(pool) = place.get() else { return };
-                    let now = crate::stats::read(&pool.backends[place.server].stats.responses);
+                    let alive = pool.backends[place.server].stats.alive_since(answered);
                     Some(Change::CheckFailed(Failure {
                         why,
-                        evidence: Evidence::of_timeout(answered, now),
+                        evidence: Evidence::of_timeout(alive),
                     }))
                 }
                 Probe::NotMade(why) => {

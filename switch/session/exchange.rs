@@ -135,6 +135,9 @@ impl Session {
             ));
             let mut uploading = uploading_at_start;
             let mut upload_complete = !uploading;
+            // While the body goes up, the server is held at the client's pace: another
+            // request's timeout meanwhile is no evidence against it (see `relaying`).
+            let mut upload_mark = uploading.then(|| backend.stats.relaying());
             {
                 let mut response_head = pin!(read_response_head(
                     &server,
@@ -156,6 +159,7 @@ impl Session {
                                 // The upload may have ended in the same instant, unpolled.
                                 if uploading && finishes_now(upload.as_mut()).await {
                                     upload_complete = true;
+                                    drop(upload_mark.take());
                                 }
                                 let e = timeout_evidence(e, answered, &backend.stats);
                                 return Err(if upload_complete { e } else { body_incomplete(e) });
@@ -164,6 +168,7 @@ impl Session {
                         }
                         sent = &mut upload, if uploading => {
                             uploading = false;
+                            drop(upload_mark.take());
                             match sent {
                                 Ok(()) => upload_complete = true,
                                 // The server stopped reading; its response may say why.
@@ -226,6 +231,8 @@ impl Session {
                 let head_bytes = out.len() as u64;
                 server_buf.consume(response.len);
                 let relayed = {
+                    // The answer comes down at the client's pace, holding the server.
+                    let _download_mark = backend.stats.relaying();
                     let mut download = pin!(relay_response(
                         client,
                         &server,
@@ -244,6 +251,7 @@ impl Session {
                             relayed = &mut download => break relayed,
                             sent = &mut upload, if uploading => {
                                 uploading = false;
+                                drop(upload_mark.take());
                                 upload_complete = sent.is_ok();
                             }
                         }

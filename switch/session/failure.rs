@@ -67,8 +67,8 @@ pub(super) fn body_incomplete(e: ExchangeError) -> ExchangeError {
 }
 
 /// A response that did not come in time (504) speaks of a busy server when it answered other
-/// requests meanwhile (`answered`: its response count when this request went up), of a silent
-/// one otherwise (see [`Evidence`]).
+/// requests meanwhile (`answered`: its response count when this request went up) or is moving
+/// other exchanges' bodies, of a silent one otherwise (see [`Evidence`]).
 pub(super) fn timeout_evidence(
     e: ExchangeError,
     answered: u64,
@@ -82,7 +82,7 @@ pub(super) fn timeout_evidence(
             status: 504,
             failure: Failure {
                 why: failure.why,
-                evidence: Evidence::of_timeout(answered, stats::read(&server.responses)),
+                evidence: Evidence::of_timeout(server.alive_since(answered)),
             },
         },
         other => other,

@@ -223,7 +223,8 @@ impl Session {
     ) -> Result<Socket, ConnectFailure> {
         let connect_timeout = self.shared.settings.connect_timeout;
         // What the server answered so far: a connect that times out while it goes on
-        // answering shows a full listen queue (busy), not a dead server.
+        // answering (or moving others' bodies) shows a full listen queue (busy), not a dead
+        // server.
         let answered = stats::read(&backend.stats.responses);
         for pause in EXHAUSTED_PAUSES {
             match backend.connect(connect_timeout).await {
@@ -240,7 +241,7 @@ impl Session {
                     count_connect_error(&backend.stats, &e);
                     let evidence = match e.kind() {
                         std::io::ErrorKind::TimedOut => {
-                            Evidence::of_timeout(answered, stats::read(&backend.stats.responses))
+                            Evidence::of_timeout(backend.stats.alive_since(answered))
                         }
                         _ => Evidence::Broken,
                     };
