@@ -859,7 +859,7 @@ async fn the_endpoint_keeps_connections_alive_and_refuses_bad_requests() {
     // Three requests on one connection, the second a HEAD (no body follows its head).
     let mut stream = TcpStream::connect(s.admin).await.unwrap();
     stream
-        .write_all(b"GET /stats HTTP/1.1\r\nHost: a\r\n\r\nHEAD /stats HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .write_all(b"GET /stats HTTP/1.1\r\nHost: localhost\r\n\r\nHEAD /stats HTTP/1.1\r\nHost: localhost\r\n\r\nGET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await
         .unwrap();
     let mut raw = Vec::new();
@@ -917,7 +917,7 @@ async fn the_endpoint_keeps_connections_alive_and_refuses_bad_requests() {
     // A chunked body is refused with 411 (changes carry a Content-Length).
     let mut stream = TcpStream::connect(s.admin).await.unwrap();
     let request = format!(
-        "PUT /pools/p/servers/{} HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{{\"a\"}}\r\n0\r\n\r\n",
+        "PUT /pools/p/servers/{} HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{{\"a\"}}\r\n0\r\n\r\n",
         s.a.addr
     );
     stream.write_all(request.as_bytes()).await.unwrap();

@@ -605,3 +605,74 @@ async fn changes_are_logged_as_sentences() {
         "tcpvs run removes its socket when it stops: {lines:?}"
     );
 }
+
+/// A page behind DNS rebinding reaches the endpoint through its browser, with its own host name
+/// in `Host`: over `ssh -L` to the Unix socket, or on a loopback port. From this machine only
+/// loopback names are answered, reads included (the statistics name every server), token or
+/// not; a forwarded port named as `127.0.0.1:PORT` or `localhost` still works.
+#[tokio::test]
+async fn requests_from_this_machine_naming_another_host_are_refused() {
+    let live = backend().await;
+    let scratch = Scratch::new("admin_rebinding");
+    let socket = scratch.0.join("admin.sock");
+    let (switch, _) = start_from_file(
+        &scratch,
+        &format!("listen = \"unix:{}\"", socket.display()),
+        live.addr,
+    )
+    .await;
+    let path = format!("/pools/p/servers/{}", live.addr);
+    let json = "Content-Type: application/json\r\nConnection: close";
+    for (method, target, body) in [
+        ("GET", "/stats", ""),
+        ("GET", "/metrics", ""),
+        ("GET", "/", ""),
+        ("PUT", path.as_str(), r#"{"state":"maint"}"#),
+        ("POST", "/reload", "{}"),
+    ] {
+        let stream = UnixStream::connect(&socket).await.unwrap();
+        let refused = exchange(
+            stream,
+            &request(method, target, "rebound.example:8022", &[json], body),
+        )
+        .await;
+        assert_eq!(refused.status, 403, "{method} {target}: {}", refused.body);
+        assert!(refused.body.contains("loopback Host"), "{}", refused.body);
+    }
+    let stats = unix_call(&socket, "GET", "/stats", &[], "").await.json();
+    assert_eq!(server_state(&stats, live.addr).0, "up", "nothing changed");
+    for host in ["127.0.0.1:8022", "localhost:8022", "[::1]:8022"] {
+        let stream = UnixStream::connect(&socket).await.unwrap();
+        let forwarded = exchange(
+            stream,
+            &request("GET", "/stats", host, &["Connection: close"], ""),
+        )
+        .await;
+        assert_eq!(forwarded.status, 200, "{host}: {}", forwarded.body);
+    }
+    switch.shutdown(std::time::Duration::from_secs(1)).await;
+
+    // A loopback port with a token: reads too.
+    let (switch, _) = start_from_file(
+        &scratch,
+        "listen = \"127.0.0.1:0\"\ntoken = \"t0ken-for-reads\"",
+        live.addr,
+    )
+    .await;
+    let admin = switch.admin_addr().unwrap();
+    let stream = TcpStream::connect(admin).await.unwrap();
+    let read = exchange(
+        stream,
+        &request(
+            "GET",
+            "/stats",
+            "rebound.example",
+            &["Connection: close"],
+            "",
+        ),
+    )
+    .await;
+    assert_eq!(read.status, 403, "{}", read.body);
+    assert_eq!(tcp_call(admin, "GET", "/stats", &[], "").await.status, 200);
+    switch.shutdown(std::time::Duration::from_secs(1)).await;
+}

@@ -1040,6 +1040,14 @@ fn secrets_other_users_can_read_and_changes_any_local_user_can_make_are_warnings
         "listen = \"unix:/run/tcpvs/admin.sock\"",
         0o644,
     );
+    // A socket in a folder any local user can write (/tmp is 1777): its path can be taken.
+    warns_at(
+        "socket-in-tmp.toml",
+        "listen = \"unix:/tmp/tcpvs-admin.sock\"\ntoken_file = \"admin-token\"",
+        0o600,
+        "\"unix:/tmp/tcpvs-admin.sock\"",
+        "every local user can create files in /tmp (mode 1777): one could take the admin socket's path first (the switch then cannot start) or listen there in its place (the admin verbs would send it the token): put the socket in a folder only the switch's user can write, such as /run/tcpvs",
+    );
 
     // A pool's cookie secret.
     let text = VALID.replacen(

@@ -15,6 +15,9 @@ use std::sync::Arc;
 const MONITOR_PAGE: &str = include_str!("monitor.html");
 
 pub async fn answer(endpoint: &Arc<Endpoint>, request: Request, peer: Peer) -> Response {
+    if let Err(refused) = named_as_local(&request, peer) {
+        return refused;
+    }
     let method = request.method.as_str();
     let path = request.path.as_str();
     let reads = matches!(method, "GET" | "HEAD");
@@ -126,26 +129,42 @@ fn server_path(path: &str) -> Option<(&str, &str)> {
     (!pool.is_empty() && !addr.is_empty() && !addr.contains('/')).then_some((pool, addr))
 }
 
+/// A request from this machine (a loopback peer, or the Unix socket, which `ssh -L` may forward
+/// to a port) must name this machine in `Host` (or name nothing, as HTTP/1.0 may): a web page
+/// behind DNS rebinding reaches the endpoint through the browser with its own host name in
+/// `Host`, and would otherwise read the statistics and, without a token, make changes. A page
+/// cannot choose the `Host` its browser sends.
+fn named_as_local(request: &Request, peer: Peer) -> Result<(), Response> {
+    let local = match peer {
+        Peer::Tcp(addr) => addr.ip().is_loopback(),
+        Peer::Unix { .. } => true,
+    };
+    if local && !request.host.is_empty() && !is_loopback_host(&request.host) {
+        return Err(Response::error(
+            403,
+            "requests from this machine must name a loopback Host (127.0.0.1, [::1], localhost): \
+             a page behind DNS rebinding names its own",
+        ));
+    }
+    Ok(())
+}
+
 /// Changes need the token when one is set. Without one, they are taken from peers that the
 /// listener lets in only: loopback peers of a loopback listener (the rule file cannot put one
 /// elsewhere) and whoever the Unix socket's permissions let connect; and never from a web page
 /// of another site: a browser on this host would otherwise carry them for any page (a request
 /// made cross-site names its page's `Origin`; a page behind DNS rebinding names its own host in
-/// `Host`, which only TCP can reach). Such a page cannot send a token it does not know.
+/// `Host`, refused before this). Such a page cannot send a token it does not know.
 fn authorize(endpoint: &Endpoint, request: &Request, peer: Peer) -> Result<(), Response> {
     let unauthorized = |why: &str| {
         Response::error(401, why).with_field("WWW-Authenticate: Bearer realm=\"tcpvs\"".into())
     };
     let forbidden = |why: &str| Err(Response::error(403, why));
     let Some(token) = &endpoint.token else {
+        // A loopback peer named this machine in `Host` (see `named_as_local`).
         if let Peer::Tcp(addr) = peer {
             if !addr.ip().is_loopback() {
                 return forbidden("changes without a token are accepted only from loopback");
-            }
-            if !is_loopback_host(&request.host) {
-                return forbidden(
-                    "changes without a token must name a loopback Host (127.0.0.1, [::1], localhost)",
-                );
             }
         }
         if !request.origin.is_empty() && request.origin != format!("http://{}", request.host) {

@@ -5,9 +5,9 @@
 //! operators out: 64 connections that never send a head, send one a byte at a time, or read
 //! `/stats` in a loop kept a `POST /reload` with the right token at 503 for as long as they
 //! stayed. A cap per peer would not help, as every local user is 127.0.0.1. So the newcomer is
-//! always taken, and the connection that has waited longest for a request (an idle one, or one
-//! whose head is still arriving) is closed to make room; failing that, the one that has waited
-//! longest for a reader to take its answer. A connection whose handler is running (a reload in
+//! always taken, and the connection that has waited longest is closed to make room: for a
+//! request (an idle one, or one whose head is still arriving) or for a reader to take its
+//! answer. A connection whose handler is running (a reload in
 //! progress) is never closed, nor one whose request carries the valid token: that request is
 //! served to the end. Only when every connection is one of those is the newcomer refused (503),
 //! and only token holders (or, without a token, whoever may make changes at all) can bring that
@@ -135,22 +135,22 @@ impl Slots {
     }
 }
 
-/// The connection that makes room: the one waiting for a request the longest, else the one
-/// writing an answer the longest; never a kept one.
+/// The connection that makes room: the one that has been waiting longest, for a request or
+/// for a reader of its answer alike; never a kept one. Waiting ones once went first, whatever
+/// their age: with every other connection writing to a reader that never reads, an operator's
+/// connection, just opened and its token still on the way, was the only one waiting, and the
+/// next newcomer closed it (found by an attacker's probe). The newest connection is now the
+/// last to go, so a token sent at once arrives before its connection's turn comes.
 fn victim(entries: &[Entry]) -> Option<usize> {
-    let oldest = |writing: bool| {
-        entries
-            .iter()
-            .enumerate()
-            .filter_map(|(i, e)| match e.phase {
-                Phase::Waiting(since) if !writing => Some((since, i)),
-                Phase::Writing(since) if writing => Some((since, i)),
-                _ => None,
-            })
-            .min()
-            .map(|(_, i)| i)
-    };
-    oldest(false).or_else(|| oldest(true))
+    entries
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match e.phase {
+            Phase::Waiting(since) | Phase::Writing(since) => Some((since, i)),
+            Phase::Kept => None,
+        })
+        .min()
+        .map(|(_, i)| i)
 }
 
 /// A connection's place in the registry; it leaves when dropped.
@@ -241,7 +241,7 @@ mod tests {
         tokio::time::timeout(std::time::Duration::from_secs(10), b.evicted())
             .await
             .expect("b learns it");
-        // d kept: no connection waits; a, writing, goes.
+        // d kept: a, writing, is the only one left to go.
         assert!(d.keep());
         let (e, made_room) = admitted(&slots);
         assert!(made_room);
@@ -270,5 +270,21 @@ mod tests {
         assert!(made_room);
         assert!(!g.keep(), "g had waited since before f's answer");
         assert!(f.keep());
+    }
+
+    #[tokio::test]
+    async fn a_newcomer_is_not_closed_for_the_next_one_while_older_ones_write() {
+        // Every other connection writes an answer nobody reads; the operator's connection,
+        // just opened, waits for its head (and the token in it).
+        let slots = Slots::new(3);
+        let (a, _) = admitted(&slots);
+        let (b, _) = admitted(&slots);
+        a.writing();
+        b.writing();
+        let (operator, _) = admitted(&slots);
+        let (_next, made_room) = admitted(&slots);
+        assert!(made_room);
+        assert!(!a.keep(), "the one writing longest made room");
+        assert!(operator.keep(), "the operator's connection is still there");
     }
 }

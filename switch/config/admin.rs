@@ -112,6 +112,9 @@ pub(super) fn build_admin(
     };
     let (listen, listen_at) = (listen?, listen_at?);
     let guarded = token.is_some() || admin.token_file.is_some();
+    if let AdminListen::Unix { path, .. } = &listen {
+        warn_if_folder_shared(path, listen_at.span(), sink);
+    }
     match &listen {
         AdminListen::Tcp(addr) if !guarded && !addr.ip().is_loopback() => {
             sink.at(
@@ -273,6 +276,30 @@ fn read_token_file(
             );
             None
         }
+    }
+}
+
+/// Warns at `span` when the Unix socket at `path` is in a folder every local user can write
+/// (`/tmp`, even with its sticky bit): any of them can create the path before the switch does,
+/// which then cannot start, or listen there in its place, and the command line's admin verbs
+/// would send that process the token. A folder that does not exist yet is not warned about.
+fn warn_if_folder_shared(path: &Path, span: std::ops::Range<usize>, sink: &mut ErrorSink<'_>) {
+    let Some(folder) = path.parent() else { return };
+    let Ok(metadata) = std::fs::metadata(folder) else {
+        return;
+    };
+    let mode = metadata.permissions().mode() & 0o7777;
+    if mode & 0o002 != 0 {
+        sink.warn(
+            span,
+            format!(
+                "every local user can create files in {} (mode {mode:04o}): one could take the \
+                 admin socket's path first (the switch then cannot start) or listen there in its \
+                 place (the admin verbs would send it the token): put the socket in a folder \
+                 only the switch's user can write, such as /run/tcpvs",
+                folder.display()
+            ),
+        );
     }
 }
 
