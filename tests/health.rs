@@ -93,6 +93,33 @@ async fn wait_for(what: &str, reached: impl Fn() -> bool) {
     }
 }
 
+/// [`wait_until`] with a bound of its own: for a timer under test that is set seconds apart
+/// from its default, so that `reached` comes well within `limit` when the configured value is
+/// used and well after it when the default is. Panics when `limit` passes first.
+async fn wait_until_within(
+    switch: &tcpvs::Switch,
+    what: &str,
+    limit: Duration,
+    reached: impl Fn(&Snapshot) -> bool,
+) -> Snapshot {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let snap = switch.stats();
+        if reached(&snap) {
+            return snap;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "`{what}` not reached within {limit:?}: {snap:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// How long after a server went down its trial request may come, in the test of a 300 ms
+/// `fail_timeout`: seconds of margin either way (the default is 10 s).
+const FAIL_TIMEOUT_BOUND: Duration = Duration::from_secs(5);
+
 // ---------------------------------------------------------------- servers written here
 
 /// What a [`Tiny`] server does.
@@ -570,10 +597,15 @@ async fn without_checks_a_down_server_gets_one_trial_per_fail_timeout_and_is_bac
     assert_eq!(at(&snap, dead).connect_errors, 2);
 
     // Two trials while it is still dead: each costs one connection attempt and leaves it down.
+    // Each comes fail_timeout (300 ms) after the server went down: within seconds, where the
+    // default fail_timeout (10 s) would not be over yet.
     for trial in 1..=2u64 {
-        let snap = wait_until(&switch, "the dead server on trial", |s| {
-            at(s, dead).state == State::Up && at(s, dead).reason.contains("on trial")
-        })
+        let snap = wait_until_within(
+            &switch,
+            "the dead server on trial",
+            FAIL_TIMEOUT_BOUND,
+            |s| at(s, dead).state == State::Up && at(s, dead).reason.contains("on trial"),
+        )
         .await;
         assert_eq!(at(&snap, dead).connect_errors, 1 + trial, "trial {trial}");
         let (snap, _) = get_until(&switch, &mut client, 60, "the trial failed", |s| {
@@ -589,9 +621,12 @@ async fn without_checks_a_down_server_gets_one_trial_per_fail_timeout_and_is_bac
     // request is held there, and meanwhile the server takes no second request (limit 1), even
     // on its turns (round robin tries it first every other request).
     let revived = Tiny::start_with(dead, Behaviour::Status(200), true).await;
-    wait_until(&switch, "the revived server on trial", |s| {
-        at(s, dead).reason.contains("on trial")
-    })
+    wait_until_within(
+        &switch,
+        "the revived server on trial",
+        FAIL_TIMEOUT_BOUND,
+        |s| at(s, dead).reason.contains("on trial"),
+    )
     .await;
     let addr = switch.local_addr("web").unwrap();
     let mut trial = None;
@@ -824,6 +859,212 @@ async fn the_first_check_decides_then_fall_failures_take_a_server_down_and_rise_
     // Let the checks run free until the switch goes.
     first_fails.release(1000);
     steady.release(1000);
+}
+
+/// The statuses `expect` names pass and no others: a server answering a status the default
+/// (`200-399`) rejects stays up, one answering the default's own 200 goes down. Each server's
+/// first check decides at once; its second arriving means the first one's result is in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expect_lets_exactly_its_statuses_pass_whatever_the_default_would_say() {
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let teapot = Tiny::start(any, Behaviour::Status(418)).await;
+    let range_end = Tiny::start(any, Behaviour::Status(503)).await;
+    let plain_ok = Tiny::start(any, Behaviour::Status(200)).await;
+    let past_range = Tiny::start(any, Behaviour::Status(504)).await;
+    let rules = rules(
+        "",
+        &[
+            server(teapot.addr, ""),
+            server(range_end.addr, ""),
+            server(plain_ok.addr, ""),
+            server(past_range.addr, ""),
+        ],
+        "check = \"http\"\nexpect = \"418, 500-503\"\ninterval = \"50ms\"\ntimeout = \"10s\"\n\
+         panic_threshold = 0",
+    );
+    let switch = start_switch(&rules, &[]).await;
+    for tiny in [&teapot, &range_end, &plain_ok, &past_range] {
+        tiny.wait_for_heads(2).await;
+    }
+    let snap = switch.stats();
+    for (tiny, state) in [
+        (&teapot, State::Up),
+        (&range_end, State::Up),
+        (&plain_ok, State::Down),
+        (&past_range, State::Down),
+    ] {
+        let s = at(&snap, tiny.addr);
+        assert_eq!(s.state, state, "{s:?}");
+    }
+    assert!(
+        at(&snap, plain_ok.addr).reason.contains("status 200"),
+        "{snap:?}"
+    );
+    assert!(
+        at(&snap, past_range.addr).reason.contains("status 504"),
+        "{snap:?}"
+    );
+    // Requests go to the servers that pass, and are relayed whatever their status.
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    for i in 0..8 {
+        let r = client.get(&format!("/{i}")).await;
+        let by = r.served_by();
+        assert!(
+            (r.status == 418 && by == teapot.addr.to_string())
+                || (r.status == 503 && by == range_end.addr.to_string()),
+            "{} from {by}",
+            r.status
+        );
+    }
+}
+
+/// `fall` failures in a row take an up server down and `rise` successes bring it back, at
+/// values other than the defaults (3 and 2): the server is still up after four failed
+/// checks, down at the fifth, still down after three passes, up at the fourth; the counts of
+/// consecutive results in the statistics follow. Each check waits for the test's word, and
+/// check N+1 arriving means check N's result is in: no verdict depends on time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fall_and_rise_count_the_checks_they_are_set_to() {
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let gated = Tiny::start_with(any, Behaviour::Status(200), true).await;
+    let peer = Tiny::start(any, Behaviour::Status(200)).await;
+    let rules = rules(
+        "",
+        &[server(gated.addr, ""), server(peer.addr, "")],
+        // No held check may time out: the timeout is far beyond any wait of the test.
+        "check = \"http\"\ninterval = \"20ms\"\ntimeout = \"60s\"\nrise = 4\nfall = 5\n\
+         panic_threshold = 0",
+    );
+    let switch = start_switch(&rules, &[]).await;
+    let checked = |addr| switch.stats().server(addr).unwrap().clone();
+    gated.wait_for_heads(1).await;
+    gated.release(1);
+    gated.wait_for_heads(2).await;
+    let s = checked(gated.addr);
+    assert_eq!((s.state, s.check.successes), (State::Up, 1), "{s:?}");
+
+    gated.set(Behaviour::Status(500));
+    for failures in 1..=5u32 {
+        gated.release(1);
+        gated.wait_for_heads(2 + failures as usize).await;
+        let s = checked(gated.addr);
+        let expected = if failures < 5 { State::Up } else { State::Down };
+        assert_eq!(s.state, expected, "after {failures} failed checks: {s:?}");
+        assert_eq!(
+            (s.check.failures, s.check.successes),
+            (failures, 0),
+            "after {failures} failed checks: {s:?}"
+        );
+    }
+    assert!(checked(gated.addr).reason.contains("status 500"));
+
+    gated.set(Behaviour::Status(200));
+    for passes in 1..=4u32 {
+        gated.release(1);
+        gated.wait_for_heads(7 + passes as usize).await;
+        let s = checked(gated.addr);
+        let expected = if passes < 4 { State::Down } else { State::Up };
+        assert_eq!(s.state, expected, "after {passes} passed checks: {s:?}");
+        assert_eq!(
+            (s.check.successes, s.check.failures),
+            (passes, 0),
+            "after {passes} passed checks: {s:?}"
+        );
+    }
+    // Let the checks run free until the switch goes.
+    gated.release(1000);
+}
+
+/// An http check waits for its answer up to `timeout`: set far above the default (1 s), a
+/// check held 3 s by the server has failed by then under the default and is still running
+/// under the setting, and passes when the server answers. Time is the property here; the
+/// margins are seconds on both sides (1 s against 3 s, 3 s against 30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_waits_for_its_answer_as_long_as_timeout_says() {
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let slow = Tiny::start_with(any, Behaviour::Status(200), true).await;
+    let rules = rules(
+        "",
+        &[server(slow.addr, "")],
+        "check = \"http\"\ninterval = \"50ms\"\ntimeout = \"30s\"\npanic_threshold = 0",
+    );
+    let switch = start_switch(&rules, &[]).await;
+    slow.wait_for_heads(1).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let s = switch.stats().server(slow.addr).unwrap().clone();
+    assert_eq!(
+        (s.state, &s.check.last),
+        (State::Up, &None),
+        "the first check, held 3 s, is still waiting: {s:?}"
+    );
+    slow.release(1);
+    slow.wait_for_heads(2).await;
+    let s = switch.stats().server(slow.addr).unwrap().clone();
+    assert_eq!(s.state, State::Up, "{s:?}");
+    assert!(matches!(s.check.last, Some((true, _, _))), "{s:?}");
+    assert_eq!(
+        slow.accepted(),
+        2,
+        "one connection per check, none given up: {s:?}"
+    );
+    slow.release(1000);
+}
+
+/// Checks come every `interval`: twenty checks of a server at 50 ms arrive within seconds,
+/// where the default interval (2 s) would take some forty. Counted by the server, bounded
+/// with seconds of margin both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_come_every_interval() {
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let checked = Tiny::start(any, Behaviour::Status(200)).await;
+    let rules = rules(
+        "",
+        &[server(checked.addr, "")],
+        "check = \"http\"\ninterval = \"50ms\"\ntimeout = \"10s\"",
+    );
+    let switch = start_switch(&rules, &[]).await;
+    let mut seen = checked.shared.heads_seen.subscribe();
+    let twenty = tokio::time::timeout(Duration::from_secs(8), seen.wait_for(|&n| n >= 20)).await;
+    assert!(
+        matches!(twenty, Ok(Ok(_))),
+        "{} checks in 8 s at a 50 ms interval",
+        checked.heads().len()
+    );
+    assert!(checked
+        .heads()
+        .iter()
+        .all(|h| h.starts_with("GET / HTTP/1.1\r\n")));
+    assert_eq!(
+        switch.stats().server(checked.addr).unwrap().state,
+        State::Up
+    );
+}
+
+/// The agent is asked every `agent_interval`: twenty times within seconds at 50 ms, where
+/// the default (2 s) would take some forty. Bounded with seconds of margin both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_is_asked_every_agent_interval() {
+    let agent = Agent::start("up").await;
+    let controlled = backend().await;
+    let rules = rules(
+        "",
+        &[server(controlled.addr, "")],
+        &format!("agent_port = {}\nagent_interval = \"50ms\"", agent.port),
+    );
+    let switch = start_switch(&rules, &[]).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
+    while agent.asked.load(Ordering::SeqCst) < 20 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the agent was asked {} times in 8 s at a 50 ms interval",
+            agent.asked.load(Ordering::SeqCst)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        switch.stats().server(controlled.addr).unwrap().state,
+        State::Up
+    );
 }
 
 // ---------------------------------------------------------------- backup servers
