@@ -461,7 +461,10 @@ async fn incomplete_head_gets_408() {
     let switch = one_pool(&server, "header_timeout = \"300ms\"").await;
     let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
     client.send(b"GET / HTTP/1.1\r\nHost: t\r\n").await;
-    let r = client.response(false).await;
+    // After the 300 ms set, seconds before the default 10 s would end.
+    let r = tokio::time::timeout(Duration::from_secs(5), client.response(false))
+        .await
+        .expect("the 408 within 5 s, not after the default header_timeout");
     assert_eq!(r.status, 408);
     assert!(client.is_closed().await);
 }

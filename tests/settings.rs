@@ -319,18 +319,19 @@ async fn connect_then_listen(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_client_connection_is_closed_silently_after_keepalive_timeout() {
     let server = backend().await;
-    let switch = one_pool(server.addr, "keepalive_timeout = \"1s\"").await;
+    let switch = one_pool(server.addr, "keepalive_timeout = \"3s\"").await;
     let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
     assert_eq!(client.get("/a").await.status, 200);
-    // A pause well inside the keep-alive time, past the switch's short burst grace (so the
+    // A pause seconds inside the keep-alive time, past the switch's short burst grace (so the
     // connection waits in its idle state): the next request is served.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(client.get("/b").await.status, 200);
-    // Then silence: the switch closes, without a byte (no 408, nothing).
-    assert!(
-        client.try_response(false).await.is_none(),
-        "an idle connection ends with no response"
-    );
+    // Then silence: the switch closes, without a byte (no 408, nothing), after the 3 s it
+    // was given, long before the default 30 s.
+    let closed = tokio::time::timeout(Duration::from_secs(8), client.try_response(false))
+        .await
+        .expect("the idle connection closed within 8 s, not after the default 30 s");
+    assert!(closed.is_none(), "an idle connection ends with no response");
     let snap = settle(&switch).await;
     assert_eq!(snap.services[0].local_errors, 0, "no refusal was made");
     assert_eq!(server.requests(), 2);
@@ -358,16 +359,21 @@ async fn a_later_request_head_that_stalls_gets_408_though_keepalive_timeout_is_s
     let server = backend().await;
     // The head's own time (from its first byte) outlasts the keep-alive time, which ends
     // with the first byte: a stalled head gets its 408, not the keep-alive's silent close.
+    // Both are seconds apart from each other, from the test's pauses and from the default
+    // header_timeout (10 s), so that the 408 comes at 4 s whatever the load, and ignoring
+    // header_timeout would make it late.
     let switch = one_pool(
         server.addr,
-        "header_timeout = \"2s\"\nkeepalive_timeout = \"1s\"",
+        "header_timeout = \"4s\"\nkeepalive_timeout = \"2s\"",
     )
     .await;
     let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
     assert_eq!(client.get("/a").await.status, 200);
     tokio::time::sleep(Duration::from_millis(150)).await; // past the burst grace: idle
     client.send(b"GET /b HTTP/1.1\r\nHost: t\r\n").await;
-    let r = client.response(false).await;
+    let r = tokio::time::timeout(Duration::from_secs(7), client.response(false))
+        .await
+        .expect("the 408 within 7 s of the stalled head, not after the default 10 s");
     assert_eq!(r.status, 408);
     assert!(client.is_closed().await);
     assert_eq!(server.requests(), 1, "the stalled request never went on");
@@ -462,6 +468,51 @@ servers = [{ addr = "{hole}" }, { addr = "{live}" }]
     assert_eq!((counted.connections, counted.connect_errors), (1, 1));
     let counted = server_in(&snap, "both", live.addr);
     assert_eq!((counted.connect_errors, counted.requests), (0, 1));
+}
+
+/// `connect_timeout` bounds each connection attempt: six requests in a row to a server whose
+/// address never answers an attempt, each given up after 200 ms, are all answered (502)
+/// within seconds, where the default (3 s) would take eighteen. Time is the property; the
+/// bound (8 s) is seconds away from both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_connect_attempt_is_given_up_after_connect_timeout_not_the_default() {
+    let hole = black_hole().await;
+    let rules = r#"
+[switch]
+access_log = false
+connect_timeout = "200ms"
+connect_attempts = 1
+[virtual.web]
+listen = "127.0.0.1:0"
+default_pool = "hole"
+[pool.hole]
+servers = [{ addr = "{hole}" }]
+[pool.hole.health]
+max_fails = 0
+"#;
+    let switch = start_switch(rules, &[("hole", hole.addr.to_string())]).await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    let six = async {
+        for i in 0..6 {
+            let r = client.get(&format!("/{i}")).await;
+            assert_eq!(r.status, 502, "request {i}: {}", r.text());
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(8), six)
+        .await
+        .expect("six attempts of 200 ms each within 8 s, not 3 s each");
+    drop(client);
+    let snap = settle(&switch).await;
+    let counted = snap.server(hole.addr).unwrap();
+    assert_eq!(
+        (
+            counted.connections,
+            counted.connect_errors,
+            counted.responses
+        ),
+        (6, 6, 0),
+        "one attempt per request, each timed out: {counted:?}"
+    );
 }
 
 // ---------------------------------------------------------------- connect_attempts
