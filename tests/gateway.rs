@@ -534,7 +534,9 @@ servers = [{ addr = "{s}", weight = 0 }]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_server_gives_504() {
     let server = backend().await;
-    let switch = one_pool(&server, "idle_timeout = \"300ms\"").await;
+    // Long enough that the next request's answer, which comes at once, never meets it however
+    // loaded the machine; short enough for the 504 to come seconds before PATIENCE ends.
+    let switch = one_pool(&server, "idle_timeout = \"2s\"").await;
     let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
     let r = client.get("/silent").await;
     assert_eq!(r.status, 504);
@@ -867,13 +869,13 @@ async fn a_server_may_answer_while_the_body_is_still_coming() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interim_responses_keep_a_slow_answer_alive() {
     let server = backend().await;
-    let switch = one_pool(&server, "idle_timeout = \"1s\"").await;
+    let switch = one_pool(&server, "idle_timeout = \"3s\"").await;
     let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
-    // Twenty 102s, 100 ms apart: 2 s in all, twice the idle limit, but never more than a tenth
-    // of it without a byte. The margin is wide on purpose: only a stall of 900 ms between two
-    // 102s could fail this on a sound switch.
+    // Twenty 102s, 200 ms apart: 4 s in all, longer than the idle limit, but never more than
+    // a fifteenth of it without a byte. Only a stall of 2.8 s between two 102s could fail
+    // this on a sound switch.
     client
-        .send(b"PUT /processing/20/100 HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc")
+        .send(b"PUT /processing/20/200 HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc")
         .await;
     let mut interim = 0;
     let mut r = client.response(false).await;

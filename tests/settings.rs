@@ -342,13 +342,14 @@ async fn an_idle_client_connection_is_closed_silently_after_keepalive_timeout() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_later_request_is_timed_from_its_first_byte_not_from_the_last_response() {
     let server = backend().await;
-    // keepalive_timeout stays at its 30 s default.
-    let switch = one_pool(server.addr, "header_timeout = \"300ms\"").await;
+    // keepalive_timeout stays at its 30 s default. Each head comes whole in one write: a
+    // second is far more than the switch needs to read it, however loaded the machine.
+    let switch = one_pool(server.addr, "header_timeout = \"1s\"").await;
     let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
     assert_eq!(client.get("/a").await.status, 200);
-    // Idle for twice header_timeout: were the next head timed from the end of the last
+    // Idle for 2.5 times header_timeout: were the next head timed from the end of the last
     // response, it would be late; it is timed from its first byte, and arrives whole.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     let r = client.get("/b").await;
     assert_eq!((r.status, r.text()), (200, "path /b\n".to_string()));
     assert_eq!(server.requests(), 2);
@@ -633,7 +634,9 @@ async fn server_idle_max_bounds_the_connections_kept_for_reuse() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_idle_timeout_retires_old_idle_connections_and_reuses_young_ones() {
     let server = backend().await;
-    let switch = one_pool(server.addr, "server_idle_timeout = \"1s\"").await;
+    // Three seconds: the requests that must find the connection young follow their previous
+    // one at once, seconds inside the limit however loaded the machine.
+    let switch = one_pool(server.addr, "server_idle_timeout = \"3s\"").await;
     let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
     assert_eq!(client.get("/a").await.status, 200);
     // Parked an instant ago: reused.
@@ -898,7 +901,9 @@ async fn a_connect_tunnel_passes_the_servers_half_close_and_still_carries_the_cl
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tunnel_with_no_byte_moving_for_idle_timeout_is_closed() {
     let server = backend().await;
-    let switch = one_pool(server.addr, "idle_timeout = \"300ms\"").await;
+    // Long enough that the 101 and the echo, which come at once, never meet it however loaded
+    // the machine; short enough for the close to come seconds before PATIENCE ends.
+    let switch = one_pool(server.addr, "idle_timeout = \"2s\"").await;
     let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
     client
         .send(b"GET /upgrade HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
