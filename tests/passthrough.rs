@@ -27,10 +27,17 @@ struct Site {
 
 impl Site {
     async fn start(api_pool_extra: &str) -> Site {
+        Site::start_with(api_pool_extra, HEADER_TIMEOUT).await
+    }
+
+    /// [`Site::start`] with a `header_timeout` of its own.
+    async fn start_with(api_pool_extra: &str, header_timeout: &str) -> Site {
         let ca = TestCa::new();
         let api = TlsBackend::start(&ca.issue(&["api.test"])).await;
         let www = TlsBackend::start(&ca.issue(&["www.test"])).await;
-        let switch = start_switch(&rules(api.addr, www.addr, api_pool_extra), &[]).await;
+        let rules =
+            rules(api.addr, www.addr, api_pool_extra).replace(HEADER_TIMEOUT, header_timeout);
+        let switch = start_switch(&rules, &[]).await;
         Site {
             switch,
             api,
@@ -43,6 +50,10 @@ impl Site {
         self.switch.local_addr("edge").unwrap()
     }
 }
+
+/// The `header_timeout` line of [`rules`]: short, so that a stalled hello is closed seconds
+/// before PATIENCE ends.
+const HEADER_TIMEOUT: &str = "header_timeout = \"1s\"";
 
 fn rules(api: std::net::SocketAddr, www: std::net::SocketAddr, api_pool_extra: &str) -> String {
     format!(
@@ -158,7 +169,9 @@ impl AsyncRead for Dribble {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_hello_in_pieces_reaches_each_server() {
-    let site = Site::start("").await;
+    // The hello comes in pieces 15 ms apart, well under a second in all; header_timeout is
+    // set far beyond that, so a loaded machine stretching the pauses cannot make it late.
+    let site = Site::start_with("", "header_timeout = \"30s\"").await;
     let config = site.ca.client_config(&[&TLS13]);
     for (name, server) in [("api.test", &site.api), ("www.test", &site.www)] {
         let tcp = TcpStream::connect(site.addr()).await.unwrap();

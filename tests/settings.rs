@@ -319,18 +319,19 @@ async fn connect_then_listen(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_client_connection_is_closed_silently_after_keepalive_timeout() {
     let server = backend().await;
-    let switch = one_pool(server.addr, "keepalive_timeout = \"1s\"").await;
+    let switch = one_pool(server.addr, "keepalive_timeout = \"3s\"").await;
     let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
     assert_eq!(client.get("/a").await.status, 200);
-    // A pause well inside the keep-alive time, past the switch's short burst grace (so the
+    // A pause seconds inside the keep-alive time, past the switch's short burst grace (so the
     // connection waits in its idle state): the next request is served.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(client.get("/b").await.status, 200);
-    // Then silence: the switch closes, without a byte (no 408, nothing).
-    assert!(
-        client.try_response(false).await.is_none(),
-        "an idle connection ends with no response"
-    );
+    // Then silence: the switch closes, without a byte (no 408, nothing), after the 3 s it
+    // was given, long before the default 30 s.
+    let closed = tokio::time::timeout(Duration::from_secs(8), client.try_response(false))
+        .await
+        .expect("the idle connection closed within 8 s, not after the default 30 s");
+    assert!(closed.is_none(), "an idle connection ends with no response");
     let snap = settle(&switch).await;
     assert_eq!(snap.services[0].local_errors, 0, "no refusal was made");
     assert_eq!(server.requests(), 2);
@@ -341,13 +342,14 @@ async fn an_idle_client_connection_is_closed_silently_after_keepalive_timeout() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_later_request_is_timed_from_its_first_byte_not_from_the_last_response() {
     let server = backend().await;
-    // keepalive_timeout stays at its 30 s default.
-    let switch = one_pool(server.addr, "header_timeout = \"300ms\"").await;
+    // keepalive_timeout stays at its 30 s default. Each head comes whole in one write: a
+    // second is far more than the switch needs to read it, however loaded the machine.
+    let switch = one_pool(server.addr, "header_timeout = \"1s\"").await;
     let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
     assert_eq!(client.get("/a").await.status, 200);
-    // Idle for twice header_timeout: were the next head timed from the end of the last
+    // Idle for 2.5 times header_timeout: were the next head timed from the end of the last
     // response, it would be late; it is timed from its first byte, and arrives whole.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     let r = client.get("/b").await;
     assert_eq!((r.status, r.text()), (200, "path /b\n".to_string()));
     assert_eq!(server.requests(), 2);
@@ -358,16 +360,21 @@ async fn a_later_request_head_that_stalls_gets_408_though_keepalive_timeout_is_s
     let server = backend().await;
     // The head's own time (from its first byte) outlasts the keep-alive time, which ends
     // with the first byte: a stalled head gets its 408, not the keep-alive's silent close.
+    // Both are seconds apart from each other, from the test's pauses and from the default
+    // header_timeout (10 s), so that the 408 comes at 4 s whatever the load, and ignoring
+    // header_timeout would make it late.
     let switch = one_pool(
         server.addr,
-        "header_timeout = \"2s\"\nkeepalive_timeout = \"1s\"",
+        "header_timeout = \"4s\"\nkeepalive_timeout = \"2s\"",
     )
     .await;
     let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
     assert_eq!(client.get("/a").await.status, 200);
     tokio::time::sleep(Duration::from_millis(150)).await; // past the burst grace: idle
     client.send(b"GET /b HTTP/1.1\r\nHost: t\r\n").await;
-    let r = client.response(false).await;
+    let r = tokio::time::timeout(Duration::from_secs(7), client.response(false))
+        .await
+        .expect("the 408 within 7 s of the stalled head, not after the default 10 s");
     assert_eq!(r.status, 408);
     assert!(client.is_closed().await);
     assert_eq!(server.requests(), 1, "the stalled request never went on");
@@ -462,6 +469,51 @@ servers = [{ addr = "{hole}" }, { addr = "{live}" }]
     assert_eq!((counted.connections, counted.connect_errors), (1, 1));
     let counted = server_in(&snap, "both", live.addr);
     assert_eq!((counted.connect_errors, counted.requests), (0, 1));
+}
+
+/// `connect_timeout` bounds each connection attempt: six requests in a row to a server whose
+/// address never answers an attempt, each given up after 200 ms, are all answered (502)
+/// within seconds, where the default (3 s) would take eighteen. Time is the property; the
+/// bound (8 s) is seconds away from both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_connect_attempt_is_given_up_after_connect_timeout_not_the_default() {
+    let hole = black_hole().await;
+    let rules = r#"
+[switch]
+access_log = false
+connect_timeout = "200ms"
+connect_attempts = 1
+[virtual.web]
+listen = "127.0.0.1:0"
+default_pool = "hole"
+[pool.hole]
+servers = [{ addr = "{hole}" }]
+[pool.hole.health]
+max_fails = 0
+"#;
+    let switch = start_switch(rules, &[("hole", hole.addr.to_string())]).await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    let six = async {
+        for i in 0..6 {
+            let r = client.get(&format!("/{i}")).await;
+            assert_eq!(r.status, 502, "request {i}: {}", r.text());
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(8), six)
+        .await
+        .expect("six attempts of 200 ms each within 8 s, not 3 s each");
+    drop(client);
+    let snap = settle(&switch).await;
+    let counted = snap.server(hole.addr).unwrap();
+    assert_eq!(
+        (
+            counted.connections,
+            counted.connect_errors,
+            counted.responses
+        ),
+        (6, 6, 0),
+        "one attempt per request, each timed out: {counted:?}"
+    );
 }
 
 // ---------------------------------------------------------------- connect_attempts
@@ -582,7 +634,9 @@ async fn server_idle_max_bounds_the_connections_kept_for_reuse() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_idle_timeout_retires_old_idle_connections_and_reuses_young_ones() {
     let server = backend().await;
-    let switch = one_pool(server.addr, "server_idle_timeout = \"1s\"").await;
+    // Three seconds: the requests that must find the connection young follow their previous
+    // one at once, seconds inside the limit however loaded the machine.
+    let switch = one_pool(server.addr, "server_idle_timeout = \"3s\"").await;
     let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
     assert_eq!(client.get("/a").await.status, 200);
     // Parked an instant ago: reused.
@@ -847,7 +901,9 @@ async fn a_connect_tunnel_passes_the_servers_half_close_and_still_carries_the_cl
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tunnel_with_no_byte_moving_for_idle_timeout_is_closed() {
     let server = backend().await;
-    let switch = one_pool(server.addr, "idle_timeout = \"300ms\"").await;
+    // Long enough that the 101 and the echo, which come at once, never meet it however loaded
+    // the machine; short enough for the close to come seconds before PATIENCE ends.
+    let switch = one_pool(server.addr, "idle_timeout = \"2s\"").await;
     let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
     client
         .send(b"GET /upgrade HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
