@@ -1134,3 +1134,54 @@ async fn a_response_that_does_not_begin_in_time_counts_as_a_timeout() {
     assert_eq!(num(&web["responses"]["5xx"]), 1);
     assert_eq!(num(&web["local_errors"]), 1);
 }
+
+/// The README: "An idle connection is closed after 5 s". Time is the property here, so the
+/// verdict is a window with seconds of margin: open 3 s after its answer, closed by the
+/// endpoint (EOF, not silence) within 9 s. The 10 s a request may take would not close it in
+/// that window.
+#[tokio::test]
+async fn an_idle_connection_is_closed_after_5_seconds() {
+    let s = setup("wlc", "").await;
+    let mut stream = TcpStream::connect(s.admin).await.unwrap();
+    stream
+        .write_all(b"GET /stats HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let mut raw = Vec::new();
+    let mut chunk = [0u8; 65536];
+    let answered = loop {
+        if let Some((answer, used)) = parse_answer(&raw, false) {
+            assert_eq!(answer.status, 200);
+            assert_eq!(used, raw.len(), "one answer");
+            break std::time::Instant::now();
+        }
+        let n = tokio::time::timeout(PATIENCE, stream.read(&mut chunk))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "closed before the answer");
+        raw.extend_from_slice(&chunk[..n]);
+    };
+    // Nothing for 3 s: the connection stays open (no byte, no EOF).
+    let early =
+        tokio::time::timeout(std::time::Duration::from_secs(3), stream.read(&mut chunk)).await;
+    assert!(
+        early.is_err(),
+        "the endpoint did something within 3 s of idleness: {early:?}"
+    );
+    // Then the endpoint closes it, without a byte.
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(6), stream.read(&mut chunk))
+        .await
+        .unwrap_or_else(|_| panic!("still open {:?} after the answer", answered.elapsed()));
+    assert!(
+        matches!(closed, Ok(0)) || closed.is_err(),
+        "closed without a byte: {closed:?}"
+    );
+    let idle_for = answered.elapsed();
+    assert!(
+        idle_for >= std::time::Duration::from_secs(4),
+        "closed after {idle_for:?} of idleness"
+    );
+    // The endpoint still serves new connections.
+    assert_eq!(get(s.admin, "/stats").await.status, 200);
+}

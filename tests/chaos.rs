@@ -1742,4 +1742,38 @@ async fn chaos_soak_corrupts_nothing_and_gives_back_descriptors_and_memory() {
     rss_settled.unwrap_or_else(|e| panic!("{e}: before {rss_before} KiB, after {rss_after} KiB"));
     assert!(status.success(), "tcpvs exited {status:?}");
     assert!(sent > 0);
+    assert_rude_answers(&tally.rude);
+}
+
+/// What the switch must have told the rude clients: garbage ended like a head gets 400, junk
+/// pipelined after a valid request gets 400 after the valid answer (or nothing, when that
+/// request's server was killed and its answer cut), and a slowloris head gets 408 at
+/// `header_timeout` (the storm outlasts it), never another answer.
+fn assert_rude_answers(rude: &BTreeMap<String, u64>) {
+    let count = |key: &str| rude.get(key).copied().unwrap_or(0);
+    let with_prefix = |prefix: &str| -> Vec<(&String, &u64)> {
+        rude.iter().filter(|(k, _)| k.starts_with(prefix)).collect()
+    };
+    assert!(count("garbage -> 400") > 0, "{rude:#?}");
+    assert_eq!(
+        with_prefix("garbage -> ").len(),
+        1,
+        "garbage is answered 400, always: {rude:#?}"
+    );
+    assert!(count("pipelined junk -> 400") > 0, "{rude:#?}");
+    for (key, _) in with_prefix("pipelined junk -> ") {
+        assert!(
+            key == "pipelined junk -> 400" || key == "pipelined junk -> -",
+            "pipelined junk after a valid request: {key}: {rude:#?}"
+        );
+    }
+    assert!(
+        count("slowloris -> 408") > 0,
+        "slowloris heads get 408 at header_timeout: {rude:#?}"
+    );
+    assert_eq!(
+        count("slowloris -> other answer"),
+        0,
+        "a slowloris head got another answer: {rude:#?}"
+    );
 }

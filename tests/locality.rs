@@ -2,10 +2,10 @@
 //! emulated cache-limited servers whose caches each hold 40% of the working set, closed-loop
 //! clients replaying one seeded Zipf trace, `wlc` then `lard`. LARD keeps each object on one
 //! server, so the four caches together hold the working set, while under wlc every cache sees
-//! every object. This test is about that ordering, so its verdict rests on throughput and hit
-//! rate; the margins are wide (measured: lard about 4x wlc's throughput, 98% hits against 80%),
-//! and the servers' speed is emulated in virtual time (tokio timers, no busy loops), so a busy
-//! machine slows the answers' delivery, not the emulated servers' capacity.
+//! every object. This test is about that ordering. Its verdict rests on counts, not on time:
+//! the hit rate (cache hits over requests, as the emulated servers count them) and the copies
+//! of each cached object; throughput (measured: lard about 4x wlc's) is printed, never
+//! judged, as it moves with whatever else the machine runs (the suite's other tests).
 //!
 //! The harness's own unit tests (cache, costs, queues, workload, log parsing) run here too.
 
@@ -34,22 +34,27 @@ async fn lard_beats_wlc_when_the_working_set_exceeds_one_cache() {
         );
     }
     let summary = format!(
-        "wlc: {:.0} req/s, {:.1}% hits; lard: {:.0} req/s, {:.1}% hits",
+        "wlc: {:.0} req/s, {:.1}% hits, {:.2} copies per cached object; \
+         lard: {:.0} req/s, {:.1}% hits, {:.2} copies",
         wlc.requests_per_s,
         wlc.hit_rate * 100.0,
+        wlc.copies_per_object,
         lard.requests_per_s,
-        lard.hit_rate * 100.0
+        lard.hit_rate * 100.0,
+        lard.copies_per_object
     );
+    println!("{summary}");
     assert!(wlc.requests_per_s > 0.0, "{summary}");
-    assert!(
-        lard.requests_per_s >= 1.5 * wlc.requests_per_s,
-        "lard at least 1.5x wlc's throughput: {summary}"
-    );
+    assert!(lard.requests_per_s > 0.0, "{summary}");
     assert!(
         lard.hit_rate >= wlc.hit_rate + 0.08,
         "lard's hit rate at least 8 points above wlc's: {summary}"
     );
     assert!(lard.hit_rate >= 0.9, "{summary}");
+    assert!(
+        lard.copies_per_object < wlc.copies_per_object,
+        "lard keeps fewer copies of each object than wlc: {summary}"
+    );
     // The report a user reads: one table row per run.
     let table = harness::report::table(&results);
     assert_eq!(

@@ -293,6 +293,43 @@ async fn sigterm_lets_requests_in_flight_finish_and_lets_idle_clients_go() {
     }
 }
 
+/// SIGINT (Ctrl-C) stops the switch as SIGTERM does: the listeners close, an idle client is let
+/// go, the request in flight gets its whole answer, and the process exits 0. Without a handler
+/// for it, SIGINT would kill the process at once: the held request would get no answer and the
+/// exit status would be the signal's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_stops_the_switch_gracefully_as_sigterm_does() {
+    let server = backend().await;
+    let scratch = Scratch::new("sigint_stop");
+    let file = scratch.file(
+        "rules.toml",
+        &rules("workers = 2\nshutdown_timeout = \"1h\"", server.addr),
+    );
+    let (switch, addr, _) = start(&file).await;
+    let mut idle = Client::connect(addr).await;
+    assert_eq!(idle.get("/first").await.status, 200);
+    let mut held = Client::connect(addr).await;
+    held.send(b"GET /hold HTTP/1.1\r\nHost: test\r\n\r\n").await;
+    server.wait_for_requests(2).await;
+
+    signal(&switch, rustix::process::Signal::INT);
+    let (switch, stopping, _) = line_with(switch, "stopping: ").await;
+    assert!(
+        stopping
+            .ends_with("stopping: no new connections; waiting up to 3600s for requests in flight"),
+        "{stopping}"
+    );
+    assert!(idle.is_closed().await, "the idle client is let go");
+    wait_until_refused(addr).await;
+    server.release(1);
+    let response = held.response(false).await;
+    assert_eq!(response.status, 200);
+    assert_eq!(response.body, b"0123456789");
+    assert_eq!(response.header("connection"), Some("close"));
+    let (log, status) = log_to_end(switch).await;
+    assert_eq!(status.code(), Some(0), "{status:?}: {log:#?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_shutdown_timeout_the_process_cuts_what_is_left_and_exits() {
     for workers in [1, 2] {

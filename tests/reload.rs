@@ -287,27 +287,42 @@ async fn listeners_are_kept_added_and_removed() {
 
 #[tokio::test]
 async fn settings_that_need_a_restart_are_reported_and_kept() {
-    let a = backend().await;
+    let (a, b) = (backend().await, backend().await);
     let scratch = Scratch::new("reload_restart");
     let pools: &[(&str, &[SocketAddr])] = &[("main", &[a.addr])];
     let text = rules("127.0.0.1:0", "main", "main", pools);
     let file = scratch.file("rules.toml", &text);
     let switch = start(&file).await;
     let admin = switch.admin_addr().unwrap();
+    let web = switch.local_addr("web").unwrap();
+    // The new file changes two process settings (idle_timeout from the default 180s to 1s)
+    // and the rules (`/x` to a new pool `xs`).
+    let pools: &[(&str, &[SocketAddr])] = &[("main", &[a.addr]), ("xs", &[b.addr])];
     std::fs::write(
         &file,
-        text.replace(
+        rules("127.0.0.1:0", "xs", "main", pools).replace(
             "access_log = false",
-            "access_log = false\nidle_timeout = \"7s\"\nworkers = 3",
+            "access_log = false\nidle_timeout = \"1s\"\nworkers = 3",
         ),
     )
     .unwrap();
     let (status, body) = post_reload(admin).await;
     assert_eq!(status, 200, "{body}");
+    assert_eq!(body["generation"], 2);
     assert_eq!(
         body["restart_needed"],
         serde_json::json!(["[switch] workers", "[switch] idle_timeout"])
     );
+    // The rules are the new file's...
+    let mut client = Client::connect(web).await;
+    assert_eq!(client.get("/x1").await.served_by(), b.addr.to_string());
+    assert_eq!(client.get("/page").await.served_by(), a.addr.to_string());
+    // ...the process settings the running ones: a server silent for 2.5 s is waited for (the
+    // running idle_timeout, 180s), where the new file's 1s would have answered 504.
+    let slow = client.get("/slow/2500").await;
+    assert_eq!(slow.status, 200, "{}", slow.text());
+    assert_eq!(slow.body, b"0123456789");
+    assert_eq!(slow.served_by(), a.addr.to_string());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -685,6 +685,80 @@ servers = [{{ addr = "{}" }}]
     assert!(tls::resumed(&again));
 }
 
+/// A rule's `sni` routes by the server name of the connection's handshake: case-insensitive,
+/// whatever `Host` the requests name, and a connection without a server name (the client
+/// connected by IP address) does not match. A switch that dropped the server name, or the
+/// rule's `sni` condition, sends every connection to one pool and fails here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sni_rule_routes_by_the_handshakes_server_name() {
+    let ca = TestCa::new();
+    let leaf = ca.issue(&["*.example.test", "example.test"]);
+    let scratch = Scratch::new("tls-sni-rule");
+    let (web, api) = (backend().await, backend().await);
+    let rules = format!(
+        r#"
+[switch]
+access_log = false
+
+[virtual.secure]
+listen = "127.0.0.1:0"
+default_pool = "web"
+tls = [{}]
+
+[[virtual.secure.rule]]
+sni = '^api\.'
+pool = "api"
+
+[pool.web]
+servers = [{{ addr = "{}" }}]
+
+[pool.api]
+servers = [{{ addr = "{}" }}]
+"#,
+        entry(&scratch, "site", &leaf),
+        web.addr,
+        api.addr
+    );
+    let switch = start_switch(&rules, &[]).await;
+    let addr = switch.local_addr("secure").unwrap();
+    let verifying = ca.client_config(&[&TLS13, &TLS12]);
+    let any = tls::any_certificate_client();
+    let request =
+        |host: &str| format!("GET /v1/items HTTP/1.1\r\nHost: {host}\r\n\r\n").into_bytes();
+    // (server name sent, Host of the requests, the pool that must answer)
+    let cases = [
+        ("api.example.test", "www.example.test", &api),
+        ("API.Example.Test", "www.example.test", &api),
+        ("www.example.test", "api.example.test", &web),
+        ("example.test", "api.example.test", &web),
+        ("myapi.example.test", "api.example.test", &web),
+    ];
+    for (name, host, pool) in cases {
+        let mut client = tls::connect(addr, name, &verifying).await;
+        // Every request of the connection: the handshake's name decides, not Host.
+        for _ in 0..3 {
+            client.send(&request(host)).await;
+            let response = client.response(false).await;
+            assert_eq!(response.status, 200);
+            assert_eq!(
+                response.served_by(),
+                pool.addr.to_string(),
+                "server name {name}, Host {host}"
+            );
+        }
+    }
+    // By IP address: no server name, so the rule does not match, whatever Host says.
+    let mut client = tls::connect(addr, "127.0.0.1", &any).await;
+    client.send(&request("api.example.test")).await;
+    assert_eq!(
+        client.response(false).await.served_by(),
+        web.addr.to_string(),
+        "no server name"
+    );
+    assert_eq!(api.requests(), 6);
+    assert_eq!(web.requests(), 10);
+}
+
 #[test]
 fn modules_that_look_for_http_on_a_passthrough_pool_are_warned_of() {
     let scratch = Scratch::new("tls-passthrough-modules");

@@ -162,13 +162,127 @@ async fn a_new_tcpvs_takes_the_listeners_over_and_no_request_is_lost() {
         "at most one reconnection per kept-alive client"
     );
 
-    // The new process serves upgrades in turn, and stops cleanly.
+    // The new process serves upgrades in turn: its socket (mode 0600, as the old one's) takes
+    // a third process, which then serves the clients while the second drains and exits.
+    assert_eq!(mode_of(&socket), 0o600, "the new process's upgrade socket");
+    let third_args = args(true);
+    let third = Process::start(&third_args.iter().map(|a| a.as_os_str()).collect::<Vec<_>>());
+    let (third, _, _) = line_with(third, "upgrade: took the listeners over").await;
+    let (new_log, status) = log_to_end(new).await;
+    assert!(status.success(), "{status:?}: {new_log:#?}");
     assert!(
-        socket.exists(),
-        "the new process listens on the upgrade socket"
+        new_log
+            .iter()
+            .any(|l| l.contains("a new tcpvs took the listeners over")),
+        "{new_log:#?}"
     );
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    assert_eq!(get(&mut stream, "/bytes/16").await, Some(200));
+    drop(stream);
+    let (_, status) = stop(third).await;
+    assert!(status.success(), "{status:?}");
+}
+
+/// Permission bits of a file.
+fn mode_of(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// The README: "If the new process fails before it serves (a wrong rule file, an address it
+/// cannot bind), the old one goes on as before". A successor receives the listening sockets,
+/// then cannot bind a listener of its own rule file and exits: the old process still accepts
+/// on its listeners, keeps its kept-alive clients, and serves a later upgrade. Its upgrade
+/// socket is its owner's alone (mode 0600) throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_that_fails_leaves_the_old_tcpvs_serving_as_before() {
+    let backend = backend().await;
+    let scratch = Scratch::new("upgrade_fallback");
+    let web: SocketAddr = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap()
+    };
+    let base = format!(
+        "[switch]\nworkers = 2\naccess_log = false\n[virtual.web]\nlisten = \"{web}\"\n\
+         default_pool = \"p\"\n[pool.p]\nservers = [{{ addr = \"{}\" }}]\n",
+        backend.addr
+    );
+    let rules = scratch.file("rules.toml", &base);
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let failing = scratch.file(
+        "failing.toml",
+        &format!(
+            "{base}[virtual.extra]\nlisten = \"{}\"\ndefault_pool = \"p\"\n",
+            taken.local_addr().unwrap()
+        ),
+    );
+    let socket = scratch.0.join("upgrade.sock");
+    let run = |file: &std::path::Path, take_over: bool| {
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "run".into(),
+            "-c".into(),
+            file.into(),
+            "--upgrade-socket".into(),
+            socket.clone().into(),
+        ];
+        if take_over {
+            args.extend(["--take-over".into(), socket.clone().into()]);
+        }
+        Process::start(&args.iter().map(|a| a.as_os_str()).collect::<Vec<_>>())
+    };
+    let old = run(&rules, false);
+    let (old, _, _) = line_with(old, "listening on").await;
+    assert_eq!(
+        mode_of(&socket),
+        0o600,
+        "the upgrade socket is the owner's alone"
+    );
+    let mut kept = TcpStream::connect(web).await.unwrap();
+    assert_eq!(get(&mut kept, "/bytes/16").await, Some(200));
+
+    // The successor gets the sockets, fails to bind its extra listener and exits.
+    let (log, status) = log_to_end(run(&failing, true)).await;
+    assert!(!status.success(), "{log:#?}");
+    assert!(
+        log.iter().any(|l| l.contains("cannot listen on")),
+        "{log:#?}"
+    );
+    let (old, line, _) = line_with(old, "upgrade: the new tcpvs did not take over").await;
+    assert!(line.contains("WARN"), "{line}");
+
+    // The old process goes on: the kept-alive client's next request on the same connection,
+    // and new connections, are served.
+    assert_eq!(
+        get(&mut kept, "/bytes/16").await,
+        Some(200),
+        "kept-alive client"
+    );
+    for i in 0..20 {
+        let mut stream = TcpStream::connect(web).await.unwrap();
+        assert_eq!(
+            get(&mut stream, "/bytes/16").await,
+            Some(200),
+            "new connection {i}"
+        );
+    }
+    assert_eq!(mode_of(&socket), 0o600, "its upgrade socket is still there");
+
+    // And a successor that works takes over after all.
+    let new = run(&rules, true);
+    let (new, _, _) = line_with(new, "upgrade: took the listeners over").await;
+    let (old_log, status) = log_to_end(old).await;
+    assert!(status.success(), "{old_log:#?}");
+    drop(kept);
+    let mut stream = TcpStream::connect(web).await.unwrap();
+    assert_eq!(get(&mut stream, "/bytes/16").await, Some(200));
+    drop(stream);
     let (_, status) = stop(new).await;
     assert!(status.success(), "{status:?}");
+    drop(taken);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
