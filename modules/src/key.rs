@@ -125,7 +125,7 @@ impl KeySource {
                 let captures = pattern.captures(request.path)?;
                 stable_hash(captures.get(*group)?.as_bytes())
             }
-            KeySource::Host => stable_hash(request.host?),
+            KeySource::Host => host_hash(request.host?),
             KeySource::Header(name) => stable_hash(request.headers.header(name)?),
             KeySource::Cookie(name) => stable_hash(cookie_value(request, name)?),
             KeySource::Source => client_address_hash(request.client),
@@ -166,6 +166,25 @@ pub fn stable_hash(bytes: &[u8]) -> u64 {
 
 const STABLE_SEED: u64 = 0x7463_7076_735f_6b30;
 
+/// [`stable_hash`] of a host name in lower case: host names ignore ASCII case (RFC 4343), so
+/// `Site1.Example` keys as `site1.example`. The view carries the host as the client sent it;
+/// a name already in lower case (nearly all) is hashed as it is, another is lowered on the
+/// stack (a DNS name has at most 253 bytes; a longer one is lowered on the heap).
+fn host_hash(host: &[u8]) -> u64 {
+    if !host.iter().any(u8::is_ascii_uppercase) {
+        return stable_hash(host);
+    }
+    let mut lowered = [0u8; 256];
+    match lowered.get_mut(..host.len()) {
+        Some(copy) => {
+            copy.copy_from_slice(host);
+            copy.make_ascii_lowercase();
+            stable_hash(copy)
+        }
+        None => stable_hash(&host.to_ascii_lowercase()),
+    }
+}
+
 /// The value of cookie `name` in the request's Cookie field (RFC 6265 section 5.4 syntax:
 /// `a=1; b=2`).
 pub fn cookie_value<'a>(request: &RequestView<'a>, name: &str) -> Option<&'a [u8]> {
@@ -205,6 +224,23 @@ mod tests {
     }
 
     const PINNED_PATH_HASH: u64 = 5_970_922_785_492_984_894;
+
+    #[test]
+    fn the_host_key_ignores_ascii_case_at_any_length() {
+        let host_key = source(&[("key", "host")]).unwrap();
+        let mut r = request();
+        for name in [
+            "site1.example".to_string(),
+            format!("{}.example", "a".repeat(300)),
+        ] {
+            r.host = Some(name.as_bytes());
+            let lower = host_key.hash(&r).unwrap();
+            assert_eq!(lower, stable_hash(name.as_bytes()));
+            let upper = name.to_uppercase();
+            r.host = Some(upper.as_bytes());
+            assert_eq!(host_key.hash(&r), Some(lower), "{upper}");
+        }
+    }
 
     #[test]
     fn keys_come_from_the_right_part() {

@@ -17,7 +17,8 @@ pub struct RequestView<'a> {
     pub path: &'a [u8],
     /// The query after `?`, if any, without the `?`.
     pub query: Option<&'a [u8]>,
-    /// The host the request is for, without port, lower case.
+    /// The host the request is for, without port, as the client sent it (host names ignore
+    /// ASCII case: a module keying on it folds the case, as `key = "host"` does).
     pub host: Option<&'a [u8]>,
     pub headers: &'a dyn HeaderLookup,
     pub client: IpAddr,
