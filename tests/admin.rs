@@ -1144,7 +1144,7 @@ async fn an_idle_connection_is_closed_after_5_seconds() {
     let s = setup("wlc", "").await;
     let mut stream = TcpStream::connect(s.admin).await.unwrap();
     stream
-        .write_all(b"GET /stats HTTP/1.1\r\nHost: a\r\n\r\n")
+        .write_all(b"GET /stats HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await
         .unwrap();
     let mut raw = Vec::new();
