@@ -54,15 +54,10 @@ async fn demo_switches_pages_images_and_cgi() {
     );
 
     // The monitor's figures: each pool answered what was sent to it.
-    // Named as a browser on this machine names it (the endpoint answers loopback names only).
     let mut admin = Client::connect(monitor).await;
-    let mut get = async |path: &str| {
-        let head = format!("GET {path} HTTP/1.1\r\nHost: {monitor}\r\n\r\n");
-        admin.send(head.as_bytes()).await;
-        admin.response(false).await
-    };
-    assert!(get("/").await.text().contains("<html"));
-    let stats: serde_json::Value = serde_json::from_slice(&get("/stats").await.body).unwrap();
+    assert!(admin.get_local("/").await.text().contains("<html"));
+    let stats: serde_json::Value =
+        serde_json::from_slice(&admin.get_local("/stats").await.body).unwrap();
     let requests = |pool: &str| -> u64 {
         stats["pools"]
             .as_array()

@@ -293,8 +293,7 @@ async fn the_monitor_page_shows_live_figures_and_a_changed_weight_in_a_real_brow
 
     // The page itself is served as HTML.
     let mut raw = Client::connect(admin).await;
-    raw.send(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").await;
-    let r = raw.response(false).await;
+    let r = raw.get_local("/").await;
     assert_eq!(r.status, 200, "GET / of the admin endpoint: {}", r.text());
     assert!(
         r.header("content-type")

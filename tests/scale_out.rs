@@ -465,7 +465,7 @@ impl Logs {
 /// The instance's `/stats` document.
 async fn stats(admin: SocketAddr) -> Value {
     let mut client = Client::connect(admin).await;
-    let response = client.get("/stats").await;
+    let response = client.get_local("/stats").await;
     assert_eq!(response.status, 200, "{}", response.text());
     serde_json::from_slice(&response.body).unwrap()
 }

@@ -291,13 +291,13 @@ async fn tls_1_2_and_1_3_both_resume_sessions() {
     // The same counts on the admin endpoint, in JSON and for Prometheus.
     let admin = site.switch.admin_addr().expect("an admin endpoint");
     let mut reader = Client::connect(admin).await;
-    let stats = reader.get("/stats").await.text();
+    let stats = reader.get_local("/stats").await.text();
     let json: serde_json::Value = serde_json::from_str(&stats).unwrap();
     let secure = &json["services"][0];
     assert_eq!(secure["tls_handshakes"], 4, "{stats}");
     assert_eq!(secure["tls_resumed"], 2, "{stats}");
     assert_eq!(secure["tls_handshake_failures"], 0, "{stats}");
-    let metrics = reader.get("/metrics").await.text();
+    let metrics = reader.get_local("/metrics").await.text();
     for line in [
         "tcpvs_service_tls_handshakes_total{service=\"secure\"} 4\n",
         "tcpvs_service_tls_resumed_total{service=\"secure\"} 2\n",

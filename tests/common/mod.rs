@@ -786,6 +786,13 @@ impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> Client<S> {
         self.response(false).await
     }
 
+    /// A GET naming `localhost`, as the admin endpoint wants of requests from this machine.
+    pub async fn get_local(&mut self, path: &str) -> Response {
+        self.send(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes())
+            .await;
+        self.response(false).await
+    }
+
     /// Reads one response; `head_request` says the request was HEAD (no body follows).
     pub async fn response(&mut self, head_request: bool) -> Response {
         self.try_response(head_request).await.expect("a response")
