@@ -576,31 +576,122 @@ fn path(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// One request on a connection of its own, with the cookie `cookie` (`NAME=VALUE`) if any.
+async fn one_request(web: SocketAddr, path: &str, cookie: Option<&str>) -> common::Response {
+    let mut client = common::Client::connect(web).await;
+    let cookie = cookie.map_or(String::new(), |c| format!("Cookie: {c}\r\n"));
+    client
+        .send(format!("GET {path} HTTP/1.1\r\nHost: test\r\n{cookie}\r\n").as_bytes())
+        .await;
+    let r = client.response(false).await;
+    assert_eq!(r.status, 200, "GET {path}: {}", r.text());
+    r
+}
+
+/// What a drained server must see, checked on the wire: `fresh` clients (no cookie, a
+/// connection each) all placed on the servers of `others`, none on `drained`; the client that
+/// holds `cookie` (persistent on `drained`) still served by it; `/moved/` served by `moved`
+/// when the rules have that rule. `when` names the moment, for the messages.
+async fn drained_as_documented(
+    web: SocketAddr,
+    drained: &common::Backend,
+    others: &[&common::Backend],
+    cookie: &str,
+    moved: Option<&common::Backend>,
+    when: &str,
+) {
+    let before = drained.requests();
+    let others: Vec<String> = others.iter().map(|b| b.addr.to_string()).collect();
+    for i in 0..12 {
+        let r = one_request(web, &format!("/fresh/{i}"), None).await;
+        assert!(
+            others.contains(&r.served_by()),
+            "{when}: a new client went to {}, not to one of {others:?} ({} is drained)",
+            r.served_by(),
+            drained.addr
+        );
+    }
+    let r = one_request(web, "/persistent", Some(cookie)).await;
+    assert_eq!(
+        r.served_by(),
+        drained.addr.to_string(),
+        "{when}: the client persistent on the drained server ({cookie}) was moved"
+    );
+    if let Some(moved) = moved {
+        let r = one_request(web, "/moved/here", None).await;
+        assert_eq!(r.served_by(), moved.addr.to_string(), "{when}: /moved/");
+    }
+    assert_eq!(
+        drained.requests(),
+        before + 1,
+        "{when}: the drained server got a new request besides its persistent client's"
+    );
+}
+
+/// The server `addr` of pool `pool` in a `/stats` document.
+fn server_in(stats: &serde_json::Value, pool: &str, addr: &str) -> serde_json::Value {
+    stats["pools"]
+        .as_array()
+        .and_then(|pools| pools.iter().find(|p| p["name"] == pool))
+        .and_then(|p| p["servers"].as_array())
+        .and_then(|servers| servers.iter().find(|s| s["addr"] == addr))
+        .unwrap_or_else(|| panic!("no server {addr} in pool {pool}: {stats}"))
+        .clone()
+}
+
 /// The verbs against the real endpoint of a running `tcpvs run`: a weight and a state changed,
 /// the table showing them with the requests sent, a missing token refused, a reload taken and
-/// a broken one refused.
+/// broken ones refused. The drain is checked on the wire as the README documents it (no new
+/// requests, its persistent clients kept: pool `p` places clients by `cookie`), before the
+/// reload, after it (the server's line did not change, so the admin's changes stay, although
+/// the pool's servers and rules did), and after two refused reloads (a file with an error, and
+/// a file whose new listener cannot be bound, refused after it was read): the rules of
+/// generation 2 still route, the drain still holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_verbs_drive_a_running_switch() {
     let live = common::backend().await;
+    let other = common::backend().await;
+    let third = common::backend().await;
+    let moved = common::backend().await;
     let scratch = common::Scratch::new("cli_end_to_end");
-    let rules = scratch.file(
-        "rules.toml",
-        &format!(
-            "[switch]\nworkers = 1\naccess_log = false\n[admin]\nlisten = \"127.0.0.1:0\"\n\
-             token = \"end-to-end\"\n[virtual.web]\nlisten = \"127.0.0.1:0\"\n\
-             default_pool = \"p\"\n[pool.p]\nservers = [{{ addr = \"{}\" }}]\n",
-            live.addr
-        ),
-    );
+    let head = "[switch]\nworkers = 1\naccess_log = false\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+                token = \"end-to-end\"\n[virtual.web]\nlisten = \"127.0.0.1:0\"\n\
+                default_pool = \"p\"\n";
+    // inner = "rr": while `live` is offered, every other new client goes to it.
+    let pool_p = |servers: &[&common::Backend]| {
+        let servers: Vec<String> = servers
+            .iter()
+            .map(|b| format!("{{ addr = \"{}\" }}", b.addr))
+            .collect();
+        format!(
+            "[pool.p]\nscheduler = \"cookie\"\ninner = \"rr\"\nsecret = \"end-to-end\"\n\
+             servers = [{}]\n",
+            servers.join(", ")
+        )
+    };
+    let rules = scratch.file("rules.toml", &format!("{head}{}", pool_p(&[&live, &other])));
     let switch = common::Process::start(&["run".as_ref(), "-c".as_ref(), rules.as_os_str()]);
     // In the order tcpvs logs them.
     let (web, _) = switch.address_after("listening on ");
     let (admin, _) = switch.address_after("admin endpoint on ");
-    let mut client = common::Client::connect(web).await;
-    for _ in 0..3 {
-        assert_eq!(client.get("/bytes/10").await.status, 200);
+
+    // A client persistent on `live`: its first answer from `live` carries the cookie.
+    let mut cookie = None;
+    for i in 0..4 {
+        let r = one_request(web, &format!("/first/{i}"), None).await;
+        let set = r
+            .header("set-cookie")
+            .unwrap_or_else(|| panic!("no Set-Cookie from the cookie module: {:?}", r.headers));
+        if r.served_by() == live.addr.to_string() {
+            cookie = Some(set.split(';').next().unwrap().trim().to_string());
+            break;
+        }
     }
-    drop(client);
+    let cookie = cookie.expect("rr placed one of 4 new clients on each server");
+    assert!(cookie.starts_with("TCPVS="), "{cookie}");
+    let r = one_request(web, "/again", Some(&cookie)).await;
+    assert_eq!(r.served_by(), live.addr.to_string(), "the cookie holds");
+
     let (admin, server) = (admin.to_string(), live.addr.to_string());
     let run = move |args: Vec<String>, token: Option<&'static str>| {
         tokio::task::spawn_blocking(move || {
@@ -612,6 +703,10 @@ async fn the_verbs_drive_a_running_switch() {
         let mut args: Vec<String> = words.iter().map(|w| w.to_string()).collect();
         args.extend(["--admin".to_string(), admin.clone()]);
         args
+    };
+    let stats = |out: Output| -> serde_json::Value {
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
     };
 
     let out = run(verb(&["set-weight", "p", &server, "5"]), Some("end-to-end"))
@@ -642,15 +737,27 @@ async fn the_verbs_drive_a_running_switch() {
     let cells: Vec<&str> = line.split_whitespace().collect();
     // -> ADDR State Weight Active Idle Requests ...
     assert_eq!(&cells[1..4], &[server.as_str(), "drain", "5"], "{line}");
-    assert_eq!(cells[6], "3", "requests: {line}");
+    assert_eq!(cells[6], live.requests().to_string(), "requests: {line}");
+
+    // Drained: no new client reaches it, the persistent one does.
+    drained_as_documented(web, &live, &[&other], &cookie, None, "drained").await;
 
     let out = run(verb(&["set-state", "p", &server, "ready"]), None)
         .await
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("token"), "{}", text(&out.stderr));
-    // The running switch reads its rule file again: generation 2, the drain kept (the
-    // server's line did not change).
+
+    // The running switch reads its rule file again, changed: a third server in pool `p` (the
+    // pool and its module are built anew over the kept servers) and a rule sending /moved/ to
+    // a new pool. `live`'s line is the same: its drain and weight stay.
+    let generation_2 = format!(
+        "{head}[[virtual.web.rule]]\npath = \"^/moved/\"\npool = \"q\"\n{}\
+         [pool.q]\nservers = [{{ addr = \"{}\" }}]\n",
+        pool_p(&[&live, &other, &third]),
+        moved.addr
+    );
+    std::fs::write(&rules, &generation_2).unwrap();
     let out = run(verb(&["reload"]), Some("end-to-end")).await.unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     // It names the file the switch read again.
@@ -665,6 +772,29 @@ async fn the_verbs_drive_a_running_switch() {
         "{}",
         text(&out.stdout)
     );
+    let kept = |stats: &serde_json::Value, when: &str| {
+        assert_eq!(stats["generation"], 2, "{when}: {stats}");
+        let s = server_in(stats, "p", &server);
+        assert_eq!(s["state"], "drain", "{when}: the drain was dropped: {s}");
+        assert_eq!(s["weight"], 5, "{when}: the weight set was dropped: {s}");
+        assert_eq!(s["weight_configured"], 1, "{when}: {s}");
+        assert_eq!(
+            server_in(stats, "p", &third.addr.to_string())["state"],
+            "up"
+        );
+    };
+    let now = stats(run(verb(&["list", "--json"]), None).await.unwrap());
+    kept(&now, "after the reload");
+    drained_as_documented(
+        web,
+        &live,
+        &[&other, &third],
+        &cookie,
+        Some(&moved),
+        "after the reload",
+    )
+    .await;
+
     // A broken file: exit 1 with its errors, the running rules stay.
     std::fs::write(&rules, "[virtual.web]\nlisten = 3\n").unwrap();
     let out = run(verb(&["reload"]), Some("end-to-end")).await.unwrap();
@@ -674,6 +804,50 @@ async fn the_verbs_drive_a_running_switch() {
         errors.contains(&format!("{}:2:", rules.display())),
         "{errors}"
     );
+    let now = stats(run(verb(&["list", "--json"]), None).await.unwrap());
+    kept(&now, "after a reload refused for an error");
+    drained_as_documented(
+        web,
+        &live,
+        &[&other, &third],
+        &cookie,
+        Some(&moved),
+        "after a reload refused for an error",
+    )
+    .await;
+
+    // A correct file refused late, when its new listener cannot be bound (the test holds the
+    // address): it drops the /moved/ rule and `third`, and leaves nothing of it behind.
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_addr = taken.local_addr().unwrap();
+    std::fs::write(
+        &rules,
+        format!(
+            "{head}{}[virtual.extra]\nlisten = \"{taken_addr}\"\ndefault_pool = \"p\"\n",
+            pool_p(&[&live, &other])
+        ),
+    )
+    .unwrap();
+    let out = run(verb(&["reload"]), Some("end-to-end")).await.unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let errors = text(&out.stderr);
+    assert!(
+        errors.contains(&format!("cannot listen on {taken_addr}")),
+        "{errors}"
+    );
+    let now = stats(run(verb(&["list", "--json"]), None).await.unwrap());
+    kept(&now, "after a reload refused at its listener");
+    drained_as_documented(
+        web,
+        &live,
+        &[&other, &third],
+        &cookie,
+        Some(&moved),
+        "after a reload refused at its listener",
+    )
+    .await;
+    drop(taken);
+    drop(switch);
 }
 
 /// `-c FILE` takes the endpoint and the token from FILE's `[admin]` table alone: an error
