@@ -27,7 +27,7 @@ use tcpvs::access_log::{AccessLog, Request};
 use tcpvs::config::{AccessLogFormat, AccessLogTarget, Config};
 use tcpvs::http::rewrite::{forwarded_for, write_request_head, ForwardedFor, Scheme};
 use tcpvs::http::{parse_request, RequestHead};
-use tcpvs::upstream::Pool;
+use tcpvs::state::pool::Pool;
 use tcpvs_modules::{MonotonicClock, RequestView};
 
 struct Counting;
@@ -347,8 +347,8 @@ fn timing(path: &mut HotPath, cases: &[Case]) {
     // What the admin statistics add to each request (session.rs `account`, exchange.rs): the
     // clock read for the request's duration, its class and histogram at the service, the
     // response's latency and class at the server.
-    let service = tcpvs::stats::ServiceStats::default();
-    let server = tcpvs::stats::ServerStats::default();
+    let service = tcpvs::state::stats::ServiceStats::default();
+    let server = tcpvs::state::stats::ServerStats::default();
     let started = std::time::Instant::now();
     c.bench_function("hot_path/statistics_per_request", |b| {
         b.iter(|| {

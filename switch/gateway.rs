@@ -2,15 +2,15 @@
 
 use crate::config::admin::AdminConfig;
 use crate::config::Config;
-use crate::generation::Generation;
-pub use crate::generation::Service;
 use crate::limits::descriptors::Demand;
 use crate::listener;
 use crate::reload::{Reloader, WorkerHandle};
 pub use crate::shared::Shared;
-use crate::stats::Snapshot;
+use crate::state::generation::Generation;
+pub use crate::state::generation::Service;
+use crate::state::pool::Pool;
+use crate::state::snapshot::Snapshot;
 use crate::timeouts::Timeouts;
-use crate::upstream::Pool;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};

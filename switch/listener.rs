@@ -8,7 +8,7 @@ use crate::limits::exhaustion;
 use crate::session::Session;
 use crate::shared::Shared;
 use crate::socket::{new_tcp_socket, set_defer_accept, Listener, Socket};
-use crate::stats::{self, ServiceStats};
+use crate::state::stats::{self, ServiceStats};
 use crate::stream::{write_all, Limit};
 use crate::timeouts::{Timeouts, SESSION_TIMER};
 use rustix::net::sockopt;

@@ -20,11 +20,11 @@
 
 use crate::config::admin::AdminConfig;
 use crate::config::{Config, LoadError, SwitchSettings};
-use crate::generation::{Generation, Service};
 use crate::listener;
 use crate::shared::Shared;
+use crate::state::generation::{Generation, Service};
+use crate::state::pool::Pool;
 use crate::timeouts::Timeouts;
-use crate::upstream::Pool;
 use rustix::fd::OwnedFd;
 use std::collections::HashMap;
 use std::fmt;

@@ -25,11 +25,8 @@ use failure::{short_reason, ExchangeError};
 use crate::access_log;
 use crate::buffer::IoBuf;
 use crate::config::ServiceMode;
-use crate::control::Failure;
 use crate::edge::client_stream::ClientStream;
 use crate::edge::proxy_protocol;
-use crate::generation::{Generation, Service};
-use crate::health;
 use crate::http::chunked;
 use crate::http::rewrite::{
     client_connection, forwarded_for, write_request_head, ClientConnection, ForwardedFor, Scheme,
@@ -42,7 +39,9 @@ use crate::recycle;
 use crate::relay::RelaySettings;
 use crate::shared::Shared;
 use crate::socket::Socket;
-use crate::stats;
+use crate::state::control::{self, Failure};
+use crate::state::generation::{Generation, Service};
+use crate::state::stats;
 use crate::stream::{read_some, write_all, Io, Limit};
 use crate::timeouts::Slot;
 use std::io;
@@ -481,7 +480,7 @@ impl Session {
             }
             let error = match result {
                 Ok(mut outcome) => {
-                    health::exchange_succeeded(&self.shared, pool, lease.server);
+                    control::exchange_succeeded(&self.shared.generation, pool, lease.server);
                     outcome.pool = Some(pool_index);
                     return outcome;
                 }

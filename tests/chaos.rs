@@ -63,7 +63,7 @@ const SLOWLORIS: usize = 250;
 /// Empty pipes the switch keeps for `splice` once bodies are done: `SPARE_PIPES_PER_THREAD`
 /// (switch/splice.rs) per worker, 2 workers. Descriptors beyond the baseline are allowed
 /// for them only, up to this bound; every other descriptor must be back to its baseline.
-const SPARE_PIPES: usize = 2 * tcpvs::splice::SPARE_PIPES_PER_THREAD;
+const SPARE_PIPES: usize = 2 * tcpvs::relay::splice::SPARE_PIPES_PER_THREAD;
 /// Size of the large bodies.
 const BIG: usize = 1 << 20;
 /// RSS may stay this far above its baseline once everything is idle. The baseline comes after

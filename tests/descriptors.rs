@@ -252,7 +252,7 @@ async fn out_of_descriptors_for_a_server_connection_is_a_503_that_does_not_blame
     }
     let snap = switch.stats();
     let s = &snap.servers[0];
-    assert_eq!(s.state, tcpvs::control::State::Up, "{s:?}");
+    assert_eq!(s.state, tcpvs::state::status::State::Up, "{s:?}");
     assert_eq!(
         (s.connect_errors, s.response_errors, s.connections),
         (0, 0, 0),
@@ -287,7 +287,7 @@ async fn out_of_descriptors_for_a_server_connection_is_a_503_that_does_not_blame
     fillers.clear();
     assert_eq!(queued.response(false).await.status, 200);
     let s = &switch.stats().servers[0];
-    assert_eq!(s.state, tcpvs::control::State::Up);
+    assert_eq!(s.state, tcpvs::state::status::State::Up);
     assert_eq!((s.connect_errors, s.response_errors), (0, 0), "{s:?}");
     drop(queued);
     drop(client);

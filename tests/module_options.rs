@@ -15,7 +15,7 @@ use common::*;
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
-use tcpvs::stats::Snapshot;
+use tcpvs::state::snapshot::Snapshot;
 
 /// One virtual service `web` whose every request goes to pool `p`, with these scheduler lines
 /// and servers.

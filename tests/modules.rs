@@ -11,7 +11,7 @@ mod common;
 use common::*;
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use tcpvs::stats::Snapshot;
+use tcpvs::state::snapshot::Snapshot;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn pool_rules(scheduler_lines: &str, servers: &[&Backend]) -> String {

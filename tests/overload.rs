@@ -21,7 +21,7 @@ use common::*;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tcpvs::control::State;
+use tcpvs::state::status::State;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::Semaphore;

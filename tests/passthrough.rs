@@ -292,7 +292,7 @@ async fn clients_that_reset_after_their_hello_do_not_take_a_server_down() {
     })
     .await;
     let api = snap.server(slow).unwrap();
-    assert_eq!(api.state, tcpvs::control::State::Up, "{}", api.reason);
+    assert_eq!(api.state, tcpvs::state::status::State::Up, "{}", api.reason);
     assert_eq!(api.response_errors, 0);
     server.abort();
 }

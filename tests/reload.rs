@@ -151,13 +151,16 @@ async fn admin_changes_survive_a_reload_until_the_servers_line_changes() {
     let (status, body) = post_reload(admin).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["generation"], 2);
-    let state = |snap: &tcpvs::stats::Snapshot| {
+    let state = |snap: &tcpvs::state::snapshot::Snapshot| {
         snap.servers
             .iter()
             .find(|s| s.pool == "main" && s.addr == a.addr)
             .map(|s| s.state)
     };
-    assert_eq!(state(&switch.stats()), Some(tcpvs::control::State::Drain));
+    assert_eq!(
+        state(&switch.stats()),
+        Some(tcpvs::state::status::State::Drain)
+    );
 
     // Its line changes (a weight): the rule file speaks again, the drain ends.
     let text = text.replacen(
@@ -169,7 +172,7 @@ async fn admin_changes_survive_a_reload_until_the_servers_line_changes() {
     let (status, body) = post_reload(admin).await;
     assert_eq!(status, 200, "{body}");
     let snapshot = switch.stats();
-    assert_eq!(state(&snapshot), Some(tcpvs::control::State::Up));
+    assert_eq!(state(&snapshot), Some(tcpvs::state::status::State::Up));
     let a_main = snapshot
         .servers
         .iter()
@@ -452,8 +455,8 @@ fn a_pool_whose_servers_and_module_stay_keeps_its_modules_state() {
     let checks_only = config(text("[pool.p.health]\nmax_fails = 5\n", 1));
     let new_weight = config(text("", 2));
     let clock: Arc<dyn tcpvs_modules::Clock> = Arc::new(tcpvs_modules::MonotonicClock::new());
-    let old = tcpvs::upstream::Pool::new(&before.pools[0], Arc::clone(&clock), 1).unwrap();
-    let kept = tcpvs::upstream::Pool::with_servers_of(
+    let old = tcpvs::state::pool::Pool::new(&before.pools[0], Arc::clone(&clock), 1).unwrap();
+    let kept = tcpvs::state::pool::Pool::with_servers_of(
         &checks_only.pools[0],
         Arc::clone(&clock),
         1,
@@ -466,7 +469,8 @@ fn a_pool_whose_servers_and_module_stay_keeps_its_modules_state() {
     );
     assert_eq!(kept.health.health.max_fails, 5, "the new checks apply");
     let rebuilt =
-        tcpvs::upstream::Pool::with_servers_of(&new_weight.pools[0], clock, 1, Some(&old)).unwrap();
+        tcpvs::state::pool::Pool::with_servers_of(&new_weight.pools[0], clock, 1, Some(&old))
+            .unwrap();
     assert!(
         !Arc::ptr_eq(&old.scheduler, &rebuilt.scheduler),
         "a changed line builds it anew"

@@ -54,10 +54,10 @@ async fn one_pool_with_connect(server: SocketAddr) -> tcpvs::Switch {
 
 /// The statistics of the server at `addr` in `pool`.
 fn server_in<'a>(
-    snap: &'a tcpvs::stats::Snapshot,
+    snap: &'a tcpvs::state::snapshot::Snapshot,
     pool: &str,
     addr: SocketAddr,
-) -> &'a tcpvs::stats::ServerSnapshot {
+) -> &'a tcpvs::state::snapshot::ServerSnapshot {
     snap.servers
         .iter()
         .find(|s| s.pool == pool && s.addr == addr)

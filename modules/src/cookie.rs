@@ -13,7 +13,9 @@
 
 use crate::key::{cookie_value, is_token};
 use crate::options::Options;
-use crate::{BuildContext, BuildError, PoolView, RequestView, ResponseField, Scheduler};
+use crate::{
+    BuildContext, BuildError, OptionValue, PoolView, RequestView, ResponseField, Scheduler,
+};
 use siphasher::sip::SipHasher24;
 use std::hash::{BuildHasher, Hasher};
 
@@ -25,10 +27,16 @@ pub struct CookiePersistence {
     inner: Box<dyn Scheduler>,
 }
 
+/// Builds a module by name with no options: the registry's `build`, handed in so that this
+/// file does not import the registry that imports it.
+pub type BuildInner =
+    fn(&str, &[(String, OptionValue)], &BuildContext<'_>) -> Result<Box<dyn Scheduler>, BuildError>;
+
 impl CookiePersistence {
     pub fn build(
         options: &mut Options<'_>,
         context: &BuildContext<'_>,
+        build_inner: BuildInner,
     ) -> Result<Self, BuildError> {
         let name = match options.string("name").map_err(BuildError::BadOption)? {
             None => "TCPVS".to_string(),
@@ -54,7 +62,7 @@ impl CookiePersistence {
             }
             Some((_, n)) => n,
         };
-        let inner = crate::registry::build(inner_name, &[], context).map_err(|e| match e {
+        let inner = build_inner(inner_name, &[], context).map_err(|e| match e {
             BuildError::UnknownModule(m) => BuildError::BadOption(options.error_at(
                 options.index_of("inner").unwrap_or(0),
                 match crate::suggest(&m, crate::MODULE_NAMES) {
@@ -164,7 +172,7 @@ mod tests {
             server_ids: ids,
             clock: Arc::new(MonotonicClock::new()),
         };
-        let c = CookiePersistence::build(&mut o, &context).unwrap();
+        let c = CookiePersistence::build(&mut o, &context, crate::build).unwrap();
         o.finish().unwrap();
         c
     }
@@ -225,7 +233,7 @@ mod tests {
         for bad in ["", "S RV", "SRV=1"] {
             let given = vec![("name".to_string(), OptionValue::String(bad.into()))];
             let mut o = Options::new("cookie", &given);
-            match CookiePersistence::build(&mut o, &context) {
+            match CookiePersistence::build(&mut o, &context, crate::build) {
                 Err(BuildError::BadOption(e)) => {
                     assert_eq!(e.index, 0);
                     assert!(e.message.contains("invalid cookie name"), "{e:?}");

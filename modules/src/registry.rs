@@ -77,7 +77,9 @@ pub fn build(
             context.server_ids,
         )?),
         "source-hash" => Box::new(crate::source_hash::build(&mut o, pool, context.server_ids)?),
-        _ => Box::new(crate::cookie::CookiePersistence::build(&mut o, context)?),
+        _ => Box::new(crate::cookie::CookiePersistence::build(
+            &mut o, context, build,
+        )?),
     };
     o.finish().map_err(BuildError::BadOption)?;
     Ok(built)

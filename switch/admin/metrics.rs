@@ -10,8 +10,9 @@
 //! `process_resident_memory_bytes`, ...), read from /proc/self at scrape time as the Go and
 //! Python clients read them (see [`ProcessFigures`]).
 
-use crate::stats::latency::PROMETHEUS_BOUNDS;
-use crate::stats::{LatencySnapshot, ServerSnapshot, Snapshot};
+use crate::state::snapshot::{ServerSnapshot, Snapshot};
+use crate::state::stats::latency::PROMETHEUS_BOUNDS;
+use crate::state::stats::LatencySnapshot;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -266,7 +267,7 @@ impl Collector for Scrape {
         )?;
 
         let services = &snap.services;
-        let by_service = |f: fn(&crate::stats::ServiceSnapshot) -> u64| {
+        let by_service = |f: fn(&crate::state::snapshot::ServiceSnapshot) -> u64| {
             services.iter().map(move |s| -> (ServiceLabel<'_>, _) {
                 ([("service", s.name.as_str())], counter(f(s)))
             })
@@ -385,7 +386,7 @@ impl Collector for Scrape {
             e,
             "tcpvs_server_up",
             "1 when the server is up (not down, draining or in maintenance)",
-            server_gauge(|s| i64::from(s.state == crate::control::State::Up)),
+            server_gauge(|s| i64::from(s.state == crate::state::status::State::Up)),
         )?;
         family(
             e,

@@ -3,7 +3,7 @@
 //! the oldest sample, over the time between them. Nothing of this runs on the data path.
 
 use crate::shared::Shared;
-use crate::stats;
+use crate::state::stats;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;

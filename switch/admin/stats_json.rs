@@ -5,7 +5,8 @@
 //! fields (an older switch) or more (a newer one).
 
 pub use super::rates::{Rates, ServerRate, ServiceRate};
-use crate::stats::{LatencySnapshot, ServerSnapshot, ServiceSnapshot, Snapshot};
+use crate::state::snapshot::{ServerSnapshot, ServiceSnapshot, Snapshot};
+use crate::state::stats::LatencySnapshot;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::time::Duration;

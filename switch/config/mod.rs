@@ -13,6 +13,7 @@ mod lint;
 mod listen;
 mod pools;
 mod raw;
+pub mod scheduler;
 mod server_addr;
 mod services;
 pub mod units;

@@ -59,9 +59,9 @@ pub(super) fn build_pools(
             send_proxy,
         };
         // Build the module once now, so an unknown name or a bad option is refused at load.
-        let states = crate::upstream::server_states(&config);
+        let states = crate::config::scheduler::server_states(&config);
         let clock = Arc::new(tcpvs_modules::MonotonicClock::new());
-        if let Err(e) = crate::upstream::build_scheduler(&config, &states, clock) {
+        if let Err(e) = crate::config::scheduler::build_scheduler(&config, &states, clock) {
             let mut message = e.to_string();
             let span = match &e {
                 tcpvs_modules::BuildError::BadOption(o) => {

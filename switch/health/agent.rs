@@ -4,7 +4,8 @@
 //! HAProxy work unchanged. An agent that cannot be reached changes nothing, as in HAProxy.
 
 use super::Place;
-use crate::control::{self, AgentReport, Change};
+use crate::state::control::{self, Change};
+use crate::state::status::AgentReport;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;

@@ -3,7 +3,8 @@
 
 use super::Place;
 use crate::config::health::{CheckKind, HealthConfig};
-use crate::control::{self, AdminState, Change, Evidence, Failure};
+use crate::state::control::{self, Change, Evidence, Failure};
+use crate::state::status::AdminState;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -24,7 +25,7 @@ pub async fn run(place: Place, offset: Duration) {
         // Responses the server gave through the switch so far: a check that times out while
         // the server goes on answering requests (or moving their bodies) shows it busy, not
         // dead.
-        let answered = crate::stats::read(&server.stats.responses);
+        let answered = crate::state::stats::read(&server.stats.responses);
         drop(pool);
         if !in_maint {
             let change = match probe(addr, &config).await {

@@ -12,10 +12,10 @@ pub mod agent;
 pub mod check;
 
 use crate::config::health::CheckKind;
-use crate::control::{self, Change, Failure, Health};
 use crate::shared::Shared;
-use crate::upstream::Pool;
-use std::sync::atomic::Ordering;
+use crate::state::control::{self, Change};
+use crate::state::pool::Pool;
+use crate::state::status::Health;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
@@ -83,44 +83,6 @@ impl Place {
         }
         let pool = self.pool.upgrade()?;
         shared.generation.load().has_pool(&pool).then_some(pool)
-    }
-}
-
-/// Applies `change` to `server` of `pool` as the current generation holds it: a request that
-/// started under an earlier configuration reports to the pool that now has the server, and
-/// nothing happens if the server is gone. Every change of the data path goes through here, so
-/// a retired pool never writes the state that current one shows.
-fn apply_current(shared: &Shared, pool: &Pool, server: usize, change: Change) {
-    let generation = shared.generation.load();
-    if generation.has_pool(pool) {
-        control::apply(pool, server, change);
-        return;
-    }
-    let Some(backend) = pool.backends.get(server) else {
-        return;
-    };
-    if let Some(current) = generation.pool(&pool.name) {
-        if let Some(index) = current
-            .backends
-            .iter()
-            .position(|b| Arc::ptr_eq(b, backend))
-        {
-            control::apply(current, index, change);
-        }
-    }
-}
-
-/// A request's exchange with `server` failed: connect refused or timed out, reset or closed
-/// before a complete response head, an unparsable head, no head in time.
-pub fn exchange_failed(shared: &Shared, pool: &Pool, server: usize, failure: Failure) {
-    apply_current(shared, pool, server, Change::ExchangeFailed(failure));
-}
-
-/// A request's exchange with `server` went well. Costs one relaxed load unless failures were
-/// counted or the server is on trial.
-pub fn exchange_succeeded(shared: &Shared, pool: &Pool, server: usize) {
-    if pool.backends[server].report_success.load(Ordering::Relaxed) {
-        apply_current(shared, pool, server, Change::ExchangeSucceeded);
     }
 }
 

@@ -5,7 +5,6 @@
 use super::failure::{body_incomplete, request_body_error, timeout_evidence, ExchangeError};
 use super::{Outcome, Session};
 use crate::buffer::IoBuf;
-use crate::control::Failure;
 use crate::edge::client_stream::ClientStream;
 use crate::edge::proxy_protocol;
 use crate::http::response::RequestKind;
@@ -20,9 +19,10 @@ use crate::relay::{
     RelaySettings,
 };
 use crate::socket::Socket;
-use crate::stats;
+use crate::state::control::Failure;
+use crate::state::pool::Lease;
+use crate::state::stats;
 use crate::stream::{read_some, send_all, write_all, write_both, Limit, Then};
-use crate::upstream::Lease;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::pin;

@@ -3,9 +3,9 @@
 //! a server), or nobody's. The exchange returns an [`ExchangeError`]; `handle_request`
 //! answers it.
 
-use crate::control::{Evidence, Failure};
 use crate::relay::RelayError;
-use crate::stats;
+use crate::state::control::{Evidence, Failure};
+use crate::state::stats;
 use std::io;
 
 /// Why an exchange with a server failed.

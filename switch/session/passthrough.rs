@@ -115,7 +115,7 @@ impl Session {
         stats::add(&backend.stats.bytes_out, moved.server_to_client);
         if moved.server_to_client > 0 {
             stats::bump(&backend.stats.responses);
-            health::exchange_succeeded(&self.shared, pool, lease.server);
+            control::exchange_succeeded(&self.shared.generation, pool, lease.server);
         } else if let Some(why) = server_failure(&end) {
             // Nothing came back to the hello, and not because of the client.
             stats::bump(&backend.stats.response_errors);

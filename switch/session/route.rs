@@ -4,13 +4,13 @@
 
 use super::{Session, ALL_FULL};
 use crate::config::ServiceMode;
-use crate::control::{Evidence, Failure};
-use crate::health;
 use crate::limits::exhaustion;
 use crate::socket::Socket;
-use crate::stats;
+use crate::state::control::{self, Evidence, Failure};
+use crate::state::pool::{Lease, Pool};
+use crate::state::server::Backend;
+use crate::state::stats;
 use crate::stream::{wait, Limit};
-use crate::upstream::{Backend, Lease, Pool};
 use std::pin::pin;
 use std::time::Duration;
 use tcpvs_modules::{RequestView, ResponseField};
@@ -35,7 +35,7 @@ impl Session {
                 tracing::warn!(pool = %pool.name, server = %backend.addr, "{why}{busy}");
             }
         }
-        health::exchange_failed(&self.shared, pool, server, failure);
+        control::exchange_failed(&self.shared.generation, pool, server, failure);
     }
 
     /// [`Session::pick_and_connect`], and when every usable server is at its `max_conns`, a

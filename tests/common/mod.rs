@@ -1045,7 +1045,7 @@ pub async fn start_switch(rules: &str, vars: &[(&str, String)]) -> tcpvs::Switch
 
 /// Waits until the switch has no client connection and no active request; panics if that
 /// does not happen within [`PATIENCE`].
-pub async fn settle(switch: &tcpvs::Switch) -> tcpvs::stats::Snapshot {
+pub async fn settle(switch: &tcpvs::Switch) -> tcpvs::state::snapshot::Snapshot {
     wait_until(switch, "no client and no request active", |snap| {
         snap.clients == 0 && snap.servers.iter().all(|s| s.active == 0)
     })
@@ -1057,8 +1057,8 @@ pub async fn settle(switch: &tcpvs::Switch) -> tcpvs::stats::Snapshot {
 pub async fn wait_until(
     switch: &tcpvs::Switch,
     what: &str,
-    reached: impl Fn(&tcpvs::stats::Snapshot) -> bool,
-) -> tcpvs::stats::Snapshot {
+    reached: impl Fn(&tcpvs::state::snapshot::Snapshot) -> bool,
+) -> tcpvs::state::snapshot::Snapshot {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
         let snap = switch.stats();

@@ -2,9 +2,11 @@
 //! threshold up), chunked (decoded, checked and re-framed), until close, and tunnels after an
 //! upgrade.
 
+pub mod splice;
+
 use crate::buffer::IoBuf;
 use crate::http::chunked::{ChunkError, ChunkedDecoder, Decoded};
-use crate::splice::{splice_between, PipeLease};
+use crate::relay::splice::{splice_between, PipeLease};
 use crate::stream::{read_some, send_all, write_all, write_both, Io, Limit, Then};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};

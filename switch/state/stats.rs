@@ -53,7 +53,7 @@ impl ServerStats {
 
     /// Whether the server showed itself alive since `answered` (its response count read
     /// then): it answered another request, or it is moving another exchange's body now. A
-    /// timeout then says busy, not dead (see [`crate::control::Evidence`]).
+    /// timeout then says busy, not dead (see [`crate::state::control::Evidence`]).
     pub fn alive_since(&self, answered: u64) -> bool {
         read(&self.responses) > answered || read(&self.relaying) > 0
     }
@@ -124,98 +124,4 @@ pub fn add(counter: &AtomicU64, n: u64) {
 
 pub fn read(counter: &AtomicU64) -> u64 {
     counter.load(Ordering::Relaxed)
-}
-
-/// A server as `tcpvs list` will show it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServerSnapshot {
-    pub pool: String,
-    pub addr: std::net::SocketAddr,
-    /// `up`, `down`, `drain` or `maint`, and why (the last transition's reason).
-    pub state: crate::control::State,
-    pub reason: String,
-    pub backup: bool,
-    /// New requests may go to it now (a backup only while no primary is usable).
-    pub offered: bool,
-    /// The effective weight (admin, agent and slow start applied).
-    pub weight: u32,
-    pub active: u32,
-    pub idle: usize,
-    pub connections: u64,
-    pub requests: u64,
-    pub bytes_in: u64,
-    pub bytes_out: u64,
-    pub connect_errors: u64,
-    pub response_errors: u64,
-    /// Response heads received (their times since the request head was read: `latency`).
-    pub responses: u64,
-    /// Final responses by class 1xx..5xx.
-    pub classes: [u64; 5],
-    pub timeouts: u64,
-    pub retries: u64,
-    pub latency: LatencySnapshot,
-    /// As configured, and the operator's override (`None`: the configured one holds).
-    pub configured_weight: u32,
-    pub admin_weight: Option<u32>,
-    pub max_conns: u32,
-    /// How long the shown state has held.
-    pub since: std::time::Duration,
-    pub check: CheckSnapshot,
-}
-
-/// What active checks last said of a server.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CheckSnapshot {
-    /// `http`, `tcp` or `none`.
-    pub kind: &'static str,
-    /// The last result: passed or not, why it failed, how long ago.
-    pub last: Option<(bool, String, std::time::Duration)>,
-    /// Consecutive successes and failures.
-    pub successes: u32,
-    pub failures: u32,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServiceSnapshot {
-    pub name: String,
-    pub listen: std::net::SocketAddr,
-    pub accepted: u64,
-    pub open: u64,
-    pub refused: u64,
-    pub proxy_refused: u64,
-    pub tls_handshakes: u64,
-    pub tls_resumed: u64,
-    pub tls_handshake_failures: u64,
-    pub requests: u64,
-    pub local_errors: u64,
-    pub classes: [u64; 5],
-    pub duration: LatencySnapshot,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Snapshot {
-    /// The configuration generation read: 1 at start, one more per reload.
-    pub generation: u64,
-    /// Client connections open right now.
-    pub clients: usize,
-    pub services: Vec<ServiceSnapshot>,
-    pub pools: Vec<PoolSnapshot>,
-    /// Every pool's servers, in pool order.
-    pub servers: Vec<ServerSnapshot>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PoolSnapshot {
-    pub name: String,
-    pub scheduler: String,
-    /// Requests waiting for a slot now.
-    pub queued: usize,
-    /// Below its `panic_threshold`: requests go to its down servers too.
-    pub panic: bool,
-}
-
-impl Snapshot {
-    pub fn server(&self, addr: std::net::SocketAddr) -> Option<&ServerSnapshot> {
-        self.servers.iter().find(|s| s.addr == addr)
-    }
 }

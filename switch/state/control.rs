@@ -9,57 +9,13 @@
 //! apart from the measured one (`health`), and backup servers are shown to the module only
 //! while no other server of the pool is usable.
 
-use crate::upstream::Pool;
-use std::fmt;
+use crate::state::generation::Generation;
+use crate::state::pool::Pool;
+use crate::state::status::{AdminState, AgentReport, Health, State};
+use arc_swap::ArcSwap;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// The operator's state of a server (admin endpoint, `tcpvs set-state`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AdminState {
-    Ready,
-    /// Keeps the requests it has, gets no new ones.
-    Drain,
-    /// No new requests, not checked.
-    Maint,
-}
-
-/// What checks and failed exchanges say of a server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Health {
-    Up,
-    Down,
-}
-
-/// The state a server is shown in: `up`, `down`, `drain` or `maint`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum State {
-    Up,
-    Down,
-    Drain,
-    Maint,
-}
-
-impl fmt::Display for State {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            State::Up => "up",
-            State::Down => "down",
-            State::Drain => "drain",
-            State::Maint => "maint",
-        })
-    }
-}
-
-/// What the agent on the server last said (HAProxy agent-check words).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AgentReport {
-    /// `NN%`: the share of the configured weight to use.
-    pub weight_percent: Option<u32>,
-    pub drain: bool,
-    pub down: bool,
-    pub maint: bool,
-}
 
 /// A failed check or exchange: why, and what it says of the server.
 #[derive(Clone, Debug)]
@@ -101,7 +57,7 @@ pub enum Evidence {
 
 impl Evidence {
     /// For a timeout: `Busy` when the server showed itself alive while the attempt waited
-    /// ([`crate::stats::ServerStats::alive_since`]), else `Silent`.
+    /// ([`crate::state::stats::ServerStats::alive_since`]), else `Silent`.
     pub fn of_timeout(alive: bool) -> Evidence {
         if alive {
             Evidence::Busy
@@ -138,73 +94,50 @@ pub enum Change {
     LineChanged,
 }
 
-/// A server's run-time state; written only by [`apply`].
-#[derive(Debug)]
-pub struct ServerStatus {
-    pub health: Health,
-    /// Why the health is what it is (the last transition's reason).
-    pub reason: String,
-    /// When the shown state last changed.
-    pub since: Instant,
-    pub admin: AdminState,
-    pub admin_weight: Option<u32>,
-    pub agent: AgentReport,
-    /// Active checks: consecutive successes and failures, and whether one has run yet.
-    pub check_successes: u32,
-    pub check_failures: u32,
-    pub checked: bool,
-    /// A check has passed since the server joined the switch: until then one passing check
-    /// brings it up (see `Change::CheckPassed`).
-    pub check_passed_once: bool,
-    /// The last check's result (`None` before the first), and when it came.
-    pub last_check: Option<(bool, String, Instant)>,
-    /// Passive: consecutive failed exchanges.
-    pub exchange_failures: u32,
-    /// Passive only: taking one request at a time to see whether it works again.
-    pub on_trial: bool,
-    /// Passive only: when a server taken down by failed exchanges gets its trial.
-    pub trial_at: Option<Instant>,
-    /// Slow start: when the server became usable again.
-    pub ramp_from: Option<Instant>,
-    /// What the module was last shown, to log each transition once.
-    pub shown: State,
-    pub effective_weight: u32,
-}
-
-impl ServerStatus {
-    pub fn new(weight: u32) -> ServerStatus {
-        ServerStatus {
-            health: Health::Up,
-            reason: "configured".into(),
-            since: Instant::now(),
-            admin: AdminState::Ready,
-            admin_weight: None,
-            agent: AgentReport::default(),
-            check_successes: 0,
-            check_failures: 0,
-            checked: false,
-            check_passed_once: false,
-            last_check: None,
-            exchange_failures: 0,
-            on_trial: false,
-            trial_at: None,
-            ramp_from: None,
-            shown: State::Up,
-            effective_weight: weight,
+/// Applies `change` to `server` of `pool` as the current generation holds it: a request that
+/// started under an earlier configuration reports to the pool that now has the server, and
+/// nothing happens if the server is gone. Every change of the data path goes through here, so
+/// a retired pool never writes the state that current one shows.
+pub fn apply_current(generation: &Generation, pool: &Pool, server: usize, change: Change) {
+    if generation.has_pool(pool) {
+        apply(pool, server, change);
+        return;
+    }
+    let Some(backend) = pool.backends.get(server) else {
+        return;
+    };
+    if let Some(current) = generation.pool(&pool.name) {
+        if let Some(index) = current
+            .backends
+            .iter()
+            .position(|b| Arc::ptr_eq(b, backend))
+        {
+            apply(current, index, change);
         }
     }
+}
 
-    /// The state this status shows, before the pool's backup rule.
-    pub fn state(&self) -> State {
-        if self.admin == AdminState::Maint || self.agent.maint {
-            State::Maint
-        } else if self.health == Health::Down || self.agent.down {
-            State::Down
-        } else if self.admin == AdminState::Drain || self.agent.drain {
-            State::Drain
-        } else {
-            State::Up
-        }
+/// A request's exchange with `server` failed: connect refused or timed out, reset or closed
+/// before a complete response head, an unparsable head, no head in time.
+pub fn exchange_failed(
+    current: &ArcSwap<Generation>,
+    pool: &Pool,
+    server: usize,
+    failure: Failure,
+) {
+    apply_current(
+        &current.load(),
+        pool,
+        server,
+        Change::ExchangeFailed(failure),
+    );
+}
+
+/// A request's exchange with `server` went well. Costs one relaxed load unless failures were
+/// counted or the server is on trial.
+pub fn exchange_succeeded(current: &ArcSwap<Generation>, pool: &Pool, server: usize) {
+    if pool.backends[server].report_success.load(Ordering::Relaxed) {
+        apply_current(&current.load(), pool, server, Change::ExchangeSucceeded);
     }
 }
 
@@ -440,7 +373,7 @@ struct Own {
     backup: bool,
 }
 
-fn own_view(pool: &Pool, server: &crate::upstream::Backend, now: Instant) -> Own {
+fn own_view(pool: &Pool, server: &crate::state::server::Backend, now: Instant) -> Own {
     let Ok(mut status) = server.status.lock() else {
         return Own {
             state: State::Down,
@@ -723,15 +656,15 @@ mod tests {
         };
         apply(&p, 0, Change::ExchangeFailed(silent));
         assert_eq!(shown(&p)[0].0, State::Down, "a silent server is counted");
-        let server = crate::stats::ServerStats::default();
-        let answered = crate::stats::read(&server.responses);
+        let server = crate::state::stats::ServerStats::default();
+        let answered = crate::state::stats::read(&server.responses);
         let evidence = || Evidence::of_timeout(server.alive_since(answered));
         assert_eq!(evidence(), Evidence::Silent, "nothing answered meanwhile");
         let upload = server.relaying();
         assert_eq!(evidence(), Evidence::Busy, "another exchange's body moves");
         drop(upload);
         assert_eq!(evidence(), Evidence::Silent, "the body moved no more");
-        crate::stats::bump(&server.responses);
+        crate::state::stats::bump(&server.responses);
         assert_eq!(evidence(), Evidence::Busy, "another request was answered");
     }
 

@@ -8,8 +8,8 @@
 use crate::config::{ServiceConfig, ServiceMode};
 use crate::edge::tls;
 use crate::rules::RuleSet;
-use crate::stats::ServiceStats;
-use crate::upstream::Pool;
+use crate::state::pool::Pool;
+use crate::state::stats::ServiceStats;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 

@@ -1,0 +1,229 @@
+//! Server pools at run time: the module that picks, the live state it reads, and per server the
+//! idle keep-alive connections waiting for reuse.
+
+use crate::config::health::PoolHealth;
+use crate::config::scheduler::build_scheduler;
+use crate::config::PoolConfig;
+use crate::state::server::Backend;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::sync::{Mutex, MutexGuard};
+use tcpvs_modules::{BuildError, Clock, PoolView, RequestView, Scheduler, ServerState};
+
+/// A pool at run time.
+#[derive(Debug)]
+pub struct Pool {
+    pub name: String,
+    /// The pool as configured: a reload that brings the same keeps this pool (and its module's
+    /// state) whole.
+    pub config: PoolConfig,
+    /// The servers' states in list order, for the module (handles shared with `backends`).
+    pub servers: Box<[ServerState]>,
+    pub backends: Box<[Arc<Backend>]>,
+    /// Shared with the pool of the next configuration when its servers and module are the same
+    /// (only checks, queue or slow start changed), so the module's state (LARD tables) stays.
+    pub scheduler: Arc<dyn Scheduler>,
+    /// Checks, passive detection, queue and slow start, as configured.
+    pub health: PoolHealth,
+    /// Serialises `control::apply` for this pool.
+    control: Mutex<()>,
+    /// Requests waiting for a slot (every usable server at `max_conns`), woken in arrival
+    /// order when a request of the pool ends.
+    queue: tokio::sync::Notify,
+    waiting: AtomicUsize,
+    /// Too few servers are up: health does not decide who gets requests (`panic_threshold`);
+    /// written by `control::apply`.
+    panic: AtomicBool,
+}
+
+impl Pool {
+    /// `workers`: how many workers will use the pool (each keeps its own idle connections).
+    pub fn new(
+        config: &PoolConfig,
+        clock: Arc<dyn Clock>,
+        workers: usize,
+    ) -> Result<Pool, BuildError> {
+        Pool::with_servers_of(config, clock, workers, None)
+    }
+
+    /// A pool for `config` that takes over the servers of `previous` (the pool of the same name
+    /// in the running configuration) that it keeps, with their load, statistics, idle
+    /// connections, health and admin state; a kept server whose line changed forgets the
+    /// admin's runtime changes (the rule file now says what it wants).
+    pub fn with_servers_of(
+        config: &PoolConfig,
+        clock: Arc<dyn Clock>,
+        workers: usize,
+        previous: Option<&Pool>,
+    ) -> Result<Pool, BuildError> {
+        let mut reconfigured = Vec::new();
+        let backends: Box<[Arc<Backend>]> = config
+            .servers
+            .iter()
+            .enumerate()
+            .map(|(index, server)| {
+                let kept = previous.and_then(|p| p.backends.iter().find(|b| b.addr == server.addr));
+                match kept {
+                    Some(backend) => {
+                        if backend.reconfigure(server) {
+                            reconfigured.push(index);
+                        }
+                        Arc::clone(backend)
+                    }
+                    None => Arc::new(Backend::new(server, workers)),
+                }
+            })
+            .collect();
+        let servers: Box<[ServerState]> = backends.iter().map(|b| b.state.clone()).collect();
+        let same_module = previous.filter(|p| {
+            p.config.servers == config.servers
+                && p.config.scheduler == config.scheduler
+                && p.config.options == config.options
+        });
+        let scheduler = match same_module {
+            Some(previous) => Arc::clone(&previous.scheduler),
+            None => Arc::from(build_scheduler(config, &servers, clock)?),
+        };
+        let pool = Pool {
+            name: config.name.clone(),
+            config: config.clone(),
+            backends,
+            servers,
+            scheduler,
+            health: config.health.clone(),
+            control: Mutex::new(()),
+            queue: tokio::sync::Notify::new(),
+            waiting: AtomicUsize::new(0),
+            panic: AtomicBool::new(false),
+        };
+        for index in reconfigured {
+            crate::state::control::apply(&pool, index, crate::state::control::Change::LineChanged);
+        }
+        // Backups start hidden from the module while a primary is usable; kept servers are
+        // shown to the new module as they are.
+        crate::state::control::apply(&pool, 0, crate::state::control::Change::Tick);
+        Ok(pool)
+    }
+
+    /// Held while `control::apply` writes this pool's state.
+    pub(crate) fn control_lock(&self) -> MutexGuard<'_, ()> {
+        self.control
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether the pool is in panic: requests go to its down servers too.
+    pub fn in_panic(&self) -> bool {
+        self.panic.load(Ordering::Relaxed)
+    }
+
+    /// Records whether the pool is in panic; `true` when that changed.
+    pub(crate) fn set_panic(&self, panic: bool) -> bool {
+        self.panic.swap(panic, Ordering::Relaxed) != panic
+    }
+
+    /// Requests waiting in the queue now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// A request of the pool ended or a server changed: the first queued request looks again.
+    pub(crate) fn wake_queue(&self) {
+        if self.waiting.load(Ordering::Relaxed) > 0 {
+            self.queue.notify_one();
+        }
+    }
+
+    /// A place in the pool's queue: while it lives, each request of the pool that ends (and
+    /// each change of a server) wakes the longest waiting holder, which then looks again.
+    pub(crate) fn queued(&self) -> QueueTicket<'_> {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        QueueTicket { pool: self }
+    }
+
+    /// The best backup server not yet tried that is usable by its own state, for the retry of
+    /// a request whose primaries failed before passive detection took them down.
+    pub fn backup_candidate(&self, tried: &[usize]) -> Option<usize> {
+        self.backends
+            .iter()
+            .enumerate()
+            .filter(|(i, b)| b.is_backup() && !tried.contains(i))
+            .filter(|(_, b)| {
+                b.status
+                    .lock()
+                    .is_ok_and(|s| s.state() == crate::state::status::State::Up)
+            })
+            .min_by_key(|(i, _)| self.servers[*i].active())
+            .map(|(i, _)| i)
+    }
+
+    pub fn view(&self) -> PoolView<'_> {
+        PoolView {
+            servers: &self.servers,
+        }
+    }
+
+    /// The next candidate for `request`, skipping `tried`.
+    pub fn pick(&self, request: &RequestView<'_>, tried: &[usize]) -> Option<usize> {
+        // A module answering out of range would be a bug in the module; treat it as "no server"
+        // rather than index past the end.
+        self.scheduler
+            .pick(request, &self.view(), tried)
+            .filter(|&i| i < self.backends.len())
+    }
+
+    /// Counts a request as active at `server` until the lease is dropped; `None` when the
+    /// server is at its `max_conns` (checked and counted in one atomic step).
+    pub fn try_lease(&self, server: usize) -> Option<Lease<'_>> {
+        if !self.servers.get(server)?.try_add_active() {
+            return None;
+        }
+        self.scheduler.connection_started(server);
+        Some(Lease { pool: self, server })
+    }
+}
+
+/// A request's hold on a server: the server's active count includes it while this lives.
+#[derive(Debug)]
+pub struct Lease<'a> {
+    pool: &'a Pool,
+    pub server: usize,
+}
+
+impl<'a> Lease<'a> {
+    pub fn backend(&self) -> &'a Backend {
+        &self.pool.backends[self.server]
+    }
+
+    pub fn pool(&self) -> &'a Pool {
+        self.pool
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if let Some(state) = self.pool.servers.get(self.server) {
+            state.remove_active();
+        }
+        self.pool.scheduler.connection_ended(self.server);
+        self.pool.wake_queue();
+    }
+}
+
+/// A request's place in its pool's queue; leaving it (drop) ends the wait.
+pub(crate) struct QueueTicket<'a> {
+    pool: &'a Pool,
+}
+
+impl<'a> QueueTicket<'a> {
+    /// A wake-up to wait for, registered before the caller looks for a slot again.
+    pub fn notified(&self) -> tokio::sync::futures::Notified<'a> {
+        self.pool.queue.notified()
+    }
+}
+
+impl Drop for QueueTicket<'_> {
+    fn drop(&mut self) {
+        self.pool.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+}

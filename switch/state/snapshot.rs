@@ -1,0 +1,207 @@
+//! The counters and states of every service, pool and server, read at once: what tests,
+//! `tcpvs list`, `/stats`, `/metrics` and the monitor page show.
+
+use crate::config::health::CheckKind;
+use crate::state::generation::{Generation, Service};
+use crate::state::pool::Pool;
+use crate::state::server::Backend;
+use crate::state::stats::{self, LatencySnapshot};
+use std::time::Instant;
+use tcpvs_modules::ServerState;
+
+/// The counters and states of every service, pool and server of `generation`. Each value is
+/// read once with a relaxed load: a snapshot taken under load is not one instant, but each
+/// counter in it is exact as of its read.
+pub fn take(generation: &Generation, clients: usize) -> Snapshot {
+    let services = generation.services.iter().map(service_snapshot).collect();
+    let mut pools = Vec::with_capacity(generation.pools.len());
+    let mut servers = Vec::new();
+    for pool in generation.pools.iter() {
+        pools.push(PoolSnapshot {
+            name: pool.name.clone(),
+            scheduler: pool.scheduler.name().to_string(),
+            queued: pool.waiting(),
+            panic: pool.in_panic(),
+        });
+        for (state, backend) in pool.servers.iter().zip(pool.backends.iter()) {
+            servers.push(server_snapshot(pool, state, backend));
+        }
+    }
+    Snapshot {
+        generation: generation.number,
+        clients,
+        services,
+        pools,
+        servers,
+    }
+}
+
+fn service_snapshot(service: &Service) -> ServiceSnapshot {
+    let s = &service.stats;
+    ServiceSnapshot {
+        name: service.name.clone(),
+        listen: service.bound.get().copied().unwrap_or(service.listen),
+        accepted: stats::read(&s.accepted),
+        open: stats::read(&s.open),
+        refused: stats::read(&s.refused),
+        proxy_refused: stats::read(&s.proxy_refused),
+        tls_handshakes: stats::read(&s.tls_handshakes),
+        tls_resumed: stats::read(&s.tls_resumed),
+        tls_handshake_failures: stats::read(&s.tls_handshake_failures),
+        requests: stats::read(&s.requests),
+        local_errors: stats::read(&s.local_errors),
+        classes: s.classes.read(),
+        duration: s.duration.read(),
+    }
+}
+
+fn server_snapshot(pool: &Pool, state: &ServerState, backend: &Backend) -> ServerSnapshot {
+    let now = Instant::now();
+    let kind = match pool.health.health.check {
+        CheckKind::None => "none",
+        CheckKind::Tcp => "tcp",
+        CheckKind::Http => "http",
+    };
+    let status = backend
+        .status
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let check = CheckSnapshot {
+        kind,
+        last: status
+            .last_check
+            .as_ref()
+            .map(|(passed, why, at)| (*passed, why.clone(), now.saturating_duration_since(*at))),
+        successes: status.check_successes,
+        failures: status.check_failures,
+    };
+    let (shown, reason, since, admin_weight) = (
+        status.shown,
+        status.reason.clone(),
+        now.saturating_duration_since(status.since),
+        status.admin_weight,
+    );
+    drop(status);
+    let s = &backend.stats;
+    ServerSnapshot {
+        pool: pool.name.clone(),
+        addr: backend.addr,
+        state: shown,
+        reason,
+        backup: backend.is_backup(),
+        offered: state.load().is_usable(),
+        weight: state.weight(),
+        active: state.active(),
+        idle: backend.idle_count(),
+        connections: stats::read(&s.connections),
+        requests: stats::read(&s.requests),
+        bytes_in: stats::read(&s.bytes_in),
+        bytes_out: stats::read(&s.bytes_out),
+        connect_errors: stats::read(&s.connect_errors),
+        response_errors: stats::read(&s.response_errors),
+        responses: stats::read(&s.responses),
+        classes: s.classes.read(),
+        timeouts: stats::read(&s.timeouts),
+        retries: stats::read(&s.retries),
+        latency: s.latency.read(),
+        configured_weight: backend.weight(),
+        admin_weight,
+        max_conns: backend.max_conns(),
+        since,
+        check,
+    }
+}
+
+/// A server as `tcpvs list` will show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerSnapshot {
+    pub pool: String,
+    pub addr: std::net::SocketAddr,
+    /// `up`, `down`, `drain` or `maint`, and why (the last transition's reason).
+    pub state: crate::state::status::State,
+    pub reason: String,
+    pub backup: bool,
+    /// New requests may go to it now (a backup only while no primary is usable).
+    pub offered: bool,
+    /// The effective weight (admin, agent and slow start applied).
+    pub weight: u32,
+    pub active: u32,
+    pub idle: usize,
+    pub connections: u64,
+    pub requests: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub connect_errors: u64,
+    pub response_errors: u64,
+    /// Response heads received (their times since the request head was read: `latency`).
+    pub responses: u64,
+    /// Final responses by class 1xx..5xx.
+    pub classes: [u64; 5],
+    pub timeouts: u64,
+    pub retries: u64,
+    pub latency: LatencySnapshot,
+    /// As configured, and the operator's override (`None`: the configured one holds).
+    pub configured_weight: u32,
+    pub admin_weight: Option<u32>,
+    pub max_conns: u32,
+    /// How long the shown state has held.
+    pub since: std::time::Duration,
+    pub check: CheckSnapshot,
+}
+
+/// What active checks last said of a server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckSnapshot {
+    /// `http`, `tcp` or `none`.
+    pub kind: &'static str,
+    /// The last result: passed or not, why it failed, how long ago.
+    pub last: Option<(bool, String, std::time::Duration)>,
+    /// Consecutive successes and failures.
+    pub successes: u32,
+    pub failures: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceSnapshot {
+    pub name: String,
+    pub listen: std::net::SocketAddr,
+    pub accepted: u64,
+    pub open: u64,
+    pub refused: u64,
+    pub proxy_refused: u64,
+    pub tls_handshakes: u64,
+    pub tls_resumed: u64,
+    pub tls_handshake_failures: u64,
+    pub requests: u64,
+    pub local_errors: u64,
+    pub classes: [u64; 5],
+    pub duration: LatencySnapshot,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The configuration generation read: 1 at start, one more per reload.
+    pub generation: u64,
+    /// Client connections open right now.
+    pub clients: usize,
+    pub services: Vec<ServiceSnapshot>,
+    pub pools: Vec<PoolSnapshot>,
+    /// Every pool's servers, in pool order.
+    pub servers: Vec<ServerSnapshot>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolSnapshot {
+    pub name: String,
+    pub scheduler: String,
+    /// Requests waiting for a slot now.
+    pub queued: usize,
+    /// Below its `panic_threshold`: requests go to its down servers too.
+    pub panic: bool,
+}
+
+impl Snapshot {
+    pub fn server(&self, addr: std::net::SocketAddr) -> Option<&ServerSnapshot> {
+        self.servers.iter().find(|s| s.addr == addr)
+    }
+}
