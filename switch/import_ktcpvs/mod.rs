@@ -194,13 +194,7 @@ pub fn import(file: &str, source: &str) -> Report {
         quiet: HashSet::new(),
     };
     let tokens = lex(source, &mut d);
-    let (services, statements) = Parser {
-        tokens: &tokens,
-        pos: 0,
-        d: &mut d,
-        statements: Vec::new(),
-    }
-    .file();
+    let (services, statements) = Parser::new(&tokens, &mut d).file();
     let lines: Vec<&str> = source.split('\n').collect();
     let out = Lowering {
         lines: &lines,
