@@ -10,6 +10,10 @@ pub(super) use translate::to_rust;
 
 /// Spencer's RE_DUP_MAX.
 const DUP_MAX: u32 = 255;
+/// The braces of a bound, `{m,n}`. Named rather than written inside literals, where they
+/// would unbalance tools that find a function's end by counting braces.
+const BOUND_OPEN: char = '{';
+const BOUND_CLOSE: char = '}';
 
 #[derive(Clone, Debug, PartialEq)]
 pub(super) enum Node {
@@ -180,7 +184,7 @@ impl P {
     fn starts_repetition(&self) -> bool {
         match self.peek() {
             Some('*' | '+' | '?') => true,
-            Some('{') => self.peek2().is_some_and(|c| c.is_ascii_digit()),
+            Some(BOUND_OPEN) => self.peek2().is_some_and(|c| c.is_ascii_digit()),
             _ => false,
         }
     }
@@ -257,8 +261,8 @@ impl P {
                 }
                 None => return err(at, "trailing backslash (REG_EESCAPE)"),
             },
-            '{' if self.peek().is_some_and(|c| c.is_ascii_digit()) => {
-                return err(at, "`{` repeats nothing (REG_BADRPT)");
+            BOUND_OPEN if self.peek().is_some_and(|c| c.is_ascii_digit()) => {
+                return err(at, format!("`{BOUND_OPEN}` repeats nothing (REG_BADRPT)"));
             }
             c => Node::Lit(c),
         };
@@ -306,13 +310,13 @@ impl P {
         } else {
             Some(min)
         };
-        if self.eat('}') {
+        if self.eat(BOUND_CLOSE) {
             return Ok((min, max));
         }
-        if self.chars[self.i..].contains(&'}') {
+        if self.chars[self.i..].contains(&BOUND_CLOSE) {
             err(at, "invalid repetition count (REG_BADBR)")
         } else {
-            err(at, "unclosed `{` (REG_EBRACE)")
+            err(at, format!("unclosed `{BOUND_OPEN}` (REG_EBRACE)"))
         }
     }
 

@@ -60,82 +60,97 @@ pub(super) fn lex(source: &str, d: &mut Diags) -> Vec<Token> {
                 ),
             );
         }
-        let chars: Vec<char> = line.chars().collect();
-        let mut i = 0;
-        while i < chars.len() {
-            let c = chars[i];
-            if is_c_space(c) {
-                i += 1;
-                continue;
-            }
-            if c == '#' {
-                break;
-            }
-            let col = i + 1;
-            if c == '"' {
-                let mut text = String::new();
-                let mut j = i + 1;
-                let mut closed = false;
-                while j < chars.len() {
-                    let c = chars[j];
-                    j += 1;
-                    if c == '"' {
-                        closed = true;
-                        break;
-                    }
-                    text.push(c);
-                    // `\"` does not end the word; tcpvsadm keeps both characters.
-                    if c == '\\' && chars.get(j) == Some(&'"') {
-                        text.push('"');
-                        j += 1;
-                    }
-                }
-                if !closed {
-                    d.error(
-                        Pos { line: number, col },
-                        "unterminated quoted word: tcpvsadm reads a quoted word within one line",
-                    );
-                    d.quiet.insert(number);
-                    break;
-                }
-                tokens.push(Token {
-                    text,
-                    line: number,
-                    col,
-                    quoted: true,
-                });
-                i = j;
-            } else {
-                let start = i;
-                while i < chars.len() && !is_c_space(chars[i]) {
-                    i += 1;
-                }
-                // `;` ending a word is a word of its own: the statement separator of the
-                // README's one-line form (see [`Token::is_separator`]).
-                let mut end = i;
-                while end > start && chars[end - 1] == ';' {
-                    end -= 1;
-                }
-                if end > start {
-                    tokens.push(Token {
-                        text: chars[start..end].iter().collect(),
-                        line: number,
-                        col,
-                        quoted: false,
-                    });
-                }
-                for at in end..i {
-                    tokens.push(Token {
-                        text: ";".to_string(),
-                        line: number,
-                        col: at + 1,
-                        quoted: false,
-                    });
-                }
-            }
-        }
+        line_words(line, number, &mut tokens, d);
     }
     tokens
+}
+
+/// The words of `line` (line `number`), up to its end or a `#` comment, added to `tokens`.
+fn line_words(line: &str, number: usize, tokens: &mut Vec<Token>, d: &mut Diags) {
+    let chars: Vec<char> = line.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if is_c_space(c) {
+            i += 1;
+            continue;
+        }
+        if c == '#' {
+            break;
+        }
+        let col = i + 1;
+        if c != '"' {
+            i = bare_word(&chars, i, number, tokens);
+            continue;
+        }
+        let Some((text, end)) = quoted_word(&chars, i + 1) else {
+            d.error(
+                Pos { line: number, col },
+                "unterminated quoted word: tcpvsadm reads a quoted word within one line",
+            );
+            d.quiet.insert(number);
+            break;
+        };
+        tokens.push(Token {
+            text,
+            line: number,
+            col,
+            quoted: true,
+        });
+        i = end;
+    }
+}
+
+/// The text of the quoted word whose opening quote is before `start`, and the index after its
+/// closing quote; `None` when the line ends first.
+fn quoted_word(chars: &[char], start: usize) -> Option<(String, usize)> {
+    let mut text = String::new();
+    let mut j = start;
+    while j < chars.len() {
+        let c = chars[j];
+        j += 1;
+        if c == '"' {
+            return Some((text, j));
+        }
+        text.push(c);
+        // `\"` does not end the word; tcpvsadm keeps both characters.
+        if c == '\\' && chars.get(j) == Some(&'"') {
+            text.push('"');
+            j += 1;
+        }
+    }
+    None
+}
+
+/// The unquoted word at `start` (of line `number`) added to `tokens`; the index after it.
+fn bare_word(chars: &[char], start: usize, number: usize, tokens: &mut Vec<Token>) -> usize {
+    let mut i = start;
+    while i < chars.len() && !is_c_space(chars[i]) {
+        i += 1;
+    }
+    // `;` ending a word is a word of its own: the statement separator of the README's
+    // one-line form (see [`Token::is_separator`]).
+    let mut end = i;
+    while end > start && chars[end - 1] == ';' {
+        end -= 1;
+    }
+    if end > start {
+        tokens.push(Token {
+            text: chars[start..end].iter().collect(),
+            line: number,
+            col: start + 1,
+            quoted: false,
+        });
+    }
+    for at in end..i {
+        tokens.push(Token {
+            text: ";".to_string(),
+            line: number,
+            col: at + 1,
+            quoted: false,
+        });
+    }
+    i
 }
 
 /// `string_to_number`: a whole decimal number (sign allowed, as strtol) in `min..=max`.

@@ -194,22 +194,9 @@ pub fn import(file: &str, source: &str) -> Report {
         quiet: HashSet::new(),
     };
     let tokens = lex(source, &mut d);
-    let (services, statements) = Parser {
-        tokens: &tokens,
-        pos: 0,
-        d: &mut d,
-        statements: Vec::new(),
-    }
-    .file();
+    let (services, statements) = Parser::new(&tokens, &mut d).file();
     let lines: Vec<&str> = source.split('\n').collect();
-    let out = Lowering {
-        lines: &lines,
-        statements: &statements,
-        d: &mut d,
-        pool_names: HashSet::new(),
-        service_names: HashSet::new(),
-    }
-    .run(&services);
+    let out = Lowering::new(&lines, &statements, &mut d).run(&services);
     if services.is_empty() && !d.has_errors() {
         // An empty file, or comments only: nothing to convert (found by fuzzing, I1).
         d.error(
