@@ -3,6 +3,7 @@
 
 use super::Place;
 use crate::config::health::{CheckKind, HealthConfig};
+use crate::http::response::{parse_response, RequestKind, ResponseHead};
 use crate::state::control::{self, Change, Evidence, Failure};
 use crate::state::status::AdminState;
 use std::net::SocketAddr;
@@ -103,25 +104,35 @@ async fn probe_unbounded(addr: SocketAddr, config: &HealthConfig) -> Result<(), 
     }
 }
 
-/// The status of the response's status line (interim 1xx responses skipped).
+/// The longest response head a check reads: a health page needs no big head, and a check
+/// should not hold much memory per server.
+const MAX_CHECK_HEAD_BYTES: usize = 16 * 1024;
+
+/// The check's request, as the data path's response parser needs to know it: a plain GET.
+const CHECK_REQUEST: RequestKind = RequestKind {
+    is_head: false,
+    is_connect: false,
+};
+
+/// The status of the response's status line (interim 1xx responses skipped). The head is
+/// parsed as the data path parses a server's response ([`parse_response`]), so a server that
+/// passes its check gives answers the switch can relay.
 async fn read_status(stream: &mut TcpStream) -> Result<u16, String> {
     let mut buf = Vec::with_capacity(512);
     let mut chunk = [0u8; 512];
+    let mut head = ResponseHead::default();
     loop {
-        let mut headers = [httparse::EMPTY_HEADER; 64];
-        let mut response = httparse::Response::new(&mut headers);
-        match response.parse(&buf) {
-            Ok(httparse::Status::Complete(len)) => {
-                let code = response.code.unwrap_or(0);
-                if (100..200).contains(&code) && code != 101 {
-                    buf.drain(..len);
+        match parse_response(&buf, CHECK_REQUEST, &mut head) {
+            Ok(true) => {
+                if head.is_informational() && head.status != 101 {
+                    buf.drain(..head.len);
                     continue;
                 }
-                return Ok(code);
+                return Ok(head.status);
             }
-            Ok(httparse::Status::Partial) if buf.len() < 16 * 1024 => {}
-            Ok(httparse::Status::Partial) => return Err("response head too long".into()),
-            Err(e) => return Err(format!("invalid response: {e}")),
+            Ok(false) if buf.len() < MAX_CHECK_HEAD_BYTES => {}
+            Ok(false) => return Err("response head too long".into()),
+            Err(why) => return Err(format!("invalid response: {why}")),
         }
         let n = stream
             .read(&mut chunk)

@@ -79,10 +79,7 @@ impl Default for ChunkedDecoder {
 impl ChunkedDecoder {
     pub fn new() -> Self {
         ChunkedDecoder {
-            state: State::Size {
-                value: 0,
-                digits: 0,
-            },
+            state: State::NEXT_SIZE,
             trailers: Vec::new(),
         }
     }
@@ -102,110 +99,143 @@ impl ChunkedDecoder {
         let mut i = 0;
         while i < input.len() {
             let b = input[i];
-            match self.state {
-                State::Size { value, digits } => {
-                    if let Some(d) = hex_value(b) {
-                        if digits == 16 {
-                            return Err(ChunkError("chunk size too large"));
-                        }
-                        self.state = State::Size {
-                            value: value << 4 | u64::from(d),
-                            digits: digits + 1,
-                        };
-                    } else if digits == 0 {
-                        return Err(ChunkError("chunk size expected"));
-                    } else if b == b'\r' {
-                        self.state = State::SizeLf { size: value };
-                    } else if b == b';' || b == b' ' || b == b'\t' {
-                        self.state = State::Extension {
-                            size: value,
-                            len: 1,
-                        };
-                    } else {
-                        return Err(ChunkError("invalid character in chunk size"));
-                    }
-                    i += 1;
-                }
-                State::Extension { size, len } => {
-                    if b == b'\r' {
-                        self.state = State::SizeLf { size };
-                    } else if b != b'\t' && (b < 0x20 || b == 0x7f) {
-                        return Err(ChunkError("control character in chunk extension"));
-                    } else if usize::from(len) >= MAX_EXTENSION_BYTES {
-                        return Err(ChunkError("chunk extension too long"));
-                    } else {
-                        self.state = State::Extension { size, len: len + 1 };
-                    }
-                    i += 1;
-                }
-                State::SizeLf { size } => {
-                    if b != b'\n' {
-                        return Err(ChunkError("chunk size line not ended by CRLF"));
-                    }
-                    i += 1;
-                    self.state = if size == 0 {
-                        State::Trailers
-                    } else {
-                        State::Data { left: size }
-                    };
-                }
+            self.state = match self.state {
+                State::Size { value, digits } => State::after_size_byte(value, digits, b)?,
+                State::Extension { size, len } => State::after_extension_byte(size, len, b)?,
+                State::SizeLf { size } => State::after_size_line(size, b)?,
                 State::Data { left } => {
-                    let available = (input.len() - i) as u64;
-                    let take = left.min(available) as usize;
-                    let rest = left - take as u64;
-                    self.state = if rest == 0 {
-                        State::DataCr
-                    } else {
-                        State::Data { left: rest }
-                    };
+                    // Data is handed out as one range, not byte by byte.
+                    let (take, next) = State::take_data(left, input.len() - i);
+                    self.state = next;
                     return Ok((i + take, Decoded::Data(i..i + take)));
                 }
-                State::DataCr => {
-                    if b != b'\r' {
-                        return Err(ChunkError("chunk data not followed by CRLF"));
-                    }
-                    self.state = State::DataLf;
-                    i += 1;
-                }
-                State::DataLf => {
-                    if b != b'\n' {
-                        return Err(ChunkError("chunk data not followed by CRLF"));
-                    }
-                    self.state = State::Size {
-                        value: 0,
-                        digits: 0,
-                    };
-                    i += 1;
-                }
+                State::DataCr => State::after_data_crlf_byte(b, b'\r', State::DataLf)?,
+                State::DataLf => State::after_data_crlf_byte(b, b'\n', State::NEXT_SIZE)?,
                 State::Trailers => {
-                    self.trailers.push(b);
-                    i += 1;
-                    if self.trailers.len() > MAX_TRAILER_BYTES {
-                        return Err(ChunkError("trailer section too large"));
+                    if self.take_trailer_byte(b)? {
+                        self.state = State::Done;
+                        return Ok((i + 1, Decoded::End));
                     }
-                    if self.trailers.ends_with(b"\n") {
-                        if !self.trailers.ends_with(b"\r\n") {
-                            return Err(ChunkError("trailer line not ended by CRLF"));
-                        }
-                        let line_start = self.trailers.len() - 2;
-                        let at_line_start =
-                            line_start == 0 || self.trailers[..line_start].ends_with(b"\r\n");
-                        if at_line_start && self.trailers.len() - line_start == 2 {
-                            // The empty line: end of the body.
-                            self.trailers.truncate(line_start);
-                            validate_trailers(&self.trailers)?;
-                            self.state = State::Done;
-                            return Ok((i, Decoded::End));
-                        }
-                    }
+                    State::Trailers
                 }
                 State::Done => return Ok((i, Decoded::End)),
-            }
+            };
+            i += 1;
         }
         if self.state == State::Done {
             return Ok((i, Decoded::End));
         }
         Ok((i, Decoded::NeedMore))
+    }
+
+    /// Appends one byte to the trailer section; `true` when it ended the empty line that ends
+    /// the body (the section is then validated and kept without that line).
+    #[inline]
+    fn take_trailer_byte(&mut self, b: u8) -> Result<bool, ChunkError> {
+        self.trailers.push(b);
+        if self.trailers.len() > MAX_TRAILER_BYTES {
+            return Err(ChunkError("trailer section too large"));
+        }
+        if b != b'\n' {
+            return Ok(false);
+        }
+        if !self.trailers.ends_with(b"\r\n") {
+            return Err(ChunkError("trailer line not ended by CRLF"));
+        }
+        let line_start = self.trailers.len() - 2;
+        let empty_line = line_start == 0 || self.trailers[..line_start].ends_with(b"\r\n");
+        if !empty_line {
+            return Ok(false);
+        }
+        self.trailers.truncate(line_start);
+        validate_trailers(&self.trailers)?;
+        Ok(true)
+    }
+}
+
+/// One transition per state and byte: the decoder's loop calls these for every framing byte,
+/// hence `#[inline]`.
+impl State {
+    /// Where a chunk size line starts: after the CRLF that ends a chunk's data.
+    const NEXT_SIZE: State = State::Size {
+        value: 0,
+        digits: 0,
+    };
+
+    /// The state after byte `b` of a chunk size that has `digits` hex digits worth `value`.
+    #[inline]
+    fn after_size_byte(value: u64, digits: u8, b: u8) -> Result<State, ChunkError> {
+        if let Some(d) = hex_value(b) {
+            if digits == 16 {
+                return Err(ChunkError("chunk size too large"));
+            }
+            Ok(State::Size {
+                value: value << 4 | u64::from(d),
+                digits: digits + 1,
+            })
+        } else if digits == 0 {
+            Err(ChunkError("chunk size expected"))
+        } else if b == b'\r' {
+            Ok(State::SizeLf { size: value })
+        } else if b == b';' || b == b' ' || b == b'\t' {
+            Ok(State::Extension {
+                size: value,
+                len: 1,
+            })
+        } else {
+            Err(ChunkError("invalid character in chunk size"))
+        }
+    }
+
+    /// The state after byte `b` of a chunk extension already `len` bytes long.
+    #[inline]
+    fn after_extension_byte(size: u64, len: u16, b: u8) -> Result<State, ChunkError> {
+        if b == b'\r' {
+            Ok(State::SizeLf { size })
+        } else if b != b'\t' && (b < 0x20 || b == 0x7f) {
+            Err(ChunkError("control character in chunk extension"))
+        } else if usize::from(len) >= MAX_EXTENSION_BYTES {
+            Err(ChunkError("chunk extension too long"))
+        } else {
+            Ok(State::Extension { size, len: len + 1 })
+        }
+    }
+
+    /// The state after the byte that must be the LF of a size line: the chunk's data, or the
+    /// trailer section after the last chunk (size 0).
+    #[inline]
+    fn after_size_line(size: u64, b: u8) -> Result<State, ChunkError> {
+        if b != b'\n' {
+            return Err(ChunkError("chunk size line not ended by CRLF"));
+        }
+        Ok(if size == 0 {
+            State::Trailers
+        } else {
+            State::Data { left: size }
+        })
+    }
+
+    /// How many of the `available` bytes belong to a chunk with `left` bytes still to come,
+    /// and the state after them.
+    #[inline]
+    fn take_data(left: u64, available: usize) -> (usize, State) {
+        let take = left.min(available as u64) as usize;
+        let rest = left - take as u64;
+        let next = if rest == 0 {
+            State::DataCr
+        } else {
+            State::Data { left: rest }
+        };
+        (take, next)
+    }
+
+    /// `next` if `b` is the `expected` byte of the CRLF after a chunk's data.
+    #[inline]
+    fn after_data_crlf_byte(b: u8, expected: u8, next: State) -> Result<State, ChunkError> {
+        if b != expected {
+            return Err(ChunkError("chunk data not followed by CRLF"));
+        }
+        Ok(next)
     }
 }
 
@@ -224,6 +254,7 @@ pub fn check_received(bytes: &[u8]) -> Result<(), ChunkError> {
     Ok(())
 }
 
+#[inline]
 fn hex_value(b: u8) -> Option<u8> {
     match b {
         b'0'..=b'9' => Some(b - b'0'),

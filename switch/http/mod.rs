@@ -10,6 +10,7 @@ pub mod fields;
 pub mod head_progress;
 pub mod host;
 pub mod request;
+mod request_fields;
 pub mod response;
 pub mod rewrite;
 pub mod status;

@@ -1,10 +1,8 @@
 //! Request heads: parsing (httparse), validation and the facts routing needs.
 
-use super::fields::{
-    fold_content_length, is_underscore_lookalike, list_items, read_connection, record_fields,
-    request_transfer_coding, CodingRefusal, Field, FieldRole, Span, Version,
-};
+use super::fields::{record_fields, Field, Span, Version};
 use super::host::host_without_port;
+use super::request_fields::read_fields;
 use super::{BodyFraming, HeadError, MAX_HEADER_FIELDS, MAX_HEAD_BYTES};
 use std::mem::MaybeUninit;
 use tcpvs_modules::HeaderLookup;
@@ -296,111 +294,6 @@ fn split_target(buf: &[u8], head: &mut RequestHead, method: &str) -> Result<(), 
     Ok(())
 }
 
-/// Reads framing, connection options and Host from the fields (RFC 9112 sections 3.2, 6, 9.3).
-fn read_fields(buf: &[u8], head: &mut RequestHead) -> Result<(), HeadError> {
-    let mut content_length: Option<u64> = None;
-    let mut has_transfer_encoding = false;
-    let mut host_fields = 0;
-    let mut host_value: &[u8] = &[];
-    let mut upgrade_fields = 0;
-    let mut upgrade_to_websocket = true;
-
-    for field in &head.fields {
-        let value = field.value.get(buf);
-        match field.role {
-            FieldRole::ContentLength => {
-                fold_content_length(&mut content_length, value).map_err(HeadError::bad_request)?
-            }
-            FieldRole::TransferEncoding => has_transfer_encoding = true,
-            FieldRole::Host => {
-                host_fields += 1;
-                host_value = value;
-            }
-            FieldRole::Upgrade => {
-                upgrade_fields += 1;
-                upgrade_to_websocket &= is_websocket_only(value);
-            }
-            FieldRole::Forward if is_underscore_lookalike(field.name.get(buf)) => {
-                return Err(HeadError::bad_request(
-                    "field name with `_` in place of `-` of a framing or forwarding field",
-                ));
-            }
-            _ => {}
-        }
-    }
-
-    if host_fields > 1 {
-        return Err(HeadError::bad_request("more than one Host field"));
-    }
-    if host_fields == 0 && head.version == Version::Http11 {
-        return Err(HeadError::bad_request("HTTP/1.1 request without Host"));
-    }
-    if host_fields == 1 {
-        let host = host_without_port(host_value).ok_or(HeadError::bad_request("invalid Host"))?;
-        if head.host.is_none() && !host.is_empty() {
-            head.host = Some(Span::of(buf, host));
-        }
-    }
-
-    let (connection, persistent) = read_connection(&mut head.fields, buf, head.version);
-    head.keep_alive = persistent;
-    // Only WebSocket, and only from HTTP/1.1 clients (a server must ignore Upgrade in an
-    // HTTP/1.0 request, RFC 9110 section 7.8): an `h2c` upgrade would tunnel HTTP/2 straight
-    // to one server, past per-request routing (design.md, "Decided"). Any other Upgrade field
-    // is dropped and the request served as it is, as nginx does.
-    head.upgrade = connection.upgrade
-        && upgrade_fields > 0
-        && upgrade_to_websocket
-        && head.version == Version::Http11
-        && !head.is_connect;
-
-    if head.is_connect && (has_transfer_encoding || content_length.is_some()) {
-        // A CONNECT request has no content (RFC 9110 section 9.3.6): bytes sent after its
-        // head would be read by a server that refused the tunnel as its next request.
-        return Err(HeadError::bad_request("CONNECT with a body"));
-    }
-
-    head.framing = if has_transfer_encoding {
-        if head.version == Version::Http10 {
-            return Err(HeadError::bad_request(
-                "Transfer-Encoding in an HTTP/1.0 request",
-            ));
-        }
-        if content_length.is_some() {
-            return Err(HeadError::bad_request(
-                "both Content-Length and Transfer-Encoding",
-            ));
-        }
-        let codings = head
-            .fields
-            .iter()
-            .filter(|f| f.role == FieldRole::TransferEncoding)
-            .map(|f| f.value.get(buf));
-        match request_transfer_coding(codings) {
-            Ok(()) => BodyFraming::Chunked,
-            Err(CodingRefusal::Malformed(why)) => return Err(HeadError::bad_request(why)),
-            Err(CodingRefusal::Unsupported) => {
-                return Err(HeadError {
-                    status: 501,
-                    reason: "transfer coding not implemented",
-                })
-            }
-        }
-    } else {
-        match content_length {
-            Some(0) | None => BodyFraming::Empty,
-            Some(n) => BodyFraming::Length(n),
-        }
-    };
-    Ok(())
-}
-
-/// Whether an Upgrade value names WebSocket and nothing else (`websocket`, any case).
-fn is_websocket_only(value: &[u8]) -> bool {
-    let mut protocols = list_items(value).peekable();
-    protocols.peek().is_some() && protocols.all(|p| p.eq_ignore_ascii_case(b"websocket"))
-}
-
 fn starts_with_ignore_case(s: &[u8], prefix: &[u8]) -> bool {
     s.len() >= prefix.len() && s[..prefix.len()].eq_ignore_ascii_case(prefix)
 }
@@ -408,6 +301,7 @@ fn starts_with_ignore_case(s: &[u8], prefix: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::fields::FieldRole;
 
     fn parse(raw: &[u8]) -> Result<RequestHead, HeadError> {
         let mut head = RequestHead::default();

@@ -2,7 +2,7 @@
 //! client sees it. Connection-specific fields are dropped and replaced by the switch's own,
 //! Content-Length is normalised, everything else is copied byte for byte in its order.
 
-use super::fields::{list_items, FieldRole, Version};
+use super::fields::{list_items, Field, FieldRole, Version};
 use super::request::{RequestHead, TargetForm};
 use super::response::ResponseHead;
 use super::BodyFraming;
@@ -33,6 +33,30 @@ pub fn write_request_head(
     scheme: Scheme,
 ) {
     out.clear();
+    put_request_line(out, head, buf);
+    let mut fields = ServerFields {
+        head,
+        buf,
+        client,
+        scheme,
+        last_forwarded_for: head
+            .fields
+            .iter()
+            .rposition(|f| f.role == FieldRole::ForwardedFor),
+        wrote_length: false,
+        wrote_host: false,
+        wrote_coding: false,
+    };
+    for (i, field) in head.fields.iter().enumerate() {
+        fields.put(out, i, field);
+    }
+    fields.put_missing(out, default_host);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The request line as the server gets it: an absolute-form target in origin form, always
+/// HTTP/1.1.
+fn put_request_line(out: &mut Vec<u8>, head: &RequestHead, buf: &[u8]) {
     out.extend_from_slice(head.method.get(buf));
     out.push(b' ');
     match head.target_form {
@@ -52,28 +76,40 @@ pub fn write_request_head(
         }
     }
     out.extend_from_slice(b" HTTP/1.1\r\n");
+}
 
-    let last_forwarded_for = head
-        .fields
-        .iter()
-        .rposition(|f| f.role == FieldRole::ForwardedFor);
-    let mut wrote_length = false;
-    let mut wrote_host = false;
-    let mut wrote_coding = false;
-    for (i, field) in head.fields.iter().enumerate() {
+/// The header section of the request as the server gets it, field by field: what the
+/// request's head holds, and what has been written so far of the fields sent once.
+struct ServerFields<'a> {
+    head: &'a RequestHead,
+    buf: &'a [u8],
+    client: &'a [u8],
+    scheme: Scheme,
+    /// The X-Forwarded-For field the client's address is appended to.
+    last_forwarded_for: Option<usize>,
+    wrote_length: bool,
+    wrote_host: bool,
+    wrote_coding: bool,
+}
+
+impl ServerFields<'_> {
+    /// Writes what becomes of field number `i` of the request (maybe nothing).
+    #[inline]
+    fn put(&mut self, out: &mut Vec<u8>, i: usize, field: &Field) {
+        let (head, buf) = (self.head, self.buf);
         let name = field.name.get(buf);
         let value = field.value.get(buf);
         match field.role {
             FieldRole::Forward => put_field(out, name, value),
             FieldRole::ForwardedProto => {
-                if scheme == Scheme::Http {
+                if self.scheme == Scheme::Http {
                     put_field(out, name, value)
                 }
             }
             // Checked to say exactly `chunked` (request.rs): sent in that one form, once.
             FieldRole::TransferEncoding => {
-                if !wrote_coding && head.framing == BodyFraming::Chunked {
-                    wrote_coding = true;
+                if !self.wrote_coding && head.framing == BodyFraming::Chunked {
+                    self.wrote_coding = true;
                     out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
                 }
             }
@@ -84,48 +120,57 @@ pub fn write_request_head(
                 }
             }
             FieldRole::ContentLength => {
-                if !wrote_length {
-                    wrote_length = true;
+                if !self.wrote_length {
+                    self.wrote_length = true;
                     put_length(out, name, request_length(head.framing));
                 }
             }
             FieldRole::Host => {
-                wrote_host = true;
+                self.wrote_host = true;
                 match head.authority {
                     Some(authority) => put_field(out, name, authority.get(buf)),
                     None => put_field(out, name, value),
                 }
             }
-            FieldRole::ForwardedFor => {
-                if Some(i) == last_forwarded_for {
-                    out.extend_from_slice(name);
-                    out.extend_from_slice(b": ");
-                    // An empty value gets no empty list element before the client's address.
-                    if !value.is_empty() {
-                        out.extend_from_slice(value);
-                        out.extend_from_slice(b", ");
-                    }
-                    out.extend_from_slice(client);
-                    out.extend_from_slice(b"\r\n");
-                } else {
-                    put_field(out, name, value);
-                }
+            FieldRole::ForwardedFor if Some(i) == self.last_forwarded_for => {
+                put_forwarded_for(out, name, value, self.client)
             }
+            FieldRole::ForwardedFor => put_field(out, name, value),
         }
     }
-    if !wrote_host {
-        let host = head.authority.map_or(default_host, |a| a.get(buf));
-        put_field(out, b"Host", host);
+
+    /// The switch's own fields after the request's: Host if it had none, X-Forwarded-For if
+    /// it had none to append to, X-Forwarded-Proto over TLS, Connection for an upgrade.
+    fn put_missing(&self, out: &mut Vec<u8>, default_host: &[u8]) {
+        if !self.wrote_host {
+            let host = self
+                .head
+                .authority
+                .map_or(default_host, |a| a.get(self.buf));
+            put_field(out, b"Host", host);
+        }
+        if self.last_forwarded_for.is_none() {
+            put_field(out, b"X-Forwarded-For", self.client);
+        }
+        if self.scheme == Scheme::Https {
+            out.extend_from_slice(b"X-Forwarded-Proto: https\r\n");
+        }
+        if self.head.upgrade {
+            out.extend_from_slice(b"Connection: upgrade\r\n");
+        }
     }
-    if last_forwarded_for.is_none() {
-        put_field(out, b"X-Forwarded-For", client);
+}
+
+/// The client's X-Forwarded-For with the client's address appended.
+fn put_forwarded_for(out: &mut Vec<u8>, name: &[u8], value: &[u8], client: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    // An empty value gets no empty list element before the client's address.
+    if !value.is_empty() {
+        out.extend_from_slice(value);
+        out.extend_from_slice(b", ");
     }
-    if scheme == Scheme::Https {
-        out.extend_from_slice(b"X-Forwarded-Proto: https\r\n");
-    }
-    if head.upgrade {
-        out.extend_from_slice(b"Connection: upgrade\r\n");
-    }
+    out.extend_from_slice(client);
     out.extend_from_slice(b"\r\n");
 }
 
