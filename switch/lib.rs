@@ -10,7 +10,6 @@ pub mod access_log;
 pub mod admin;
 pub mod buffer;
 pub mod config;
-pub mod demo;
 pub mod edge;
 pub mod gateway;
 pub mod health;

@@ -32,7 +32,7 @@ use endpoint::Endpoint;
 pub use listener::{bind, Listener, Peer};
 use rates::Counters;
 pub use slots::MAX_CONNECTIONS;
-use slots::{Admission, Slots};
+use slots::{Admission, Slot, Slots};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
@@ -49,16 +49,22 @@ enum Accepting {
     Unix(tokio::net::UnixListener, listener::SocketFile),
 }
 
+impl Accepting {
+    /// `listener` in the current runtime.
+    fn new(listener: Listener) -> std::io::Result<Accepting> {
+        match listener {
+            Listener::Tcp(l) => tokio::net::TcpListener::from_std(l).map(Accepting::Tcp),
+            Listener::Unix(l, file) => {
+                tokio::net::UnixListener::from_std(l).map(|l| Accepting::Unix(l, file))
+            }
+        }
+    }
+}
+
 /// Serves the endpoint on the current tokio runtime until `shared.shutdown` turns true;
 /// samples the counters for rates once a second meanwhile.
 pub async fn serve(shared: Arc<Shared>, config: AdminConfig, listener: Listener) {
-    let accepting = match listener {
-        Listener::Tcp(l) => tokio::net::TcpListener::from_std(l).map(Accepting::Tcp),
-        Listener::Unix(l, file) => {
-            tokio::net::UnixListener::from_std(l).map(|l| Accepting::Unix(l, file))
-        }
-    };
-    let accepting = match accepting {
+    let accepting = match Accepting::new(listener) {
         Ok(accepting) => accepting,
         Err(e) => {
             tracing::error!("the admin endpoint cannot start: {e}");
@@ -111,31 +117,30 @@ pub async fn serve(shared: Arc<Shared>, config: AdminConfig, listener: Listener)
                 continue;
             }
         };
-        let endpoint = Arc::clone(&endpoint);
-        connections.spawn(async move {
-            let privileged = {
-                let endpoint = Arc::clone(&endpoint);
-                move |request: &http::Request| endpoint.carries_token(request)
-            };
-            let answer = |request| {
-                let endpoint = Arc::clone(&endpoint);
-                async move { routes::answer(&endpoint, request, peer).await }
-            };
-            match stream {
-                Accepted::Tcp(stream) => {
-                    http::serve_connection(stream, slot, privileged, answer).await
-                }
-                Accepted::Unix(stream) => {
-                    http::serve_connection(stream, slot, privileged, answer).await
-                }
-            }
-        });
+        connections.spawn(serve_accepted(Arc::clone(&endpoint), stream, slot, peer));
         // Let the connection just taken read what it was sent before the next is accepted: a
         // flood of new connections then cannot make a change that came with its request at
         // once wait long enough to be the one that makes room.
         tokio::task::yield_now().await;
     }
     sampling.abort();
+}
+
+/// Serves the requests of one admitted connection until it ends; `slot` is its place among
+/// the kept connections.
+async fn serve_accepted(endpoint: Arc<Endpoint>, stream: Accepted, slot: Slot, peer: Peer) {
+    let privileged = {
+        let endpoint = Arc::clone(&endpoint);
+        move |request: &http::Request| endpoint.carries_token(request)
+    };
+    let answer = |request| {
+        let endpoint = Arc::clone(&endpoint);
+        async move { routes::answer(&endpoint, request, peer).await }
+    };
+    match stream {
+        Accepted::Tcp(stream) => http::serve_connection(stream, slot, privileged, answer).await,
+        Accepted::Unix(stream) => http::serve_connection(stream, slot, privileged, answer).await,
+    }
 }
 
 /// A connection accepted, of either kind.

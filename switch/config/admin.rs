@@ -84,7 +84,22 @@ pub(super) fn build_admin(
             "`mode` sets the permissions of a Unix socket: it needs `listen = \"unix:PATH\"`",
         );
     }
-    let token = match (&admin.token, &admin.token_file) {
+    let token = build_token(admin, file, sink);
+    let (listen, listen_at) = (listen?, listen_at?);
+    let guarded = token.is_some() || admin.token_file.is_some();
+    if let AdminListen::Unix { path, .. } = &listen {
+        warn_if_folder_shared(path, listen_at.span(), sink);
+    }
+    if !check_exposure(&listen, listen_at, admin, guarded, sink) {
+        return None;
+    }
+    Some(AdminConfig { listen, token })
+}
+
+/// The token: `token` (checked, and warned about when the rule file is readable by others) or
+/// what `token_file` holds; both set is an error.
+fn build_token(admin: &RawAdmin, file: &str, sink: &mut ErrorSink<'_>) -> Option<String> {
+    match (&admin.token, &admin.token_file) {
         (Some(_), Some(token_file)) => {
             sink.at(
                 token_file.span(),
@@ -109,13 +124,20 @@ pub(super) fn build_admin(
         }
         (None, Some(token_file)) => read_token_file(token_file, file, sink),
         (None, None) => None,
-    };
-    let (listen, listen_at) = (listen?, listen_at?);
-    let guarded = token.is_some() || admin.token_file.is_some();
-    if let AdminListen::Unix { path, .. } = &listen {
-        warn_if_folder_shared(path, listen_at.span(), sink);
     }
-    match &listen {
+}
+
+/// Who can reach the endpoint at `listen` without a token (`guarded`: there is one): refuses
+/// (`false`) a TCP address other hosts reach, and warns when other local users can make
+/// changes.
+fn check_exposure(
+    listen: &AdminListen,
+    listen_at: &Spanned<String>,
+    admin: &RawAdmin,
+    guarded: bool,
+    sink: &mut ErrorSink<'_>,
+) -> bool {
+    match listen {
         AdminListen::Tcp(addr) if !guarded && !addr.ip().is_loopback() => {
             sink.at(
                 listen_at.span(),
@@ -125,7 +147,7 @@ pub(super) fn build_admin(
                      socket (\"unix:/run/tcpvs/admin.sock\")"
                 ),
             );
-            return None;
+            return false;
         }
         AdminListen::Tcp(addr) if !guarded => sink.warn(
             listen_at.span(),
@@ -148,7 +170,7 @@ pub(super) fn build_admin(
         }
         _ => {}
     }
-    Some(AdminConfig { listen, token })
+    true
 }
 
 /// `listen`: `IP:PORT`, or `unix:PATH` with the socket's `mode`.

@@ -119,6 +119,14 @@ pub(crate) fn build_pool_health(pool: &RawPool, sink: &mut ErrorSink<'_>) -> Poo
 
 fn build_health(raw: &RawHealth, sink: &mut ErrorSink<'_>) -> HealthConfig {
     let mut h = HealthConfig::default();
+    read_probe(raw, &mut h, sink);
+    read_timing(raw, &mut h, sink);
+    read_limits(raw, &mut h, sink);
+    h
+}
+
+/// What a check sends and expects: `check`, `path`, `host`, `expect`.
+fn read_probe(raw: &RawHealth, h: &mut HealthConfig, sink: &mut ErrorSink<'_>) {
     if let Some(v) = &raw.check {
         match v.get_ref().as_str() {
             "none" => h.check = CheckKind::None,
@@ -158,6 +166,10 @@ fn build_health(raw: &RawHealth, sink: &mut ErrorSink<'_>) -> HealthConfig {
             Err(e) => sink.at(v.span(), e),
         }
     }
+}
+
+/// How often and how long: `interval`, `timeout`, `agent_interval`, `fail_timeout`.
+fn read_timing(raw: &RawHealth, h: &mut HealthConfig, sink: &mut ErrorSink<'_>) {
     if let Some(v) = &raw.interval {
         h.interval = duration(v, false, sink).unwrap_or(h.interval);
     }
@@ -170,6 +182,10 @@ fn build_health(raw: &RawHealth, sink: &mut ErrorSink<'_>) -> HealthConfig {
     if let Some(v) = &raw.fail_timeout {
         h.fail_timeout = duration(v, false, sink).unwrap_or(h.fail_timeout);
     }
+}
+
+/// The counts and bounds: `rise`, `fall`, `max_fails`, `panic_threshold`, `agent_port`.
+fn read_limits(raw: &RawHealth, h: &mut HealthConfig, sink: &mut ErrorSink<'_>) {
     let counts = [
         (&raw.rise, &mut h.rise, 1, "rise"),
         (&raw.fall, &mut h.fall, 1, "fall"),
@@ -207,7 +223,6 @@ fn build_health(raw: &RawHealth, sink: &mut ErrorSink<'_>) -> HealthConfig {
             ),
         }
     }
-    h
 }
 
 fn duration(v: &Spanned<String>, zero_ok: bool, sink: &mut ErrorSink<'_>) -> Option<Duration> {

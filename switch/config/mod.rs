@@ -384,6 +384,14 @@ fn build_switch(raw: Option<&RawSwitch>, file: &str, sink: &mut ErrorSink<'_>) -
             }
         }
     }
+    read_access_log(raw, file, &mut s, sink);
+    read_splice(raw, &mut s, sink);
+    s
+}
+
+/// `access_log` (on, off, or a file relative to the rule file's folder) and
+/// `access_log_format`.
+fn read_access_log(raw: &RawSwitch, file: &str, s: &mut SwitchSettings, sink: &mut ErrorSink<'_>) {
     if let Some(v) = &raw.access_log {
         match v.get_ref() {
             Scalar::Boolean(true) => s.access_log = AccessLogTarget::Stderr,
@@ -412,6 +420,10 @@ fn build_switch(raw: Option<&RawSwitch>, file: &str, sink: &mut ErrorSink<'_>) -
             ),
         }
     }
+}
+
+/// `splice` and `splice_threshold` (bytes, or a size like "64KiB").
+fn read_splice(raw: &RawSwitch, s: &mut SwitchSettings, sink: &mut ErrorSink<'_>) {
     if let Some(v) = raw.splice {
         s.splice = v;
     }
@@ -430,7 +442,6 @@ fn build_switch(raw: Option<&RawSwitch>, file: &str, sink: &mut ErrorSink<'_>) -
             Err(e) => sink.at(v.span(), e),
         }
     }
-    s
 }
 
 fn int_in(

@@ -5,7 +5,7 @@ use super::certificates::load_certificates;
 use super::error::ErrorSink;
 use super::health::CheckKind;
 use super::listen::{parse_listen, ListenRegistry};
-use super::raw::{RawRule, RawService};
+use super::raw::{RawHeaderCondition, RawRule, RawService};
 use super::{valid_name, PoolConfig, ServiceConfig, ServiceMode};
 use crate::rules::{HeaderCondition, Rule, RuleSet};
 use regex::bytes::{Regex, RegexBuilder};
@@ -247,6 +247,34 @@ fn build_rule(
     sink: &mut ErrorSink<'_>,
 ) -> Option<Rule> {
     let raw = rule.get_ref();
+    refuse_unseen_conditions(raw, sees, sink);
+    let sni = raw.sni.as_ref().and_then(|p| compile(p, true, sink));
+    let pool = raw.pool.as_ref().and_then(|p| resolve_pool(p, pools, sink));
+    let path = raw.path.as_ref().and_then(|p| compile(p, false, sink));
+    let host = raw.host.as_ref().and_then(|h| compile(h, true, sink));
+    let method = raw.method.as_ref().and_then(|m| build_method(m, sink));
+    let header = raw.header.as_ref().and_then(|h| build_header(h, sink));
+    let conditions_ok = raw.path.is_some() == path.is_some()
+        && raw.host.is_some() == host.is_some()
+        && raw.method.is_some() == method.is_some()
+        && raw.header.is_some() == header.is_some()
+        && raw.sni.is_some() == sni.is_some();
+    if !conditions_ok {
+        return None;
+    }
+    Some(Rule {
+        path,
+        host,
+        method,
+        header,
+        sni,
+        pool: pool?,
+    })
+}
+
+/// Reports the conditions on what the service cannot see: the HTTP request of a
+/// `tls-passthrough` service, the server name of a service without TLS.
+fn refuse_unseen_conditions(raw: &RawRule, sees: Sees, sink: &mut ErrorSink<'_>) {
     if !sees.http {
         let http_conditions = [
             ("path", raw.path.as_ref().map(Spanned::span)),
@@ -273,55 +301,42 @@ fn build_rule(
              so its connections have no server name",
         );
     }
-    let sni = raw.sni.as_ref().and_then(|p| compile(p, true, sink));
-    let pool = raw.pool.as_ref().and_then(|p| resolve_pool(p, pools, sink));
-    let path = raw.path.as_ref().and_then(|p| compile(p, false, sink));
-    let host = raw.host.as_ref().and_then(|h| compile(h, true, sink));
-    let method = raw.method.as_ref().and_then(|m| {
-        let method = m.get_ref();
-        if method.is_empty() || !method.bytes().all(is_token_byte) {
-            sink.at(
-                m.span(),
-                format!("invalid method {method:?}: a method is a token like \"GET\""),
-            );
-            return None;
-        }
-        Some(method.clone())
-    });
-    let header = raw.header.as_ref().and_then(|h| {
-        let condition = h.get_ref();
-        let name = condition.name.as_ref().and_then(|name| {
-            let text = name.get_ref();
-            if text.is_empty() || !text.bytes().all(is_token_byte) {
-                sink.at(name.span(), format!("invalid header name {text:?}"));
-                return None;
-            }
-            Some(text.clone())
-        });
-        let value = condition
-            .value
-            .as_ref()
-            .and_then(|v| compile(v, false, sink));
-        Some(HeaderCondition {
-            name: name?,
-            value: value?,
-        })
-    });
-    let conditions_ok = raw.path.is_some() == path.is_some()
-        && raw.host.is_some() == host.is_some()
-        && raw.method.is_some() == method.is_some()
-        && raw.header.is_some() == header.is_some()
-        && raw.sni.is_some() == sni.is_some();
-    if !conditions_ok {
+}
+
+/// `method`: a token like `GET`.
+fn build_method(m: &Spanned<String>, sink: &mut ErrorSink<'_>) -> Option<String> {
+    let method = m.get_ref();
+    if method.is_empty() || !method.bytes().all(is_token_byte) {
+        sink.at(
+            m.span(),
+            format!("invalid method {method:?}: a method is a token like \"GET\""),
+        );
         return None;
     }
-    Some(Rule {
-        path,
-        host,
-        method,
-        header,
-        sni,
-        pool: pool?,
+    Some(method.clone())
+}
+
+/// `header`: a field name and a regex its value must match.
+fn build_header(
+    h: &Spanned<RawHeaderCondition>,
+    sink: &mut ErrorSink<'_>,
+) -> Option<HeaderCondition> {
+    let condition = h.get_ref();
+    let name = condition.name.as_ref().and_then(|name| {
+        let text = name.get_ref();
+        if text.is_empty() || !text.bytes().all(is_token_byte) {
+            sink.at(name.span(), format!("invalid header name {text:?}"));
+            return None;
+        }
+        Some(text.clone())
+    });
+    let value = condition
+        .value
+        .as_ref()
+        .and_then(|v| compile(v, false, sink));
+    Some(HeaderCondition {
+        name: name?,
+        value: value?,
     })
 }
 

@@ -43,34 +43,7 @@ pub enum Error {
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Error::Unreachable { addr, error } => {
-                let unix = matches!(addr, Address::Unix(_));
-                let why = match error.kind() {
-                    std::io::ErrorKind::ConnectionRefused if unix => {
-                        "connection refused (a socket left by a tcpvs that stopped?)".to_string()
-                    }
-                    std::io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
-                    std::io::ErrorKind::NotFound if unix => "no such socket".to_string(),
-                    std::io::ErrorKind::PermissionDenied if unix => {
-                        return write!(
-                            f,
-                            "cannot reach the admin endpoint at {addr}: permission denied - the \
-                             socket's mode (its `[admin] mode`) or its folder's does not let this \
-                             user in; run as its owner, or as a member of its group when the \
-                             mode lets the group in"
-                        );
-                    }
-                    std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
-                        format!("no answer within {}s", CONNECT_TIMEOUT.as_secs())
-                    }
-                    _ => error.to_string(),
-                };
-                write!(
-                    f,
-                    "cannot reach the admin endpoint at {addr}: {why} - is tcpvs running with \
-                     [admin] listen = \"{addr}\"?"
-                )
-            }
+            Error::Unreachable { addr, error } => write_unreachable(f, addr, error),
             Error::Exchange { addr, error } => match error.kind() {
                 std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => write!(
                     f,
@@ -121,33 +94,78 @@ impl std::fmt::Display for Error {
                  built in, or an older tcpvs), so it cannot be told whether that is {asked} (use \
                  --admin {addr} to reload it anyway)"
             ),
-            Error::ReloadRefused { errors } => {
-                write!(f, "reload refused; the running configuration is unchanged")?;
-                if errors.is_empty() {
-                    return Ok(());
-                }
-                write!(f, ":")?;
-                for e in errors {
-                    write!(f, "\n{e}")?;
-                }
-                Ok(())
-            }
+            Error::ReloadRefused { errors } => write_reload_refused(f, errors),
             Error::Status {
                 status,
                 reason,
                 message,
-            } => {
-                write!(f, "the admin endpoint answered {status}")?;
-                if !reason.is_empty() {
-                    write!(f, " {reason}")?;
-                }
-                if !message.is_empty() {
-                    write!(f, ": {message}")?;
-                }
-                Ok(())
-            }
+            } => write_status(f, *status, reason, message),
         }
     }
+}
+
+/// `Unreachable`: why the connection failed, and what to look at.
+fn write_unreachable(
+    f: &mut std::fmt::Formatter<'_>,
+    addr: &Address,
+    error: &std::io::Error,
+) -> std::fmt::Result {
+    let unix = matches!(addr, Address::Unix(_));
+    let why = match error.kind() {
+        std::io::ErrorKind::ConnectionRefused if unix => {
+            "connection refused (a socket left by a tcpvs that stopped?)".to_string()
+        }
+        std::io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
+        std::io::ErrorKind::NotFound if unix => "no such socket".to_string(),
+        std::io::ErrorKind::PermissionDenied if unix => {
+            return write!(
+                f,
+                "cannot reach the admin endpoint at {addr}: permission denied - the \
+                 socket's mode (its `[admin] mode`) or its folder's does not let this \
+                 user in; run as its owner, or as a member of its group when the \
+                 mode lets the group in"
+            );
+        }
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
+            format!("no answer within {}s", CONNECT_TIMEOUT.as_secs())
+        }
+        _ => error.to_string(),
+    };
+    write!(
+        f,
+        "cannot reach the admin endpoint at {addr}: {why} - is tcpvs running with \
+         [admin] listen = \"{addr}\"?"
+    )
+}
+
+/// `ReloadRefused`: the rule file's errors, one a line.
+fn write_reload_refused(f: &mut std::fmt::Formatter<'_>, errors: &[String]) -> std::fmt::Result {
+    write!(f, "reload refused; the running configuration is unchanged")?;
+    if errors.is_empty() {
+        return Ok(());
+    }
+    write!(f, ":")?;
+    for e in errors {
+        write!(f, "\n{e}")?;
+    }
+    Ok(())
+}
+
+/// `Status`: the status, its reason and the endpoint's message, those given.
+fn write_status(
+    f: &mut std::fmt::Formatter<'_>,
+    status: u16,
+    reason: &str,
+    message: &str,
+) -> std::fmt::Result {
+    write!(f, "the admin endpoint answered {status}")?;
+    if !reason.is_empty() {
+        write!(f, " {reason}")?;
+    }
+    if !message.is_empty() {
+        write!(f, ": {message}")?;
+    }
+    Ok(())
 }
 
 impl std::error::Error for Error {}

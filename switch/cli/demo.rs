@@ -6,22 +6,22 @@
 //! - any other pool serves an HTML page that names pool, server and path, and pulls images and
 //!   CGI output from the other pools.
 
-use crate::buffer::IoBuf;
-use crate::config::Config;
-use crate::http::{parse_request, BodyFraming, RequestHead};
-use crate::listener;
-use crate::socket::{Listener, Socket};
-use crate::stream::{read_some, write_all, Limit};
-use crate::timeouts::{Timeouts, SESSION_TIMER};
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tcpvs::buffer::IoBuf;
+use tcpvs::config::Config;
+use tcpvs::http::{parse_request, BodyFraming, RequestHead};
+use tcpvs::listener;
+use tcpvs::socket::{Listener, Socket};
+use tcpvs::stream::{read_some, write_all, Limit};
+use tcpvs::timeouts::{Timeouts, SESSION_TIMER};
 use tokio::task::JoinHandle;
 
 /// The built-in demo rule file.
-pub const DEMO_RULES: &str = include_str!("../rules/demo.toml");
+pub const DEMO_RULES: &str = include_str!("../../rules/demo.toml");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {

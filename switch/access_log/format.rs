@@ -1,0 +1,143 @@
+//! The line of one request in each format: text, NCSA combined, JSON.
+
+use super::entry::{End, Entry};
+use super::escape::{json_string, push_quoted, Quoted};
+use super::time::{write_clf_time, write_time};
+use std::fmt;
+use std::io::Write;
+use std::time::SystemTime;
+
+/// The text line after its time: `service client "METHOD target" status bytes pool/server
+/// duration`, with `-` for what is missing, and the reason instead of the duration for a
+/// refusal. The request is escaped ([`Quoted`]).
+pub(super) struct Text<'a, 'e>(pub(super) &'a Entry<'e>);
+
+impl fmt::Display for Text<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let e = self.0;
+        write!(
+            f,
+            "{} {} \"{}\" {} {} {}/{} ",
+            e.service,
+            e.client,
+            Quoted(e.request.map_or(b"-", |r| &r.line)),
+            e.status,
+            e.bytes,
+            e.pool.unwrap_or("-"),
+            Dash(e.server),
+        )?;
+        match e.end {
+            End::Took(elapsed) => write!(f, "{}us", elapsed.as_micros()),
+            End::Refused(why) => f.write_str(why),
+        }
+    }
+}
+
+/// The line of the combined format (without the newline): `host ident authuser [date]
+/// "request" status bytes "referer" "user-agent"`, with `-` for an unknown ident and user, a
+/// request refused before it was read, and an absent field (a field present but empty is `""`,
+/// as nginx writes it).
+pub(super) fn write_combined(out: &mut Vec<u8>, e: &Entry<'_>, now: SystemTime) {
+    let _ = write!(out, "{} - - [", e.client.ip());
+    write_clf_time(out, now);
+    out.extend_from_slice(b"] \"");
+    match e.request {
+        Some(request) => {
+            push_quoted(out, &request.line);
+            if let Some(protocol) = request.protocol {
+                out.push(b' ');
+                out.extend_from_slice(protocol.as_bytes());
+            }
+        }
+        None => out.push(b'-'),
+    }
+    out.extend_from_slice(b"\" ");
+    // Status 0 is a request whose client left before any answer: nginx's 499 (readers of the
+    // format refuse a status 0 line). A passthrough tunnel (no protocol) has no HTTP status.
+    let status = match e.request {
+        Some(request) if e.status == 0 && request.protocol.is_some() => 499,
+        _ => e.status,
+    };
+    let mut number = itoa::Buffer::new();
+    out.extend_from_slice(number.format(status).as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(number.format(e.bytes).as_bytes());
+    for field in [
+        e.request.and_then(|r| r.field(&r.referer)),
+        e.request.and_then(|r| r.field(&r.user_agent)),
+    ] {
+        out.extend_from_slice(b" \"");
+        match field {
+            Some(value) => push_quoted(out, value),
+            None => out.push(b'-'),
+        }
+        out.push(b'"');
+    }
+}
+
+/// An optional value, `-` when absent.
+struct Dash<T>(Option<T>);
+
+impl<T: fmt::Display> fmt::Display for Dash<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Some(v) => v.fmt(f),
+            None => f.write_str("-"),
+        }
+    }
+}
+
+/// The JSON object of one entry (without the newline).
+pub(super) fn write_json(out: &mut Vec<u8>, e: &Entry<'_>, now: SystemTime) {
+    let (method, target) = match e.request.map(|r| r.line.as_slice()) {
+        Some(line) => match line.iter().position(|&b| b == b' ') {
+            Some(space) => (Some(&line[..space]), Some(&line[space + 1..])),
+            None => (Some(line), None),
+        },
+        None => (None, None),
+    };
+    let mut number = itoa::Buffer::new();
+    out.extend_from_slice(b"{\"time\":\"");
+    write_time(out, now);
+    out.extend_from_slice(b"\",\"service\":");
+    json_string(out, e.service.as_bytes());
+    out.extend_from_slice(b",\"client\":\"");
+    let _ = write!(out, "{}", e.client);
+    out.extend_from_slice(b"\",\"method\":");
+    json_option(out, method);
+    out.extend_from_slice(b",\"target\":");
+    json_option(out, target);
+    out.extend_from_slice(b",\"status\":");
+    out.extend_from_slice(number.format(e.status).as_bytes());
+    out.extend_from_slice(b",\"bytes\":");
+    out.extend_from_slice(number.format(e.bytes).as_bytes());
+    out.extend_from_slice(b",\"pool\":");
+    json_option(out, e.pool.map(str::as_bytes));
+    out.extend_from_slice(b",\"server\":");
+    match e.server {
+        Some(server) => {
+            out.push(b'"');
+            let _ = write!(out, "{server}");
+            out.push(b'"');
+        }
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"duration_us\":");
+    match e.end {
+        End::Took(elapsed) => {
+            out.extend_from_slice(number.format(elapsed.as_micros()).as_bytes());
+        }
+        End::Refused(why) => {
+            out.extend_from_slice(b"null,\"error\":");
+            json_string(out, why.as_bytes());
+        }
+    }
+    out.push(b'}');
+}
+
+fn json_option(out: &mut Vec<u8>, value: Option<&[u8]>) {
+    match value {
+        Some(text) => json_string(out, text),
+        None => out.extend_from_slice(b"null"),
+    }
+}
