@@ -10,9 +10,11 @@
 //! `process_resident_memory_bytes`, ...), read from /proc/self at scrape time as the Go and
 //! Python clients read them (see [`ProcessFigures`]).
 
-use crate::state::snapshot::{ServerSnapshot, Snapshot};
+use crate::state::snapshot::{PoolSnapshot, ServerSnapshot, ServiceSnapshot, Snapshot};
+use crate::state::stats::counters::{server_counters, service_counters};
 use crate::state::stats::latency::PROMETHEUS_BOUNDS;
 use crate::state::stats::LatencySnapshot;
+use crate::state::status::State;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -113,6 +115,10 @@ impl EncodeMetric for Histogram<'_> {
 
 type ServiceLabel<'a> = [(&'static str, &'a str); 1];
 type ServerLabels<'a> = [(&'static str, String); 2];
+
+fn service_label(s: &ServiceSnapshot) -> ServiceLabel<'_> {
+    [("service", s.name.as_str())]
+}
 
 fn server_labels(s: &ServerSnapshot) -> ServerLabels<'_> {
     [("pool", s.pool.clone()), ("server", s.addr.to_string())]
@@ -235,10 +241,92 @@ fn encode_process(e: &mut DescriptorEncoder, p: &ProcessFigures) -> fmt::Result 
     Ok(())
 }
 
+/// Whether a family of the counter tables is a counter or a gauge (a value that goes down too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Counter,
+    Gauge,
+}
+
+/// A family of a counter table: one value per service or server.
+struct Plain<S> {
+    name: &'static str,
+    help: &'static str,
+    kind: Kind,
+    value: fn(&S) -> u64,
+}
+
+/// `$holder`: the families of one counter table, a slice per group of the table, and the
+/// constant `$name` of it.
+macro_rules! plain_families {
+    ($holder:ident, $name:ident: $snapshot:ty;
+        $( $group:ident { $( $(#[doc = $doc:literal])* $field:ident {
+            json: $key:literal,
+            metric: $kind:ident $metric:literal $help:literal,
+            $($list:tt)*
+        } )* } )*
+    ) => {
+        struct $holder {
+            $( $group: &'static [Plain<$snapshot>], )*
+        }
+
+        const $name: $holder = $holder {
+            $( $group: &[ $( Plain {
+                name: $metric,
+                help: $help,
+                kind: Kind::$kind,
+                value: |s| s.$field,
+            }, )* ], )*
+        };
+    };
+}
+
+service_counters!(plain_families, ServiceFamilies, SERVICE: ServiceSnapshot);
+server_counters!(plain_families, ServerFamilies, SERVER: ServerSnapshot);
+
+/// `families`, each with a row per item of `items`, labelled by `labels`.
+fn encode_plain<'a, S, L: EncodeLabelSet>(
+    e: &mut DescriptorEncoder,
+    families: impl IntoIterator<Item = &'static Plain<S>>,
+    items: &'a [S],
+    labels: impl Fn(&'a S) -> L,
+) -> fmt::Result
+where
+    S: 'static,
+{
+    for plain in families {
+        let value = |s| (plain.value)(s);
+        match plain.kind {
+            Kind::Counter => family(
+                e,
+                plain.name,
+                plain.help,
+                items.iter().map(|s| (labels(s), counter(value(s)))),
+            )?,
+            Kind::Gauge => family(
+                e,
+                plain.name,
+                plain.help,
+                items.iter().map(|s| (labels(s), gauge(value(s) as i64))),
+            )?,
+        }
+    }
+    Ok(())
+}
+
 impl Collector for Scrape {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
-        let snap = &self.snapshot;
         let e = &mut encoder;
+        self.encode_switch(e)?;
+        encode_services(e, &self.snapshot.services)?;
+        encode_pools(e, &self.snapshot.pools)?;
+        encode_servers(e, &self.snapshot.servers)
+    }
+}
+
+impl Scrape {
+    /// The switch as a whole: its build, its process, uptime, generation and clients.
+    fn encode_switch(&self, e: &mut DescriptorEncoder) -> fmt::Result {
         let none: [(&str, &str); 0] = [];
         family(
             e,
@@ -263,273 +351,193 @@ impl Collector for Scrape {
             e,
             "tcpvs_clients",
             "Client connections open now",
-            [(none, gauge(snap.clients as i64))],
-        )?;
-
-        let services = &snap.services;
-        let by_service = |f: fn(&crate::state::snapshot::ServiceSnapshot) -> u64| {
-            services.iter().map(move |s| -> (ServiceLabel<'_>, _) {
-                ([("service", s.name.as_str())], counter(f(s)))
-            })
-        };
-        family(
-            e,
-            "tcpvs_service_connections",
-            "Client connections accepted",
-            by_service(|s| s.accepted),
-        )?;
-        family(
-            e,
-            "tcpvs_service_refused",
-            "Client connections turned away at max_clients",
-            by_service(|s| s.refused),
-        )?;
-        family(
-            e,
-            "tcpvs_service_proxy_refused",
-            "Client connections closed for a missing or invalid PROXY protocol header",
-            by_service(|s| s.proxy_refused),
-        )?;
-        family(
-            e,
-            "tcpvs_service_tls_handshakes",
-            "TLS handshakes completed",
-            by_service(|s| s.tls_handshakes),
-        )?;
-        family(
-            e,
-            "tcpvs_service_tls_resumed",
-            "TLS handshakes that resumed a session (ticket or session ID)",
-            by_service(|s| s.tls_resumed),
-        )?;
-        family(
-            e,
-            "tcpvs_service_tls_handshake_failures",
-            "Client connections closed for a failed TLS handshake or an unreadable ClientHello",
-            by_service(|s| s.tls_handshake_failures),
-        )?;
-        family(
-            e,
-            "tcpvs_service_requests",
-            "Requests read",
-            by_service(|s| s.requests),
-        )?;
-        family(
-            e,
-            "tcpvs_service_local_errors",
-            "Answers the switch made itself (refusals, 502, 503, 504)",
-            by_service(|s| s.local_errors),
-        )?;
-        family(
-            e,
-            "tcpvs_service_open_connections",
-            "Client connections open now",
-            services
-                .iter()
-                .map(|s| ([("service", s.name.as_str())], gauge(s.open as i64))),
-        )?;
-        family(
-            e,
-            "tcpvs_service_responses",
-            "Requests answered, by status class",
-            services.iter().flat_map(|s| {
-                CLASSES.iter().zip(s.classes).map(move |(class, n)| {
-                    (
-                        [("service", s.name.as_str()), ("class", *class)],
-                        counter(n),
-                    )
-                })
-            }),
-        )?;
-        family(
-            e,
-            "tcpvs_request_duration_seconds",
-            "From a request's head read to its response relayed (or refused)",
-            services.iter().map(|s| {
-                (
-                    [("service", s.name.as_str())],
-                    Histogram {
-                        latency: &s.duration,
-                    },
-                )
-            }),
-        )?;
-
-        family(
-            e,
-            "tcpvs_pool_queued_requests",
-            "Requests waiting for a server slot",
-            snap.pools
-                .iter()
-                .map(|p| ([("pool", p.name.as_str())], gauge(p.queued as i64))),
-        )?;
-
-        family(
-            e,
-            "tcpvs_pool_panic",
-            "1 while the pool is below its panic_threshold: health does not decide",
-            snap.pools
-                .iter()
-                .map(|p| ([("pool", p.name.as_str())], gauge(i64::from(p.panic)))),
-        )?;
-
-        let servers = &snap.servers;
-        let by_server = |f: fn(&ServerSnapshot) -> u64| {
-            servers
-                .iter()
-                .map(move |s| (server_labels(s), counter(f(s))))
-        };
-        let server_gauge = |f: fn(&ServerSnapshot) -> i64| {
-            servers.iter().map(move |s| (server_labels(s), gauge(f(s))))
-        };
-        family(
-            e,
-            "tcpvs_server_up",
-            "1 when the server is up (not down, draining or in maintenance)",
-            server_gauge(|s| i64::from(s.state == crate::state::status::State::Up)),
-        )?;
-        family(
-            e,
-            "tcpvs_server_state",
-            "1 for the server's current state",
-            servers.iter().flat_map(|s| {
-                let current = s.state.to_string();
-                STATES.iter().map(move |state| {
-                    let [pool, server] = server_labels(s);
-                    (
-                        [pool, server, ("state", state.to_string())],
-                        gauge(i64::from(current == *state)),
-                    )
-                })
-            }),
-        )?;
-        family(
-            e,
-            "tcpvs_server_weight",
-            "The weight in force: set at run time, else configured",
-            server_gauge(|s| i64::from(s.admin_weight.unwrap_or(s.configured_weight))),
-        )?;
-        family(
-            e,
-            "tcpvs_server_effective_weight",
-            "The weight the scheduler uses now (agent, slow start applied)",
-            server_gauge(|s| i64::from(s.weight)),
-        )?;
-        family(
-            e,
-            "tcpvs_server_active_requests",
-            "Requests in progress",
-            server_gauge(|s| i64::from(s.active)),
-        )?;
-        family(
-            e,
-            "tcpvs_server_idle_connections",
-            "Idle keep-alive connections kept for reuse",
-            server_gauge(|s| s.idle as i64),
-        )?;
-        family(
-            e,
-            "tcpvs_server_connections",
-            "Connections opened to the server",
-            by_server(|s| s.connections),
-        )?;
-        family(
-            e,
-            "tcpvs_server_requests",
-            "Requests sent (a retry counts again)",
-            by_server(|s| s.requests),
-        )?;
-        family(
-            e,
-            "tcpvs_server_responses",
-            "Response heads received, by status class",
-            servers.iter().flat_map(|s| {
-                CLASSES.iter().zip(s.classes).map(move |(class, n)| {
-                    let [pool, server] = server_labels(s);
-                    ([pool, server, ("class", class.to_string())], counter(n))
-                })
-            }),
-        )?;
-        family(
-            e,
-            "tcpvs_server_bytes_in",
-            "Bytes of requests sent to the server",
-            by_server(|s| s.bytes_in),
-        )?;
-        family(
-            e,
-            "tcpvs_server_bytes_out",
-            "Bytes of responses relayed to clients",
-            by_server(|s| s.bytes_out),
-        )?;
-        family(
-            e,
-            "tcpvs_server_connect_errors",
-            "Connection attempts that failed or timed out",
-            by_server(|s| s.connect_errors),
-        )?;
-        family(
-            e,
-            "tcpvs_server_response_errors",
-            "Exchanges that failed after connecting",
-            by_server(|s| s.response_errors),
-        )?;
-        family(
-            e,
-            "tcpvs_server_timeouts",
-            "Connection attempts and exchanges that ran out of time",
-            by_server(|s| s.timeouts),
-        )?;
-        family(
-            e,
-            "tcpvs_server_retries",
-            "Failed attempts after which the request was tried again",
-            by_server(|s| s.retries),
-        )?;
-        family(
-            e,
-            "tcpvs_server_check_passed",
-            "The last active check: 1 passed, 0 failed (absent before the first)",
-            servers.iter().filter_map(|s| {
-                let (passed, _, _) = s.check.last.as_ref()?;
-                Some((server_labels(s), gauge(i64::from(*passed))))
-            }),
-        )?;
-        family(
-            e,
-            "tcpvs_server_check_successes",
-            "Consecutive successful active checks",
-            server_gauge(|s| i64::from(s.check.successes)),
-        )?;
-        family(
-            e,
-            "tcpvs_server_check_failures",
-            "Consecutive failed active checks",
-            server_gauge(|s| i64::from(s.check.failures)),
-        )?;
-        family(
-            e,
-            "tcpvs_server_state_seconds",
-            "Seconds since the server's state last changed",
-            servers
-                .iter()
-                .map(|s| (server_labels(s), ConstGauge::new(s.since.as_secs_f64()))),
-        )?;
-        family(
-            e,
-            "tcpvs_server_response_seconds",
-            "From a request's head read to the server's response head (connection set-up included)",
-            servers.iter().map(|s| {
-                (
-                    server_labels(s),
-                    Histogram {
-                        latency: &s.latency,
-                    },
-                )
-            }),
-        )?;
-        Ok(())
+            [(none, gauge(self.snapshot.clients as i64))],
+        )
     }
+}
+
+/// The services: the counters of their table (its gauges after its counters), answers by
+/// status class, request durations.
+fn encode_services(e: &mut DescriptorEncoder, services: &[ServiceSnapshot]) -> fmt::Result {
+    let (counters, gauges): (Vec<_>, Vec<_>) = SERVICE
+        .counters
+        .iter()
+        .partition(|plain| plain.kind == Kind::Counter);
+    encode_plain(e, counters, services, service_label)?;
+    encode_plain(e, gauges, services, service_label)?;
+    family(
+        e,
+        "tcpvs_service_responses",
+        "Requests answered, by status class",
+        services.iter().flat_map(|s| {
+            CLASSES.iter().zip(s.classes).map(move |(class, n)| {
+                (
+                    [("service", s.name.as_str()), ("class", *class)],
+                    counter(n),
+                )
+            })
+        }),
+    )?;
+    family(
+        e,
+        "tcpvs_request_duration_seconds",
+        "From a request's head read to its response relayed (or refused)",
+        services.iter().map(|s| {
+            (
+                service_label(s),
+                Histogram {
+                    latency: &s.duration,
+                },
+            )
+        }),
+    )
+}
+
+fn encode_pools(e: &mut DescriptorEncoder, pools: &[PoolSnapshot]) -> fmt::Result {
+    family(
+        e,
+        "tcpvs_pool_queued_requests",
+        "Requests waiting for a server slot",
+        pools
+            .iter()
+            .map(|p| ([("pool", p.name.as_str())], gauge(p.queued as i64))),
+    )?;
+    family(
+        e,
+        "tcpvs_pool_panic",
+        "1 while the pool is below its panic_threshold: health does not decide",
+        pools
+            .iter()
+            .map(|p| ([("pool", p.name.as_str())], gauge(i64::from(p.panic)))),
+    )
+}
+
+/// The servers: state and weights, the counters of their table with the status classes,
+/// checks, response times.
+fn encode_servers(e: &mut DescriptorEncoder, servers: &[ServerSnapshot]) -> fmt::Result {
+    encode_server_states(e, servers)?;
+    encode_plain(e, SERVER.traffic, servers, server_labels)?;
+    family(
+        e,
+        "tcpvs_server_responses",
+        "Response heads received, by status class",
+        servers.iter().flat_map(|s| {
+            CLASSES.iter().zip(s.classes).map(move |(class, n)| {
+                let [pool, server] = server_labels(s);
+                ([pool, server, ("class", class.to_string())], counter(n))
+            })
+        }),
+    )?;
+    encode_plain(e, SERVER.bytes, servers, server_labels)?;
+    encode_plain(e, SERVER.errors, servers, server_labels)?;
+    encode_server_checks(e, servers)?;
+    family(
+        e,
+        "tcpvs_server_state_seconds",
+        "Seconds since the server's state last changed",
+        servers
+            .iter()
+            .map(|s| (server_labels(s), ConstGauge::new(s.since.as_secs_f64()))),
+    )?;
+    family(
+        e,
+        "tcpvs_server_response_seconds",
+        "From a request's head read to the server's response head (connection set-up included)",
+        servers.iter().map(|s| {
+            (
+                server_labels(s),
+                Histogram {
+                    latency: &s.latency,
+                },
+            )
+        }),
+    )
+}
+
+/// A gauge per server.
+fn server_gauge(
+    servers: &[ServerSnapshot],
+    value: fn(&ServerSnapshot) -> i64,
+) -> impl Iterator<Item = (ServerLabels<'_>, ConstGauge<i64>)> {
+    servers
+        .iter()
+        .map(move |s| (server_labels(s), gauge(value(s))))
+}
+
+/// Whether each server is up, its state, weights and load now.
+fn encode_server_states(e: &mut DescriptorEncoder, servers: &[ServerSnapshot]) -> fmt::Result {
+    family(
+        e,
+        "tcpvs_server_up",
+        "1 when the server is up (not down, draining or in maintenance)",
+        server_gauge(servers, |s| i64::from(s.state == State::Up)),
+    )?;
+    family(
+        e,
+        "tcpvs_server_state",
+        "1 for the server's current state",
+        servers.iter().flat_map(|s| {
+            let current = s.state.to_string();
+            STATES.iter().map(move |state| {
+                let [pool, server] = server_labels(s);
+                (
+                    [pool, server, ("state", state.to_string())],
+                    gauge(i64::from(current == *state)),
+                )
+            })
+        }),
+    )?;
+    family(
+        e,
+        "tcpvs_server_weight",
+        "The weight in force: set at run time, else configured",
+        server_gauge(servers, |s| {
+            i64::from(s.admin_weight.unwrap_or(s.configured_weight))
+        }),
+    )?;
+    family(
+        e,
+        "tcpvs_server_effective_weight",
+        "The weight the scheduler uses now (agent, slow start applied)",
+        server_gauge(servers, |s| i64::from(s.weight)),
+    )?;
+    family(
+        e,
+        "tcpvs_server_active_requests",
+        "Requests in progress",
+        server_gauge(servers, |s| i64::from(s.active)),
+    )?;
+    family(
+        e,
+        "tcpvs_server_idle_connections",
+        "Idle keep-alive connections kept for reuse",
+        server_gauge(servers, |s| s.idle as i64),
+    )
+}
+
+/// What the active checks last said of each server.
+fn encode_server_checks(e: &mut DescriptorEncoder, servers: &[ServerSnapshot]) -> fmt::Result {
+    family(
+        e,
+        "tcpvs_server_check_passed",
+        "The last active check: 1 passed, 0 failed (absent before the first)",
+        servers.iter().filter_map(|s| {
+            let (passed, _, _) = s.check.last.as_ref()?;
+            Some((server_labels(s), gauge(i64::from(*passed))))
+        }),
+    )?;
+    family(
+        e,
+        "tcpvs_server_check_successes",
+        "Consecutive successful active checks",
+        server_gauge(servers, |s| i64::from(s.check.successes)),
+    )?;
+    family(
+        e,
+        "tcpvs_server_check_failures",
+        "Consecutive failed active checks",
+        server_gauge(servers, |s| i64::from(s.check.failures)),
+    )
 }
 
 #[cfg(test)]

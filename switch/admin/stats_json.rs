@@ -6,6 +6,7 @@
 
 pub use super::rates::{Rates, ServerRate, ServiceRate};
 use crate::state::snapshot::{ServerSnapshot, ServiceSnapshot, Snapshot};
+use crate::state::stats::counters::{counter_literal, server_counters, service_counters};
 use crate::state::stats::LatencySnapshot;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -25,24 +26,24 @@ pub struct StatsJson {
     pub pools: Vec<PoolJson>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ServiceJson {
-    pub name: String,
-    pub listen: String,
-    pub connections: u64,
-    pub open: u64,
-    pub refused: u64,
-    pub proxy_refused: u64,
-    pub tls_handshakes: u64,
-    pub tls_resumed: u64,
-    pub tls_handshake_failures: u64,
-    pub requests: u64,
-    pub local_errors: u64,
-    pub responses: Classes,
-    pub latency_ms: Option<Percentiles>,
-    pub rate: ServiceRate,
+/// [`ServiceJson`]: its name and address, the counters of the table (under their JSON keys),
+/// then what is not a plain counter.
+macro_rules! declare_service_json {
+    (; counters { $( $(#[doc = $doc:literal])* $field:ident { json: $key:literal, $($spec:tt)* } )* }) => {
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+        #[serde(default)]
+        pub struct ServiceJson {
+            pub name: String,
+            pub listen: String,
+            $( $(#[doc = $doc])* #[serde(rename = $key)] pub $field: u64, )*
+            pub responses: Classes,
+            pub latency_ms: Option<Percentiles>,
+            pub rate: ServiceRate,
+        }
+    };
 }
+
+service_counters!(declare_service_json);
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -57,35 +58,49 @@ pub struct PoolJson {
     pub servers: Vec<ServerJson>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ServerJson {
-    pub addr: String,
-    pub state: String,
-    pub reason: String,
-    pub since_s: f64,
-    pub backup: bool,
-    pub offered: bool,
-    pub weight: u32,
-    pub weight_configured: u32,
-    pub weight_effective: u32,
-    pub max_conns: u32,
-    pub active: u32,
-    pub idle: usize,
-    pub connections: u64,
-    pub requests: u64,
-    pub failures: u64,
-    pub connect_errors: u64,
-    pub response_errors: u64,
-    pub timeouts: u64,
-    pub retries: u64,
-    pub responses: Classes,
-    pub bytes_in: u64,
-    pub bytes_out: u64,
-    pub latency_ms: Option<Percentiles>,
-    pub rate: ServerRate,
-    pub check: CheckJson,
+/// [`ServerJson`]: the server's state and weights first, then its counters (under their JSON
+/// keys) by group, with the derived `failures` and the status classes between the groups: the
+/// order `/stats` has always had, which readers of the text may rely on.
+macro_rules! declare_server_json {
+    (;
+        $( $group:ident {
+            $( $(#[doc = $doc:literal])* $field:ident { json: $key:literal, $($spec:tt)* } )*
+        } )*
+    ) => {
+        declare_server_json! {
+            @declare $( $group [ $( $(#[doc = $doc])* #[serde(rename = $key)] pub $field: u64, )* ] )*
+        }
+    };
+    (@declare traffic [ $($traffic:tt)* ] errors [ $($errors:tt)* ] bytes [ $($bytes:tt)* ]) => {
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+        #[serde(default)]
+        pub struct ServerJson {
+            pub addr: String,
+            pub state: String,
+            pub reason: String,
+            pub since_s: f64,
+            pub backup: bool,
+            pub offered: bool,
+            pub weight: u32,
+            pub weight_configured: u32,
+            pub weight_effective: u32,
+            pub max_conns: u32,
+            pub active: u32,
+            pub idle: usize,
+            $($traffic)*
+            /// `connect_errors` + `response_errors`.
+            pub failures: u64,
+            $($errors)*
+            pub responses: Classes,
+            $($bytes)*
+            pub latency_ms: Option<Percentiles>,
+            pub rate: ServerRate,
+            pub check: CheckJson,
+        }
+    };
 }
+
+server_counters!(declare_server_json);
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -204,25 +219,21 @@ pub fn stats_json(
 
 fn service_json(s: &ServiceSnapshot, rates: &Rates) -> ServiceJson {
     let rate = rates.services.get(&s.name).cloned().unwrap_or_default();
-    ServiceJson {
-        name: s.name.clone(),
-        listen: s.listen.to_string(),
-        connections: s.accepted,
-        open: s.open,
-        refused: s.refused,
-        proxy_refused: s.proxy_refused,
-        tls_handshakes: s.tls_handshakes,
-        tls_resumed: s.tls_resumed,
-        tls_handshake_failures: s.tls_handshake_failures,
-        requests: s.requests,
-        local_errors: s.local_errors,
-        responses: s.classes.into(),
-        latency_ms: Percentiles::of(&s.duration),
-        rate: ServiceRate {
-            requests: rounded(rate.requests),
-            connections: rounded(rate.connections),
-        },
-    }
+    service_counters!(
+        counter_literal,
+        ServiceJson {
+            name: s.name.clone(),
+            listen: s.listen.to_string(),
+            responses: s.classes.into(),
+            latency_ms: Percentiles::of(&s.duration),
+            rate: ServiceRate {
+                requests: rounded(rate.requests),
+                connections: rounded(rate.connections),
+            },
+        }
+        copied,
+        s
+    )
 }
 
 pub fn server_json(s: &ServerSnapshot, rates: &Rates) -> ServerJson {
@@ -236,41 +247,43 @@ pub fn server_json(s: &ServerSnapshot, rates: &Rates) -> ServerJson {
         Some((false, why, age)) => (Some("failed".into()), why.clone(), Some(seconds(*age))),
         None => (None, String::new(), None),
     };
-    ServerJson {
-        addr: s.addr.to_string(),
-        state: s.state.to_string(),
-        reason: s.reason.clone(),
-        since_s: seconds(s.since),
-        backup: s.backup,
-        offered: s.offered,
-        weight: s.admin_weight.unwrap_or(s.configured_weight),
-        weight_configured: s.configured_weight,
-        weight_effective: s.weight,
-        max_conns: s.max_conns,
-        active: s.active,
-        idle: s.idle,
-        connections: s.connections,
-        requests: s.requests,
-        failures: s.connect_errors + s.response_errors,
-        connect_errors: s.connect_errors,
-        response_errors: s.response_errors,
-        timeouts: s.timeouts,
-        retries: s.retries,
-        responses: s.classes.into(),
-        bytes_in: s.bytes_in,
-        bytes_out: s.bytes_out,
-        latency_ms: Percentiles::of(&s.latency),
-        rate: ServerRate {
-            requests: rounded(rate.requests),
-            bytes_out: rounded(rate.bytes_out),
-        },
-        check: CheckJson {
-            kind: s.check.kind.to_string(),
-            last,
-            detail,
-            age_s,
-            successes: s.check.successes,
-            failures: s.check.failures,
-        },
-    }
+    server_counters!(
+        counter_literal,
+        ServerJson {
+            addr: s.addr.to_string(),
+            state: s.state.to_string(),
+            reason: s.reason.clone(),
+            since_s: seconds(s.since),
+            backup: s.backup,
+            offered: s.offered,
+            weight: s.admin_weight.unwrap_or(s.configured_weight),
+            weight_configured: s.configured_weight,
+            weight_effective: s.weight,
+            max_conns: s.max_conns,
+            active: s.active,
+            idle: s.idle,
+            failures: s.connect_errors + s.response_errors,
+            responses: s.classes.into(),
+            latency_ms: Percentiles::of(&s.latency),
+            rate: ServerRate {
+                requests: rounded(rate.requests),
+                bytes_out: rounded(rate.bytes_out),
+            },
+            check: CheckJson {
+                kind: s.check.kind.to_string(),
+                last,
+                detail,
+                age_s,
+                successes: s.check.successes,
+                failures: s.check.failures,
+            },
+        }
+        copied,
+        s
+    )
+}
+
+/// A counter of the snapshot, as the JSON holds it.
+fn copied(count: &u64) -> u64 {
+    *count
 }

@@ -18,7 +18,8 @@
 //! untitled column says what is unusual about a server: backup, why it is not up, a failing
 //! check, an effective weight that differs from the one in force.
 
-use super::stats_json::{ServerJson, StatsJson};
+use super::stats_json::{ServerJson, ServiceJson, StatsJson};
+use crate::state::stats::counters::{server_counters, service_counters};
 
 /// The whole table, each line ending in a newline.
 pub fn render(stats: &StatsJson) -> String {
@@ -26,25 +27,13 @@ pub fn render(stats: &StatsJson) -> String {
     out.push_str(&summary(stats));
     out.push('\n');
 
-    let mut services = vec![cells(&[
-        "Service",
-        "LocalAddress:Port",
-        "Conns",
-        "Open",
-        "Requests",
-        "Req/s",
-        "Errors",
-    ])];
+    let mut services = vec![cells(
+        &[&["Service", "LocalAddress:Port"], &service_titles()[..]].concat(),
+    )];
     for s in &stats.services {
-        services.push(vec![
-            s.name.clone(),
-            s.listen.clone(),
-            s.connections.to_string(),
-            s.open.to_string(),
-            s.requests.to_string(),
-            rate(s.rate.requests),
-            s.local_errors.to_string(),
-        ]);
+        let mut row = vec![s.name.clone(), s.listen.clone()];
+        row.extend(service_cells(s));
+        services.push(row);
     }
     for line in align(&services) {
         out.push_str(&line);
@@ -52,18 +41,20 @@ pub fn render(stats: &StatsJson) -> String {
     }
 
     // Server rows of every pool are aligned together, so the pools read as one table.
-    let header = cells(&[
-        "  -> RemoteAddress:Port",
-        "State",
-        "Weight",
-        "Active",
-        "Idle",
-        "Requests",
-        "Req/s",
-        "BytesIn",
-        "BytesOut",
-        "Fails",
-    ]);
+    let header = cells(
+        &[
+            &[
+                "  -> RemoteAddress:Port",
+                "State",
+                "Weight",
+                "Active",
+                "Idle",
+            ],
+            &server_titles()[..],
+            &["Fails"],
+        ]
+        .concat(),
+    );
     let mut rows = Vec::new();
     for pool in &stats.pools {
         rows.push(header.clone());
@@ -132,20 +123,54 @@ fn summary(stats: &StatsJson) -> String {
 }
 
 fn server_row(s: &ServerJson) -> Vec<String> {
-    vec![
+    let mut row = vec![
         format!("  -> {}", s.addr),
         s.state.clone(),
         s.weight.to_string(),
         s.active.to_string(),
         s.idle.to_string(),
-        s.requests.to_string(),
-        rate(s.rate.requests),
-        bytes(s.bytes_in),
-        bytes(s.bytes_out),
-        s.failures.to_string(),
-        note(s),
-    ]
+    ];
+    row.extend(server_cells(s));
+    row.push(s.failures.to_string());
+    row.push(note(s));
+    row
 }
+
+/// The columns the counter tables ask for (`list:`), in their order: `$titles()` names them,
+/// `$cells(json)` fills them for one service or server.
+macro_rules! counter_columns {
+    ($json:ident, $titles:ident, $cells:ident;
+        $( $group:ident { $( $(#[doc = $doc:literal])* $field:ident {
+            json: $key:literal,
+            metric: $kind:ident $metric:literal $help:literal,
+            $( list: $shape:ident $($title:literal)+, )?
+        } )* } )*
+    ) => {
+        fn $titles() -> Vec<&'static str> {
+            vec![ $( $( $( $($title,)+ )? )* )* ]
+        }
+
+        fn $cells(s: &$json) -> Vec<String> {
+            let mut cells = Vec::new();
+            $( $( $( counter_columns!(@cells cells, s, $field, $shape); )? )* )*
+            cells
+        }
+    };
+    (@cells $cells:ident, $s:ident, $field:ident, Count) => {
+        $cells.push($s.$field.to_string())
+    };
+    (@cells $cells:ident, $s:ident, $field:ident, Bytes) => {
+        $cells.push(bytes($s.$field))
+    };
+    // The number, then its rate over the last 10 s (the JSON's `rate` of the same name).
+    (@cells $cells:ident, $s:ident, $field:ident, CountAndRate) => {{
+        $cells.push($s.$field.to_string());
+        $cells.push(rate($s.rate.$field));
+    }};
+}
+
+service_counters!(counter_columns, ServiceJson, service_titles, service_cells);
+server_counters!(counter_columns, ServerJson, server_titles, server_cells);
 
 /// What is unusual about a server, empty when nothing is.
 fn note(s: &ServerJson) -> String {

@@ -5,6 +5,9 @@ use crate::config::health::CheckKind;
 use crate::state::generation::{Generation, Service};
 use crate::state::pool::Pool;
 use crate::state::server::Backend;
+use crate::state::stats::counters::{
+    counter_literal, counter_struct, server_counters, service_counters,
+};
 use crate::state::stats::{self, LatencySnapshot};
 use std::time::Instant;
 use tcpvs_modules::ServerState;
@@ -38,21 +41,17 @@ pub fn take(generation: &Generation, clients: usize) -> Snapshot {
 
 fn service_snapshot(service: &Service) -> ServiceSnapshot {
     let s = &service.stats;
-    ServiceSnapshot {
-        name: service.name.clone(),
-        listen: service.bound.get().copied().unwrap_or(service.listen),
-        accepted: stats::read(&s.accepted),
-        open: stats::read(&s.open),
-        refused: stats::read(&s.refused),
-        proxy_refused: stats::read(&s.proxy_refused),
-        tls_handshakes: stats::read(&s.tls_handshakes),
-        tls_resumed: stats::read(&s.tls_resumed),
-        tls_handshake_failures: stats::read(&s.tls_handshake_failures),
-        requests: stats::read(&s.requests),
-        local_errors: stats::read(&s.local_errors),
-        classes: s.classes.read(),
-        duration: s.duration.read(),
-    }
+    service_counters!(
+        counter_literal,
+        ServiceSnapshot {
+            name: service.name.clone(),
+            listen: service.bound.get().copied().unwrap_or(service.listen),
+            classes: s.classes.read(),
+            duration: s.duration.read(),
+        }
+        stats::read,
+        s
+    )
 }
 
 fn server_snapshot(pool: &Pool, state: &ServerState, backend: &Backend) -> ServerSnapshot {
@@ -83,71 +82,64 @@ fn server_snapshot(pool: &Pool, state: &ServerState, backend: &Backend) -> Serve
     );
     drop(status);
     let s = &backend.stats;
-    ServerSnapshot {
-        pool: pool.name.clone(),
-        addr: backend.addr,
-        state: shown,
-        reason,
-        backup: backend.is_backup(),
-        offered: state.load().is_usable(),
-        weight: state.weight(),
-        active: state.active(),
-        idle: backend.idle_count(),
-        connections: stats::read(&s.connections),
-        requests: stats::read(&s.requests),
-        bytes_in: stats::read(&s.bytes_in),
-        bytes_out: stats::read(&s.bytes_out),
-        connect_errors: stats::read(&s.connect_errors),
-        response_errors: stats::read(&s.response_errors),
-        responses: stats::read(&s.responses),
-        classes: s.classes.read(),
-        timeouts: stats::read(&s.timeouts),
-        retries: stats::read(&s.retries),
-        latency: s.latency.read(),
-        configured_weight: backend.weight(),
-        admin_weight,
-        max_conns: backend.max_conns(),
-        since,
-        check,
-    }
+    server_counters!(
+        counter_literal,
+        ServerSnapshot {
+            pool: pool.name.clone(),
+            addr: backend.addr,
+            state: shown,
+            reason,
+            backup: backend.is_backup(),
+            offered: state.load().is_usable(),
+            weight: state.weight(),
+            active: state.active(),
+            idle: backend.idle_count(),
+            responses: stats::read(&s.responses),
+            classes: s.classes.read(),
+            latency: s.latency.read(),
+            configured_weight: backend.weight(),
+            admin_weight,
+            max_conns: backend.max_conns(),
+            since,
+            check,
+        }
+        stats::read,
+        s
+    )
 }
 
-/// A server as `tcpvs list` will show it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServerSnapshot {
-    pub pool: String,
-    pub addr: std::net::SocketAddr,
-    /// `up`, `down`, `drain` or `maint`, and why (the last transition's reason).
-    pub state: crate::state::status::State,
-    pub reason: String,
-    pub backup: bool,
-    /// New requests may go to it now (a backup only while no primary is usable).
-    pub offered: bool,
-    /// The effective weight (admin, agent and slow start applied).
-    pub weight: u32,
-    pub active: u32,
-    pub idle: usize,
-    pub connections: u64,
-    pub requests: u64,
-    pub bytes_in: u64,
-    pub bytes_out: u64,
-    pub connect_errors: u64,
-    pub response_errors: u64,
-    /// Response heads received (their times since the request head was read: `latency`).
-    pub responses: u64,
-    /// Final responses by class 1xx..5xx.
-    pub classes: [u64; 5],
-    pub timeouts: u64,
-    pub retries: u64,
-    pub latency: LatencySnapshot,
-    /// As configured, and the operator's override (`None`: the configured one holds).
-    pub configured_weight: u32,
-    pub admin_weight: Option<u32>,
-    pub max_conns: u32,
-    /// How long the shown state has held.
-    pub since: std::time::Duration,
-    pub check: CheckSnapshot,
-}
+server_counters!(
+    counter_struct,
+    /// A server as `tcpvs list` will show it: its counters (the table's rows) and the rest.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct ServerSnapshot {
+        pub pool: String,
+        pub addr: std::net::SocketAddr,
+        /// `up`, `down`, `drain` or `maint`, and why (the last transition's reason).
+        pub state: crate::state::status::State,
+        pub reason: String,
+        pub backup: bool,
+        /// New requests may go to it now (a backup only while no primary is usable).
+        pub offered: bool,
+        /// The effective weight (admin, agent and slow start applied).
+        pub weight: u32,
+        pub active: u32,
+        pub idle: usize,
+        /// Response heads received (their times since the request head was read: `latency`).
+        pub responses: u64,
+        /// Final responses by class 1xx..5xx.
+        pub classes: [u64; 5],
+        pub latency: LatencySnapshot,
+        /// As configured, and the operator's override (`None`: the configured one holds).
+        pub configured_weight: u32,
+        pub admin_weight: Option<u32>,
+        pub max_conns: u32,
+        /// How long the shown state has held.
+        pub since: std::time::Duration,
+        pub check: CheckSnapshot,
+    }
+    counters: u64
+);
 
 /// What active checks last said of a server.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -161,22 +153,18 @@ pub struct CheckSnapshot {
     pub failures: u32,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServiceSnapshot {
-    pub name: String,
-    pub listen: std::net::SocketAddr,
-    pub accepted: u64,
-    pub open: u64,
-    pub refused: u64,
-    pub proxy_refused: u64,
-    pub tls_handshakes: u64,
-    pub tls_resumed: u64,
-    pub tls_handshake_failures: u64,
-    pub requests: u64,
-    pub local_errors: u64,
-    pub classes: [u64; 5],
-    pub duration: LatencySnapshot,
-}
+service_counters!(
+    counter_struct,
+    /// A virtual service: its counters (the table's rows) and the rest.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct ServiceSnapshot {
+        pub name: String,
+        pub listen: std::net::SocketAddr,
+        pub classes: [u64; 5],
+        pub duration: LatencySnapshot,
+    }
+    counters: u64
+);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {

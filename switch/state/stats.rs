@@ -1,43 +1,32 @@
 //! Counters kept per server and per virtual service, LVS style: updated with relaxed atomics on
 //! the data path, read as snapshots (by tests, and by the admin endpoint off the workers).
 
+pub mod counters;
 pub mod latency;
 
+use counters::{counter_struct, server_counters, service_counters};
 pub use latency::{Latency, LatencySnapshot};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-#[derive(Debug, Default)]
-pub struct ServerStats {
-    /// TCP connections opened to the server.
-    pub connections: AtomicU64,
-    /// Requests sent (a retry counts again).
-    pub requests: AtomicU64,
-    /// Bytes of requests sent to the server, heads included.
-    pub bytes_in: AtomicU64,
-    /// Bytes of responses relayed to clients, heads as rebuilt.
-    pub bytes_out: AtomicU64,
-    /// Connection attempts that failed or timed out.
-    pub connect_errors: AtomicU64,
-    /// Exchanges that failed after connecting: bad response, reset, timeout.
-    pub response_errors: AtomicU64,
-    /// Responses whose head arrived.
-    pub responses: AtomicU64,
-    /// Final response heads the server sent, by class: 1xx (101 and tunnels), 2xx, 3xx, 4xx,
-    /// 5xx; not those the switch refused to relay (a 101 nobody asked for: 502).
-    pub classes: StatusClasses,
-    /// Connection attempts that ran out of time (`connect_timeout`), and responses that did
-    /// not begin in time (`idle_timeout` before the response head: 504).
-    pub timeouts: AtomicU64,
-    /// Requests sent again after a failed attempt at this server (on a new connection to
-    /// it, or to the next server).
-    pub retries: AtomicU64,
-    /// Request head read -> response head received, connection set-up included; with its
-    /// sum.
-    pub latency: Latency,
-    /// Exchanges moving a body to or from the server now (a gauge): see
-    /// [`ServerStats::relaying`].
-    relaying: AtomicU64,
-}
+server_counters!(
+    counter_struct,
+    /// A server's counters (the table's rows, as atomics) and what is not a plain counter.
+    #[derive(Debug, Default)]
+    pub struct ServerStats {
+        /// Responses whose head arrived (not shown: evidence that the server is alive).
+        pub responses: AtomicU64,
+        /// Final response heads the server sent, by class: 1xx (101 and tunnels), 2xx, 3xx,
+        /// 4xx, 5xx; not those the switch refused to relay (a 101 nobody asked for: 502).
+        pub classes: StatusClasses,
+        /// Request head read -> response head received, connection set-up included; with its
+        /// sum.
+        pub latency: Latency,
+        /// Exchanges moving a body to or from the server now (a gauge): see
+        /// [`ServerStats::relaying`].
+        relaying: AtomicU64,
+    }
+    counters: AtomicU64
+);
 
 impl ServerStats {
     /// Marks an exchange as moving a body (the request's up, or the response's down) until
@@ -68,31 +57,21 @@ impl Drop for RelayingBody<'_> {
     }
 }
 
-#[derive(Debug, Default)]
-pub struct ServiceStats {
-    pub accepted: AtomicU64,
-    /// Client connections open now.
-    pub open: AtomicU64,
-    /// Connections refused with 503 because `max_clients` were connected.
-    pub refused: AtomicU64,
-    /// Connections closed because they did not start with a valid PROXY protocol header
-    /// (`proxy_protocol = true`).
-    pub proxy_refused: AtomicU64,
-    /// TLS handshakes completed (`tls`), and how many of them resumed a session.
-    pub tls_handshakes: AtomicU64,
-    pub tls_resumed: AtomicU64,
-    /// Connections closed because their TLS handshake failed (`tls`), or their ClientHello
-    /// could not be read (`mode = "tls-passthrough"`).
-    pub tls_handshake_failures: AtomicU64,
-    pub requests: AtomicU64,
-    /// Responses the switch produced itself (4xx refusals, 502, 503, 504).
-    pub local_errors: AtomicU64,
-    /// Answers, by the status the client got: the server's, or the switch's own (refusals of
-    /// requests that could not be read included).
-    pub classes: StatusClasses,
-    /// Request head read -> response relayed (or refused), for requests that got an answer.
-    pub duration: Latency,
-}
+service_counters!(
+    counter_struct,
+    /// A virtual service's counters (the table's rows, as atomics) and what is not a plain
+    /// counter.
+    #[derive(Debug, Default)]
+    pub struct ServiceStats {
+        /// Answers, by the status the client got: the server's, or the switch's own (refusals
+        /// of requests that could not be read included).
+        pub classes: StatusClasses,
+        /// Request head read -> response relayed (or refused), for requests that got an
+        /// answer.
+        pub duration: Latency,
+    }
+    counters: AtomicU64
+);
 
 /// Responses counted by status class: 1xx, 2xx, 3xx, 4xx, 5xx.
 #[derive(Debug, Default)]

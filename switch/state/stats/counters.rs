@@ -1,0 +1,197 @@
+//! The plain counters of a virtual service and of a server, each declared once, in a table per
+//! scope ([`service_counters!`], [`server_counters!`]). Everything that shows a counter is
+//! generated from these tables: the atomics the data path bumps (`ServiceStats`, `ServerStats`
+//! in stats.rs), the snapshot fields and the code that reads them (state/snapshot.rs), the
+//! `/stats` JSON fields and the code that fills them (admin/stats_json.rs), the Prometheus
+//! families (admin/metrics.rs) and the `tcpvs list` columns (admin/table.rs). Adding a counter
+//! is adding a row; what is not a plain counter (status classes, latency histograms, states,
+//! checks, derived sums such as a server's `failures`) stays hand-written beside the tables.
+//!
+//! A table is an "X-macro": `server_counters!(then, ARGS)` expands to `then! { ARGS; GROUPS }`,
+//! and each consumer is a `macro_rules!` that picks what it needs of the rows. GROUPS is
+//! `name { ROW* }` per group; a row is
+//!
+//! ```text
+//! /// What the counter counts (the doc comment of the atomic and of the snapshot field).
+//! field {
+//!     json: "key",                               // its key in `/stats`
+//!     metric: Counter "tcpvs_..." "help text",   // or Gauge: a value that goes down too
+//!     list: Count "Title",                       // optional: a `tcpvs list` column
+//! }
+//! ```
+//!
+//! `field` is the name of the atomic, of the snapshot field and of the JSON struct's field (the
+//! data path writes `stats::bump(&backend.stats.requests)`). `list` shapes are `Count "Title"`
+//! (the number), `Bytes "Title"` (in binary units) and `CountAndRate "Title" "Rate title"` (the
+//! number, then its rate over the last 10 s, read from the JSON's `rate` of the same name).
+//!
+//! Groups exist only because `/stats` and `/metrics` interleave the counters with the
+//! hand-written fields differently (a server's status classes come after its error counters
+//! in the JSON, after its request counter in the metrics): a consumer places each group where
+//! its output wants it. Within a group, rows keep their order everywhere; a service's
+//! families put its counters before its gauges.
+
+/// The counters of a virtual service: one group, `counters`.
+macro_rules! service_counters {
+    ($then:ident $(, $($args:tt)*)?) => {
+        $then! {
+            $($($args)*)?;
+            counters {
+                /// Client connections accepted.
+                accepted {
+                    json: "connections",
+                    metric: Counter "tcpvs_service_connections" "Client connections accepted",
+                    list: Count "Conns",
+                }
+                /// Client connections open now.
+                open {
+                    json: "open",
+                    metric: Gauge "tcpvs_service_open_connections" "Client connections open now",
+                    list: Count "Open",
+                }
+                /// Connections refused with 503 because `max_clients` were connected.
+                refused {
+                    json: "refused",
+                    metric: Counter "tcpvs_service_refused"
+                        "Client connections turned away at max_clients",
+                }
+                /// Connections closed because they did not start with a valid PROXY protocol
+                /// header (`proxy_protocol = true`).
+                proxy_refused {
+                    json: "proxy_refused",
+                    metric: Counter "tcpvs_service_proxy_refused"
+                        "Client connections closed for a missing or invalid PROXY protocol header",
+                }
+                /// TLS handshakes completed (`tls`).
+                tls_handshakes {
+                    json: "tls_handshakes",
+                    metric: Counter "tcpvs_service_tls_handshakes" "TLS handshakes completed",
+                }
+                /// TLS handshakes that resumed a session.
+                tls_resumed {
+                    json: "tls_resumed",
+                    metric: Counter "tcpvs_service_tls_resumed"
+                        "TLS handshakes that resumed a session (ticket or session ID)",
+                }
+                /// Connections closed because their TLS handshake failed (`tls`), or their
+                /// ClientHello could not be read (`mode = "tls-passthrough"`).
+                tls_handshake_failures {
+                    json: "tls_handshake_failures",
+                    metric: Counter "tcpvs_service_tls_handshake_failures"
+                        "Client connections closed for a failed TLS handshake or an unreadable ClientHello",
+                }
+                /// Requests read.
+                requests {
+                    json: "requests",
+                    metric: Counter "tcpvs_service_requests" "Requests read",
+                    list: CountAndRate "Requests" "Req/s",
+                }
+                /// Responses the switch produced itself (4xx refusals, 502, 503, 504).
+                local_errors {
+                    json: "local_errors",
+                    metric: Counter "tcpvs_service_local_errors"
+                        "Answers the switch made itself (refusals, 502, 503, 504)",
+                    list: Count "Errors",
+                }
+            }
+        }
+    };
+}
+
+/// The counters of a server, in three groups: `traffic` (connections and requests), `errors`
+/// (failed attempts, timeouts, retries) and `bytes`.
+macro_rules! server_counters {
+    ($then:ident $(, $($args:tt)*)?) => {
+        $then! {
+            $($($args)*)?;
+            traffic {
+                /// TCP connections opened to the server.
+                connections {
+                    json: "connections",
+                    metric: Counter "tcpvs_server_connections" "Connections opened to the server",
+                }
+                /// Requests sent (a retry counts again).
+                requests {
+                    json: "requests",
+                    metric: Counter "tcpvs_server_requests" "Requests sent (a retry counts again)",
+                    list: CountAndRate "Requests" "Req/s",
+                }
+            }
+            errors {
+                /// Connection attempts that failed or timed out.
+                connect_errors {
+                    json: "connect_errors",
+                    metric: Counter "tcpvs_server_connect_errors"
+                        "Connection attempts that failed or timed out",
+                }
+                /// Exchanges that failed after connecting: bad response, reset, timeout.
+                response_errors {
+                    json: "response_errors",
+                    metric: Counter "tcpvs_server_response_errors"
+                        "Exchanges that failed after connecting",
+                }
+                /// Connection attempts that ran out of time (`connect_timeout`), and responses
+                /// that did not begin in time (`idle_timeout` before the response head: 504).
+                timeouts {
+                    json: "timeouts",
+                    metric: Counter "tcpvs_server_timeouts"
+                        "Connection attempts and exchanges that ran out of time",
+                }
+                /// Requests sent again after a failed attempt at this server (on a new
+                /// connection to it, or to the next server).
+                retries {
+                    json: "retries",
+                    metric: Counter "tcpvs_server_retries"
+                        "Failed attempts after which the request was tried again",
+                }
+            }
+            bytes {
+                /// Bytes of requests sent to the server, heads included.
+                bytes_in {
+                    json: "bytes_in",
+                    metric: Counter "tcpvs_server_bytes_in" "Bytes of requests sent to the server",
+                    list: Bytes "BytesIn",
+                }
+                /// Bytes of responses relayed to clients, heads as rebuilt.
+                bytes_out {
+                    json: "bytes_out",
+                    metric: Counter "tcpvs_server_bytes_out" "Bytes of responses relayed to clients",
+                    list: Bytes "BytesOut",
+                }
+            }
+        }
+    };
+}
+
+/// A struct with one field of type `$counter` per counter of the table, with the counter's doc
+/// comment, then the hand-written fields given:
+/// `table!(counter_struct, #[derive(..)] pub struct Name { hand fields } counters: Type)`.
+macro_rules! counter_struct {
+    (
+        $(#[$attr:meta])*
+        $vis:vis struct $name:ident { $($hand:tt)* } counters: $counter:ty;
+        $( $group:ident { $( $(#[doc = $doc:literal])* $field:ident { $($spec:tt)* } )* } )*
+    ) => {
+        $(#[$attr])*
+        $vis struct $name {
+            $( $( $(#[doc = $doc])* pub $field: $counter, )* )*
+            $($hand)*
+        }
+    };
+}
+
+/// A struct literal: the hand-written fields given, then every counter of the table as
+/// `$read(&$source.field)`: `table!(counter_literal, Name { hand fields } stats::read, source)`.
+macro_rules! counter_literal {
+    (
+        $name:ident { $($hand:tt)* } $read:path, $source:ident;
+        $( $group:ident { $( $(#[doc = $doc:literal])* $field:ident { $($spec:tt)* } )* } )*
+    ) => {
+        $name {
+            $($hand)*
+            $( $( $field: $read(&$source.$field), )* )*
+        }
+    };
+}
+
+pub(crate) use {counter_literal, counter_struct, server_counters, service_counters};
