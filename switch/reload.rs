@@ -22,6 +22,7 @@ use crate::config::admin::AdminConfig;
 use crate::config::{Config, LoadError, SwitchSettings};
 use crate::listener;
 use crate::shared::Shared;
+use crate::state::control::{self, Change};
 use crate::state::generation::{Generation, Service};
 use crate::state::pool::Pool;
 use crate::timeouts::Timeouts;
@@ -226,9 +227,8 @@ fn reload_locked(shared: &Arc<Shared>) -> Result<Reloaded, ReloadError> {
         .copied()
         .collect();
 
-    // Pools, last: building them updates the kept servers' lines, which must wait until
-    // nothing can refuse the reload any more. The same configuration keeps the pool; another
-    // builds one over the kept servers.
+    // Pools: the same configuration keeps the pool; another builds one over the kept servers
+    // (without changing them: that waits until nothing can refuse the reload any more).
     let mut pools = Vec::with_capacity(config.pools.len());
     let mut fresh = Vec::new();
     for pool_config in &config.pools {
@@ -252,6 +252,15 @@ fn reload_locked(shared: &Arc<Shared>) -> Result<Reloaded, ReloadError> {
         }
     }
 
+    // The kept servers take their new lines, and the new pools are shown to their modules,
+    // before anyone can see them.
+    for pool in &fresh {
+        let changed: Vec<usize> = pool.lines_changed().collect();
+        for index in changed {
+            control::apply(pool, index, Change::LineChanged);
+        }
+        control::apply(pool, 0, Change::Tick);
+    }
     let number = current.number + 1;
     shared.generation.store(Arc::new(Generation {
         number,
