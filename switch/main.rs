@@ -5,7 +5,6 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use tcpvs::admin::client::{self, Address, AdminState, Endpoint};
 use tcpvs::admin::table;
 use tcpvs::config::Config;
@@ -488,7 +487,7 @@ fn run(config: Config, launch: Launch) -> ExitCode {
         };
         if let Some(takeover) = takeover {
             // Serving now: the old process lets go of its listeners and drains.
-            if let Err(e) = takeover.ready(switch.shared()) {
+            if let Err(e) = takeover.ready(&switch.reloads()) {
                 tracing::warn!("upgrade: the old tcpvs did not confirm: {e}");
             } else {
                 tracing::info!("upgrade: took the listeners over; the old tcpvs drains");
@@ -497,7 +496,7 @@ fn run(config: Config, launch: Launch) -> ExitCode {
         let handover = match &launch.upgrade_socket {
             Some(path) => match tcpvs::upgrade::bind(path) {
                 Ok(listener) => {
-                    let serving = tcpvs::upgrade::serve(listener, path.clone(), Arc::clone(switch.shared()));
+                    let serving = tcpvs::upgrade::serve(listener, path.clone(), switch.reloads());
                     Some(tokio::spawn(serving))
                 }
                 Err(e) => {
@@ -574,8 +573,8 @@ impl StopSignals {
                     tracing::info!("SIGHUP: reloading the rule file");
                     // Off this thread: resolving server names may wait on DNS, and with one
                     // worker this thread serves requests.
-                    let shared = Arc::clone(switch.shared());
-                    let _ = tokio::task::spawn_blocking(move || tcpvs::reload::reload(&shared)).await;
+                    let reloads = switch.reloads();
+                    let _ = tokio::task::spawn_blocking(move || reloads.reload()).await;
                 }
             }
         }

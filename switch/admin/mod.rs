@@ -28,6 +28,7 @@ pub mod table;
 
 use crate::config::admin::AdminConfig;
 use crate::shared::Shared;
+use crate::supervisor::ReloadHandle;
 use endpoint::Endpoint;
 pub use listener::{bind, Listener, Peer};
 use rates::Counters;
@@ -51,7 +52,12 @@ enum Accepting {
 
 /// Serves the endpoint on the current tokio runtime until `shared.shutdown` turns true;
 /// samples the counters for rates once a second meanwhile.
-pub async fn serve(shared: Arc<Shared>, config: AdminConfig, listener: Listener) {
+pub async fn serve(
+    shared: Arc<Shared>,
+    reloads: ReloadHandle,
+    config: AdminConfig,
+    listener: Listener,
+) {
     let accepting = match listener {
         Listener::Tcp(l) => tokio::net::TcpListener::from_std(l).map(Accepting::Tcp),
         Listener::Unix(l, file) => {
@@ -65,7 +71,7 @@ pub async fn serve(shared: Arc<Shared>, config: AdminConfig, listener: Listener)
             return;
         }
     };
-    let endpoint = Arc::new(Endpoint::new(Arc::clone(&shared), config.token));
+    let endpoint = Arc::new(Endpoint::new(Arc::clone(&shared), reloads, config.token));
     let sampling = tokio::spawn(sample_rates(Arc::clone(&endpoint)));
     let slots = Slots::new(MAX_CONNECTIONS);
     // The connections' tasks: dropped (ended) with this function when the switch stops, on
@@ -186,6 +192,7 @@ async fn sample_rates(endpoint: Arc<Endpoint>) {
 /// stops (`shared.shutdown`).
 pub fn spawn_thread(
     shared: Arc<Shared>,
+    reloads: ReloadHandle,
     config: AdminConfig,
     listener: Listener,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
@@ -202,6 +209,6 @@ pub fn spawn_thread(
                     return;
                 }
             };
-            runtime.block_on(serve(shared, config, listener));
+            runtime.block_on(serve(shared, reloads, config, listener));
         })
 }
