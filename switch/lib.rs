@@ -26,6 +26,7 @@ pub mod shared;
 pub mod socket;
 pub mod state;
 pub mod stream;
+pub mod supervisor;
 pub mod timeouts;
 pub mod upgrade;
 

@@ -1,6 +1,8 @@
 //! What every worker shares while the switch runs: settings, the current configuration
 //! generation (services and pools), the count of client connections, the stop signal; and the
 //! snapshot of their counters and states that tests, `tcpvs list` and the admin endpoint read.
+//! Only what the data plane reads: the runtimes, listeners and reloads are the supervisor's
+//! (supervisor/).
 
 use crate::access_log::AccessLog;
 use crate::config::SwitchSettings;
@@ -18,9 +20,6 @@ pub struct Shared {
     pub settings: SwitchSettings,
     /// The current services and pools; a reload swaps in the next.
     pub generation: ArcSwap<Generation>,
-    /// Reloads: the rule file, the workers' listeners, one at a time (reload.rs); set once the
-    /// workers run.
-    pub reload: std::sync::Mutex<Option<crate::reload::Reloader>>,
     /// Client connections open now (bounded by `max_clients`).
     pub clients: AtomicUsize,
     /// `max_clients` in effect: the configured one, or lower if the open-file limit could not

@@ -15,7 +15,7 @@
 //! and the old one goes on as if nothing happened.
 
 use crate::admin::listener::{AdminSocket, Handover};
-use crate::shared::Shared;
+use crate::supervisor::ReloadHandle;
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
@@ -27,7 +27,6 @@ use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
@@ -126,15 +125,9 @@ impl Takeover {
     /// Tells the old process that this one serves: it stops accepting and drains. Waits for
     /// its `bye` (its upgrade socket is gone by then, so this process may listen there). Then
     /// an admin socket file taken over is this process's to remove when it stops.
-    pub fn ready(self, shared: &Shared) -> io::Result<()> {
+    pub fn ready(self, switch: &ReloadHandle) -> io::Result<()> {
         self.confirm()?;
-        let guard = shared
-            .reload
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(admin) = guard.as_ref().and_then(|r| r.admin_socket.as_ref()) {
-            admin.set_removes_file(true);
-        }
+        switch.took_over();
         Ok(())
     }
 
@@ -177,20 +170,24 @@ pub fn bind(path: &Path) -> io::Result<tokio::net::UnixListener> {
 
 /// Serves successors on `listener` until one takes over; returns then (the caller stops the
 /// switch as on SIGTERM). A successor that goes away before `ready` changes nothing.
-pub async fn serve(listener: tokio::net::UnixListener, path: PathBuf, shared: Arc<Shared>) {
+pub async fn serve(listener: tokio::net::UnixListener, path: PathBuf, switch: ReloadHandle) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
-        match hand_over(stream, &path, &shared).await {
+        match hand_over(stream, &path, &switch).await {
             Ok(()) => return,
             Err(e) => tracing::warn!("upgrade: the new tcpvs did not take over: {e}"),
         }
     }
 }
 
-async fn hand_over(stream: tokio::net::UnixStream, path: &Path, shared: &Shared) -> io::Result<()> {
+async fn hand_over(
+    stream: tokio::net::UnixStream,
+    path: &Path,
+    switch: &ReloadHandle,
+) -> io::Result<()> {
     let mut reader = tokio::io::BufReader::new(stream);
     let mut line = String::new();
     tokio::time::timeout(STEP_TIMEOUT, reader.read_line(&mut line))
@@ -199,7 +196,7 @@ async fn hand_over(stream: tokio::net::UnixStream, path: &Path, shared: &Shared)
     if line.trim() != "listeners" {
         return Err(io::Error::other(format!("asked {line:?}")));
     }
-    let (lines, fds) = listener_sockets(shared)?;
+    let (lines, fds) = listener_sockets(switch)?;
     let stream = reader.get_mut();
     let payload: String = lines.iter().map(|line| format!("{line}\n")).collect();
     let borrowed: Vec<_> = fds.iter().map(|fd| fd.as_fd()).collect();
@@ -238,7 +235,7 @@ async fn hand_over(stream: tokio::net::UnixStream, path: &Path, shared: &Shared)
         )));
     }
     // From here the new process accepts: this one lets go of its listeners.
-    stop_accepting(shared);
+    switch.handed_over();
     let _ = std::fs::remove_file(path);
     reader.get_mut().write_all(b"bye\n").await?;
     tracing::info!(
@@ -249,28 +246,9 @@ async fn hand_over(stream: tokio::net::UnixStream, path: &Path, shared: &Shared)
 
 /// A copy of every listening socket, each with the line naming it: its bound address, or
 /// `admin tcp ADDR` / `admin unix PATH` for the admin endpoint's.
-fn listener_sockets(shared: &Shared) -> io::Result<(Vec<String>, Vec<OwnedFd>)> {
-    let guard = shared
-        .reload
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let reloader = guard
-        .as_ref()
-        .ok_or_else(|| io::Error::other("the switch is not running"))?;
-    let mut addrs = Vec::new();
-    let mut fds = Vec::new();
-    for (addr, sockets) in &reloader.sockets {
-        for socket in sockets {
-            addrs.push(addr.to_string());
-            fds.push(rustix::io::fcntl_dupfd_cloexec(socket, 0)?);
-        }
-    }
-    if let Some(admin) = &reloader.admin_socket {
-        if let Some(line) = admin.name.line() {
-            addrs.push(line);
-            fds.push(rustix::io::fcntl_dupfd_cloexec(&admin.socket, 0)?);
-        }
-    }
+fn listener_sockets(switch: &ReloadHandle) -> io::Result<(Vec<String>, Vec<OwnedFd>)> {
+    let (addrs, fds): (Vec<String>, Vec<OwnedFd>) =
+        switch.sockets_for_successor()?.into_iter().unzip();
     if fds.len() > MAX_SOCKETS {
         return Err(io::Error::other(format!(
             "{} sockets: at most {MAX_SOCKETS}",
@@ -278,26 +256,4 @@ fn listener_sockets(shared: &Shared) -> io::Result<(Vec<String>, Vec<OwnedFd>)> 
         )));
     }
     Ok((addrs, fds))
-}
-
-/// Ends every accept loop and closes this process's copies of the listening sockets.
-fn stop_accepting(shared: &Shared) {
-    let mut guard = shared
-        .reload
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(reloader) = guard.as_mut() {
-        for (_, tasks) in reloader.listeners.drain() {
-            for task in tasks {
-                task.abort();
-            }
-        }
-        reloader.sockets.clear();
-        // The admin socket is the new process's now: its file stays when this one stops.
-        if let Some(admin) = reloader.admin_socket.take() {
-            admin.set_removes_file(false);
-        }
-        // No reload after this: the new process has the rules now.
-        reloader.file = None;
-    }
 }

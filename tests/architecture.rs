@@ -87,7 +87,10 @@ fn sources(dir: &str) -> Vec<Source> {
                 module.pop();
             }
             Source {
-                path: path.strip_prefix(root()).expect("in the tree").to_path_buf(),
+                path: path
+                    .strip_prefix(root())
+                    .expect("in the tree")
+                    .to_path_buf(),
                 module,
                 text,
                 syntax,

@@ -1,15 +1,18 @@
-//! What the admin routes read and write: the switch's shared state, the token that guards
-//! changes, the rate samples.
+//! What the admin routes read and write: the switch's shared state, its reloads, the token
+//! that guards changes, the rate samples.
 
 use super::http::Request;
 use super::rates::Sampler;
 use crate::shared::Shared;
+use crate::supervisor::ReloadHandle;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 #[derive(Debug)]
 pub struct Endpoint {
     pub shared: Arc<Shared>,
+    /// `POST /reload` goes there.
+    pub reloads: ReloadHandle,
     /// `Authorization: Bearer <token>` needed for changes; `None`: loopback rules apply.
     pub token: Option<String>,
     pub sampler: Sampler,
@@ -18,18 +21,14 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    pub fn new(shared: Arc<Shared>, token: Option<String>) -> Endpoint {
-        // The reloader is in place before the endpoint serves (gateway.rs), and its file never
-        // changes; read once here rather than under the reload lock at each request, which a
-        // reload in progress holds.
-        let rule_file = shared
-            .reload
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .as_ref()
-            .and_then(|reloader| reloader.file.clone());
+    pub fn new(shared: Arc<Shared>, reloads: ReloadHandle, token: Option<String>) -> Endpoint {
+        // The supervisor runs before the endpoint serves (gateway.rs), and its file never
+        // changes; read once here rather than under the supervisor's lock at each request,
+        // which a reload in progress holds.
+        let rule_file = reloads.rule_file();
         Endpoint {
             shared,
+            reloads,
             token,
             sampler: Sampler::default(),
             rule_file,

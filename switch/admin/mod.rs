@@ -28,6 +28,7 @@ pub mod table;
 
 use crate::config::admin::AdminConfig;
 use crate::shared::Shared;
+use crate::supervisor::ReloadHandle;
 use endpoint::Endpoint;
 pub use listener::{bind, Listener, Peer};
 use rates::Counters;
@@ -63,7 +64,12 @@ impl Accepting {
 
 /// Serves the endpoint on the current tokio runtime until `shared.shutdown` turns true;
 /// samples the counters for rates once a second meanwhile.
-pub async fn serve(shared: Arc<Shared>, config: AdminConfig, listener: Listener) {
+pub async fn serve(
+    shared: Arc<Shared>,
+    reloads: ReloadHandle,
+    config: AdminConfig,
+    listener: Listener,
+) {
     let accepting = match Accepting::new(listener) {
         Ok(accepting) => accepting,
         Err(e) => {
@@ -71,7 +77,7 @@ pub async fn serve(shared: Arc<Shared>, config: AdminConfig, listener: Listener)
             return;
         }
     };
-    let endpoint = Arc::new(Endpoint::new(Arc::clone(&shared), config.token));
+    let endpoint = Arc::new(Endpoint::new(Arc::clone(&shared), reloads, config.token));
     let sampling = tokio::spawn(sample_rates(Arc::clone(&endpoint)));
     let slots = Slots::new(MAX_CONNECTIONS);
     // The connections' tasks: dropped (ended) with this function when the switch stops, on
@@ -191,6 +197,7 @@ async fn sample_rates(endpoint: Arc<Endpoint>) {
 /// stops (`shared.shutdown`).
 pub fn spawn_thread(
     shared: Arc<Shared>,
+    reloads: ReloadHandle,
     config: AdminConfig,
     listener: Listener,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
@@ -207,6 +214,6 @@ pub fn spawn_thread(
                     return;
                 }
             };
-            runtime.block_on(serve(shared, config, listener));
+            runtime.block_on(serve(shared, reloads, config, listener));
         })
 }

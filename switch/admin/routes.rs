@@ -65,8 +65,8 @@ pub async fn answer(endpoint: &Arc<Endpoint>, request: Request, peer: Peer) -> R
 async fn reload(endpoint: &Endpoint) -> Response {
     // Off this thread: resolving server names may wait on DNS, and with one worker the
     // endpoint shares the worker's thread.
-    let shared = Arc::clone(&endpoint.shared);
-    let reloaded = match tokio::task::spawn_blocking(move || crate::reload::reload(&shared)).await {
+    let reloads = endpoint.reloads.clone();
+    let reloaded = match tokio::task::spawn_blocking(move || reloads.reload()).await {
         Ok(reloaded) => reloaded,
         Err(e) => return Response::error(500, &format!("the reload did not finish: {e}")),
     };

@@ -6,7 +6,6 @@ use super::signals::StopSignals;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use tcpvs::config::Config;
 use tcpvs::upgrade::{Inherited, Takeover};
 use tcpvs::Switch;
@@ -193,7 +192,7 @@ async fn start(
     let switch = started.map_err(|e| format!("tcpvs: {e}"))?;
     if let Some(takeover) = takeover {
         // Serving now: the old process lets go of its listeners and drains.
-        if let Err(e) = takeover.ready(switch.shared()) {
+        if let Err(e) = takeover.ready(&switch.reloads()) {
             tracing::warn!("upgrade: the old tcpvs did not confirm: {e}");
         } else {
             tracing::info!("upgrade: took the listeners over; the old tcpvs drains");
@@ -206,7 +205,7 @@ async fn start(
 /// task ends once it has.
 fn serve_upgrade_socket(path: &Path, switch: &Switch) -> std::io::Result<JoinHandle<()>> {
     let listener = tcpvs::upgrade::bind(path)?;
-    let serving = tcpvs::upgrade::serve(listener, path.to_path_buf(), Arc::clone(switch.shared()));
+    let serving = tcpvs::upgrade::serve(listener, path.to_path_buf(), switch.reloads());
     Ok(tokio::spawn(serving))
 }
 

@@ -1,7 +1,6 @@
 //! The signals of a running switch: SIGTERM and SIGINT stop it gracefully, SIGHUP reloads its
 //! rule file meanwhile.
 
-use std::sync::Arc;
 use tcpvs::Switch;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::task::JoinHandle;
@@ -43,6 +42,6 @@ impl StopSignals {
 /// Reloads the rule file off this thread: resolving server names may wait on DNS, and with
 /// one worker this thread serves requests. The outcome is logged by the reload itself.
 async fn reload_off_thread(switch: &Switch) {
-    let shared = Arc::clone(switch.shared());
-    let _ = tokio::task::spawn_blocking(move || tcpvs::reload::reload(&shared)).await;
+    let reloads = switch.reloads();
+    let _ = tokio::task::spawn_blocking(move || reloads.reload()).await;
 }

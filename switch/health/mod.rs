@@ -25,13 +25,9 @@ use tokio::task::JoinHandle;
 /// their first check in the same instant.
 const FIRST_ROUND: Duration = Duration::from_millis(500);
 
-/// Starts the health tasks of `pools` (new in the current generation) on the current runtime;
-/// `with_housekeeping` also starts the one task of trials and slow starts (once per switch).
-pub fn spawn(
-    shared: &Arc<Shared>,
-    pools: &[Arc<Pool>],
-    with_housekeeping: bool,
-) -> Vec<JoinHandle<()>> {
+/// Starts the health tasks of `pools` (new in the generation being committed) on the current
+/// runtime.
+pub fn spawn(shared: &Arc<Shared>, pools: &[Arc<Pool>]) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
     let checked: usize = pools
         .iter()
@@ -58,10 +54,12 @@ pub fn spawn(
             }
         }
     }
-    if with_housekeeping {
-        tasks.push(tokio::spawn(housekeeping(Arc::downgrade(shared))));
-    }
     tasks
+}
+
+/// Starts the one task of trials and slow starts (once per switch) on the current runtime.
+pub fn spawn_housekeeping(shared: &Arc<Shared>) -> JoinHandle<()> {
+    tokio::spawn(housekeeping(Arc::downgrade(shared)))
 }
 
 /// Where a health task's server lives. The task ends when the switch goes, or when a reload

@@ -1,17 +1,19 @@
 //! The one writer of a server's run-time state.
 //!
-//! Health checks, passive failure detection, the agent, slow start and (later) the admin
-//! endpoint all describe what happened as a [`Change`]; [`apply`] records it in the server's
-//! [`ServerStatus`], recomputes what the pool's module sees of every server of the pool
-//! (usable or not, effective weight, in-flight limit), tells the module once
-//! (`servers_changed`), wakes requests queued for a slot, and logs each transition once with
-//! its reason. As in HAProxy (`srv_update_status`), the operator's state (`admin`) is kept
-//! apart from the measured one (`health`), and backup servers are shown to the module only
-//! while no other server of the pool is usable.
+//! Health checks, passive failure detection, the agent, slow start, the admin endpoint and
+//! reloads all describe what happened as a [`Change`]; [`apply`] records it in the server's
+//! [`ServerStatus`] under the server's own lock (a server kept by a reload belongs to the pools
+//! of two generations for a while, and has one state), then has the pool recompute what its
+//! module sees of every server (usable or not, effective weight, in-flight limit: state/pool/
+//! offer.rs), which tells the module once (`servers_changed`), wakes requests queued for a
+//! slot, and logs each transition once with its reason. As in HAProxy (`srv_update_status`),
+//! the operator's state (`admin`) is kept apart from the measured one (`health`), and backup
+//! servers are shown to the module only while no other server of the pool is usable.
 
+use crate::config::health::{CheckKind, HealthConfig};
 use crate::state::generation::Generation;
 use crate::state::pool::Pool;
-use crate::state::status::{AdminState, AgentReport, Health, State};
+use crate::state::status::{AdminState, AgentReport, Health, ServerStatus};
 use arc_swap::ArcSwap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -142,146 +144,45 @@ pub fn exchange_succeeded(current: &ArcSwap<Generation>, pool: &Pool, server: us
 }
 
 /// Records `change` for server `index` of `pool` and updates what the module sees.
+///
+/// Locks, in this order only: the server's own `status` alone while the change is recorded
+/// (whichever pool reports it: during a reload a kept server belongs to the pools of two
+/// generations, and its state is one), released; then the pool's offer lock while what its
+/// module sees is recomputed from every server's status (state/pool/offer.rs), which takes
+/// each server's `status` in turn under it. Nothing takes a pool's lock while holding a
+/// server's, so two pools that share servers never wait on each other in a circle.
 pub fn apply(pool: &Pool, index: usize, change: Change) {
     let Some(server) = pool.backends.get(index) else {
         return;
     };
-    // One writer at a time per pool: the backup rule reads every server.
-    let _writer = pool.control_lock();
-    let health = &pool.health.health;
     {
         let Ok(mut status) = server.status.lock() else {
             return;
         };
         let now = Instant::now();
         let was = status.health;
+        let health = &pool.health.health;
         match change {
-            Change::CheckPassed => {
-                status.check_successes = status.check_successes.saturating_add(1);
-                status.check_failures = 0;
-                // Until a server has passed a check once, one passing check brings it up: a
-                // server started a moment after the switch failed its first check (which
-                // decides at once), and `rise` more checks would hold it out for
-                // `rise x interval` although it never failed once it ran. Later, `rise` rules.
-                let first = !status.check_passed_once;
-                status.check_passed_once = true;
-                status.checked = true;
-                status.last_check = Some((true, "passed".into(), now));
-                if status.health == Health::Down && (first || status.check_successes >= health.rise)
-                {
-                    status.health = Health::Up;
-                    status.reason = if first {
-                        "its first check passed".into()
-                    } else {
-                        format!("{} checks passed", status.check_successes)
-                    };
-                    status.exchange_failures = 0;
-                }
+            Change::CheckPassed => check_passed(&mut status, health, now),
+            Change::CheckFailed(failure) => check_failed(&mut status, health, failure, now),
+            Change::ExchangeFailed(failure) => {
+                exchange_failed_by(&mut status, health, failure, now)
             }
-            Change::CheckFailed(Failure {
-                why,
-                evidence: Evidence::Busy,
-            }) => {
-                // No verdict: a check that timed out while the server answered requests
-                // shows a busy server, not a dead one.
-                status.checked = true;
-                status.last_check = Some((
-                    false,
-                    format!(
-                        "{why} (busy: it answered requests or moved bodies meanwhile; not counted)"
-                    ),
-                    now,
-                ));
-            }
-            Change::CheckFailed(Failure { why, .. }) => {
-                status.check_failures = status.check_failures.saturating_add(1);
-                status.check_successes = 0;
-                // The first check decides at once: a pool is not trusted blindly until `fall`
-                // checks have failed.
-                let first = !status.checked;
-                status.checked = true;
-                if status.health == Health::Up && (first || status.check_failures >= health.fall) {
-                    status.health = Health::Down;
-                    status.reason = format!("check failed: {why}");
-                }
-                status.last_check = Some((false, why, now));
-            }
-            Change::ExchangeFailed(Failure {
-                evidence: Evidence::Busy,
-                ..
-            }) => {
-                // Alive and answering others: neither counted nor clearing the count.
-            }
-            Change::ExchangeFailed(Failure { why, .. }) => {
-                status.exchange_failures = status.exchange_failures.saturating_add(1);
-                let limit = health.max_fails;
-                if status.health == Health::Up
-                    && (status.on_trial || (limit > 0 && status.exchange_failures >= limit))
-                {
-                    status.health = Health::Down;
-                    status.reason = if status.on_trial {
-                        format!("trial request failed: {why}")
-                    } else {
-                        format!(
-                            "{} failed exchanges, the last: {why}",
-                            status.exchange_failures
-                        )
-                    };
-                    status.check_successes = 0;
-                    if health.check == crate::config::health::CheckKind::None {
-                        status.trial_at = Some(now + health.fail_timeout);
-                    }
-                }
-                status.on_trial = false;
-            }
-            Change::ExchangeSucceeded => {
-                status.exchange_failures = 0;
-                if status.on_trial {
-                    status.on_trial = false;
-                    status.reason = "trial request succeeded".into();
-                } else if status.health == Health::Down
-                    && health.check == crate::config::health::CheckKind::None
-                    && pool.in_panic()
-                {
-                    // A pool in panic sends requests to its down servers too; without checks,
-                    // a request answered is the evidence that brings one back.
-                    status.health = Health::Up;
-                    status.trial_at = None;
-                    status.reason = "answered a request while its pool was in panic".into();
-                }
-            }
-            Change::TrialDue => {
-                if status.health == Health::Down && status.trial_at.is_some_and(|at| at <= now) {
-                    status.trial_at = None;
-                    status.health = Health::Up;
-                    status.on_trial = true;
-                    status.exchange_failures = 0;
-                    status.reason =
-                        format!("on trial after {:?} (fail_timeout)", health.fail_timeout);
-                }
-            }
+            Change::ExchangeSucceeded => exchange_succeeded_by(&mut status, pool),
+            Change::TrialDue => trial_due(&mut status, health, now),
             Change::Agent(report) => {
                 if report != status.agent {
                     status.reason = format!("agent: {}", describe(report));
                 }
                 status.agent = report;
             }
-            Change::Admin { state, weight } => {
-                if let Some(state) = state {
-                    status.reason = match state {
-                        AdminState::Ready => "made ready by the admin",
-                        AdminState::Drain => "set to drain by the admin",
-                        AdminState::Maint => "put in maintenance by the admin",
-                    }
-                    .to_string();
-                    status.admin = state;
-                }
-                if let Some(weight) = weight {
-                    status.admin_weight = Some(weight.min(0xffff));
-                }
-            }
+            Change::Admin { state, weight } => admin(&mut status, state, weight),
             Change::Tick => {}
             Change::LineChanged => {
+                // The pool of the new generation says what the line is now.
+                if let Some(line) = pool.config.servers.get(index) {
+                    server.reconfigure(line);
+                }
                 if status.admin != AdminState::Ready || status.admin_weight.is_some() {
                     status.reason = "its line in the rule file changed".into();
                 }
@@ -293,156 +194,134 @@ pub fn apply(pool: &Pool, index: usize, change: Change) {
             status.ramp_from = Some(now);
         }
         // Without checks, a down server's good exchange (in panic) brings it back: reported.
-        let passive_down =
-            status.health == Health::Down && health.check == crate::config::health::CheckKind::None;
+        let passive_down = status.health == Health::Down && health.check == CheckKind::None;
         server.report_success.store(
             status.exchange_failures > 0 || status.on_trial || passive_down,
             Ordering::Relaxed,
         );
     }
-    show(pool, Instant::now());
+    pool.show(Instant::now());
 }
 
-/// Recomputes what the module sees of every server of `pool` from their statuses, logs the
-/// transitions and tells the module and the queue.
-fn show(pool: &Pool, now: Instant) {
-    let own: Vec<Own> = pool
-        .backends
-        .iter()
-        .map(|server| own_view(pool, server, now))
-        .collect();
-    let panic = in_panic(&own, pool.health.health.panic_threshold);
-    let panic_changed = pool.set_panic(panic);
-    // In panic, health does not decide: a down server is offered as if it were up.
-    let offered = |o: &Own| match o.state {
-        State::Down if panic => State::Up,
-        state => state,
-    };
-    let primary_usable = own
-        .iter()
-        .any(|o| !o.backup && offered(o) == State::Up && o.weight > 0);
-    let mut changed = false;
-    for ((server, view), o) in pool
-        .backends
-        .iter()
-        .zip(pool.servers.iter())
-        .zip(own.iter())
-    {
-        // A backup is offered only while no primary is usable. A draining server stays up for
-        // the clients that persist on it, marked so that it gets no new ones.
-        let shown = offered(o);
-        let usable = matches!(shown, State::Up | State::Drain);
-        let up = usable && (!o.backup || !primary_usable);
-        let weight = if usable { o.weight } else { 0 };
-        let draining = shown == State::Drain;
-        let load = view.load();
-        if load.up != up || load.weight != weight || load.draining != draining {
-            changed = true;
-        }
-        view.set_weight(weight);
-        view.set_draining(draining);
-        view.set_up(up);
-        view.set_max_active(o.limit);
-        if let Ok(mut status) = server.status.lock() {
-            status.effective_weight = weight;
-            if status.shown != o.state {
-                log_transition(pool, server.addr, status.shown, o.state, &status.reason);
-                status.shown = o.state;
-                status.since = now;
-            }
-        }
-    }
-    // After the servers' own transitions, which explain it.
-    if panic_changed {
-        log_panic(pool, &own, panic);
-    }
-    if changed {
-        pool.scheduler.servers_changed(&pool.view());
-        pool.wake_queue();
-    }
-}
-
-/// What one server's status says, before the pool's rules (backup, panic) apply.
-struct Own {
-    state: State,
-    /// The weight it has when offered: configured or set by the admin, the agent's share and
-    /// slow start applied; 0 in maintenance.
-    weight: u32,
-    /// Most requests in flight (0: no limit); 1 on trial.
-    limit: u32,
-    backup: bool,
-}
-
-fn own_view(pool: &Pool, server: &crate::state::server::Backend, now: Instant) -> Own {
-    let Ok(mut status) = server.status.lock() else {
-        return Own {
-            state: State::Down,
-            weight: 0,
-            limit: server.max_conns(),
-            backup: server.is_backup(),
-        };
-    };
-    let state = status.state();
-    let mut weight = match state {
-        State::Maint => 0,
-        State::Up | State::Drain | State::Down => status.admin_weight.unwrap_or(server.weight()),
-    };
-    if let Some(percent) = status.agent.weight_percent {
-        weight = ((u64::from(weight) * u64::from(percent)) / 100).min(0xffff) as u32;
-    }
-    let slow_start = pool.health.slow_start;
-    if let Some(from) = status.ramp_from {
-        let ramped = now.saturating_duration_since(from);
-        if ramped >= slow_start || slow_start.is_zero() {
-            status.ramp_from = None;
-        } else if weight > 0 {
-            let share = ramped.as_secs_f64() / slow_start.as_secs_f64();
-            weight = ((f64::from(weight) * share).ceil() as u32).clamp(1, weight);
-        }
-    }
-    Own {
-        state,
-        weight,
-        limit: if status.on_trial {
-            1
+fn check_passed(status: &mut ServerStatus, health: &HealthConfig, now: Instant) {
+    status.check_successes = status.check_successes.saturating_add(1);
+    status.check_failures = 0;
+    // Until a server has passed a check once, one passing check brings it up: a server
+    // started a moment after the switch failed its first check (which decides at once), and
+    // `rise` more checks would hold it out for `rise x interval` although it never failed
+    // once it ran. Later, `rise` rules.
+    let first = !status.check_passed_once;
+    status.check_passed_once = true;
+    status.checked = true;
+    status.last_check = Some((true, "passed".into(), now));
+    if status.health == Health::Down && (first || status.check_successes >= health.rise) {
+        status.health = Health::Up;
+        status.reason = if first {
+            "its first check passed".into()
         } else {
-            server.max_conns()
-        },
-        backup: server.is_backup(),
+            format!("{} checks passed", status.check_successes)
+        };
+        status.exchange_failures = 0;
     }
 }
 
-/// Whether the pool is in panic (Envoy's healthy panic threshold): fewer than
-/// `threshold` percent of its primaries not in maintenance are up, and no backup is up to
-/// take over. Health then stops deciding: when most servers look down at once, the likelier
-/// cause is a load the survivors cannot carry either, or checks that fail for a reason of
-/// their own, and sending everything to the last survivors (or answering 503) turns a
-/// partial failure into an outage. Backups come first: they are the admin's own plan for
-/// losing the primaries. `threshold` 0: never.
-fn in_panic(own: &[Own], threshold: u32) -> bool {
-    let primaries = own.iter().filter(|o| !o.backup && o.state != State::Maint);
-    let (candidates, healthy) = primaries.fold((0u64, 0u64), |(all, up), o| {
-        (all + 1, up + u64::from(o.state != State::Down))
-    });
-    let backup_up = own
-        .iter()
-        .any(|o| o.backup && o.state == State::Up && o.weight > 0);
-    threshold > 0
-        && candidates > 0
-        && healthy * 100 < u64::from(threshold) * candidates
-        && !backup_up
+fn check_failed(status: &mut ServerStatus, health: &HealthConfig, failure: Failure, now: Instant) {
+    let Failure { why, evidence } = failure;
+    // The first check decides at once: a pool is not trusted blindly until `fall` checks
+    // have failed.
+    let first = !status.checked;
+    status.checked = true;
+    if evidence == Evidence::Busy {
+        // No verdict: a check that timed out while the server answered requests shows a
+        // busy server, not a dead one.
+        status.last_check = Some((
+            false,
+            format!("{why} (busy: it answered requests or moved bodies meanwhile; not counted)"),
+            now,
+        ));
+        return;
+    }
+    status.check_failures = status.check_failures.saturating_add(1);
+    status.check_successes = 0;
+    if status.health == Health::Up && (first || status.check_failures >= health.fall) {
+        status.health = Health::Down;
+        status.reason = format!("check failed: {why}");
+    }
+    status.last_check = Some((false, why, now));
 }
 
-fn log_panic(pool: &Pool, own: &[Own], panic: bool) {
-    let primaries = own.iter().filter(|o| !o.backup && o.state != State::Maint);
-    let (all, up) = primaries.fold((0, 0), |(all, up), o| {
-        (all + 1, up + usize::from(o.state != State::Down))
-    });
-    let threshold = pool.health.health.panic_threshold;
-    if panic {
-        tracing::warn!(pool = %pool.name, "pool in panic: {up} of {all} servers up, below panic_threshold {threshold}%: balancing over every server not in maint");
-    } else {
-        tracing::info!(pool = %pool.name, "pool out of panic: {up} of {all} servers up: health decides again");
+fn exchange_failed_by(
+    status: &mut ServerStatus,
+    health: &HealthConfig,
+    failure: Failure,
+    now: Instant,
+) {
+    let Failure { why, evidence } = failure;
+    if evidence == Evidence::Busy {
+        // Alive and answering others: neither counted nor clearing the count.
+        return;
+    }
+    status.exchange_failures = status.exchange_failures.saturating_add(1);
+    let limit = health.max_fails;
+    if status.health == Health::Up
+        && (status.on_trial || (limit > 0 && status.exchange_failures >= limit))
+    {
+        status.health = Health::Down;
+        status.reason = if status.on_trial {
+            format!("trial request failed: {why}")
+        } else {
+            format!(
+                "{} failed exchanges, the last: {why}",
+                status.exchange_failures
+            )
+        };
+        status.check_successes = 0;
+        if health.check == CheckKind::None {
+            status.trial_at = Some(now + health.fail_timeout);
+        }
+    }
+    status.on_trial = false;
+}
+
+fn exchange_succeeded_by(status: &mut ServerStatus, pool: &Pool) {
+    status.exchange_failures = 0;
+    if status.on_trial {
+        status.on_trial = false;
+        status.reason = "trial request succeeded".into();
+    } else if status.health == Health::Down
+        && pool.health.health.check == CheckKind::None
+        && pool.in_panic()
+    {
+        // A pool in panic sends requests to its down servers too; without checks, a request
+        // answered is the evidence that brings one back.
+        status.health = Health::Up;
+        status.trial_at = None;
+        status.reason = "answered a request while its pool was in panic".into();
+    }
+}
+
+fn trial_due(status: &mut ServerStatus, health: &HealthConfig, now: Instant) {
+    if status.health == Health::Down && status.trial_at.is_some_and(|at| at <= now) {
+        status.trial_at = None;
+        status.health = Health::Up;
+        status.on_trial = true;
+        status.exchange_failures = 0;
+        status.reason = format!("on trial after {:?} (fail_timeout)", health.fail_timeout);
+    }
+}
+
+fn admin(status: &mut ServerStatus, state: Option<AdminState>, weight: Option<u32>) {
+    if let Some(state) = state {
+        status.reason = match state {
+            AdminState::Ready => "made ready by the admin",
+            AdminState::Drain => "set to drain by the admin",
+            AdminState::Maint => "put in maintenance by the admin",
+        }
+        .to_string();
+        status.admin = state;
+    }
+    if let Some(weight) = weight {
+        status.admin_weight = Some(weight.min(0xffff));
     }
 }
 
@@ -466,14 +345,6 @@ fn describe(report: AgentReport) -> String {
     words.join(" ")
 }
 
-fn log_transition(pool: &Pool, addr: std::net::SocketAddr, from: State, to: State, reason: &str) {
-    if to == State::Down {
-        tracing::warn!(pool = %pool.name, server = %addr, "server {from} -> {to}: {reason}");
-    } else {
-        tracing::info!(pool = %pool.name, server = %addr, "server {from} -> {to}: {reason}");
-    }
-}
-
 /// How often the housekeeping of [`crate::health`] looks at trials and ramps.
 pub const TICK: Duration = Duration::from_millis(100);
 
@@ -481,18 +352,39 @@ pub const TICK: Duration = Duration::from_millis(100);
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::state::status::State;
     use std::sync::Arc;
 
-    /// A pool from rule-file text with servers :1, :2 and the backup :9.
-    fn pool(extra: &str) -> Pool {
+    /// The pool of rule-file text with servers :1 (of weight `first`), :2 and the backup :9.
+    fn config(first: u32, extra: &str) -> crate::config::PoolConfig {
         let text = format!(
             "[virtual.web]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"p\"\n[pool.p]\n\
-             servers = [{{ addr = \"127.0.0.1:1\", weight = 10 }}, {{ addr = \"127.0.0.1:2\", weight = 10 }}, \
+             servers = [{{ addr = \"127.0.0.1:1\", weight = {first} }}, {{ addr = \"127.0.0.1:2\", weight = 10 }}, \
              {{ addr = \"127.0.0.1:9\", backup = true }}]\n{extra}"
         );
         let config = Config::parse("test.toml", &text).unwrap();
-        let clock = Arc::new(tcpvs_modules::MonotonicClock::new());
-        Pool::new(&config.pools[0], clock, 1).unwrap()
+        config.pools[0].clone()
+    }
+
+    fn clock() -> Arc<dyn tcpvs_modules::Clock> {
+        Arc::new(tcpvs_modules::MonotonicClock::new())
+    }
+
+    /// A pool with servers :1, :2 and the backup :9.
+    fn pool(extra: &str) -> Pool {
+        Pool::new(&config(10, extra), clock(), 1).unwrap()
+    }
+
+    /// The pool a reload builds over `old`'s servers for `config`, made ready as its commit
+    /// does: the kept servers' changed lines, then the pool shown to its module.
+    fn reloaded(old: &Pool, config: &crate::config::PoolConfig) -> Pool {
+        let next = Pool::with_servers_of(config, clock(), 1, Some(old)).unwrap();
+        let changed: Vec<usize> = next.lines_changed().collect();
+        for server in changed {
+            apply(&next, server, Change::LineChanged);
+        }
+        apply(&next, 0, Change::Tick);
+        next
     }
 
     /// (state, offered to the module, effective weight) of each server.
@@ -767,5 +659,72 @@ mod tests {
         assert_eq!((state, offered), (State::Up, true));
         assert_eq!(weight, 1, "a second into an hour-long ramp");
         assert_eq!(shown(&p)[1].2, 10);
+    }
+
+    #[test]
+    fn building_the_next_pool_changes_no_server_and_a_changed_line_ends_the_admins_changes() {
+        let old = pool("");
+        let admin = |weight| Change::Admin {
+            state: None,
+            weight: Some(weight),
+        };
+        apply(&old, 0, admin(40));
+        apply(&old, 1, admin(30));
+        let next = Pool::with_servers_of(&config(20, ""), clock(), 1, Some(&old)).unwrap();
+        assert_eq!(shown(&old)[0], (State::Up, true, 40), "built, not applied");
+        assert_eq!(old.backends[0].weight(), 10);
+        assert_eq!(
+            next.lines_changed().collect::<Vec<_>>(),
+            [0],
+            ":1 weighs 20 now"
+        );
+        apply(&next, 0, Change::LineChanged);
+        assert_eq!(shown(&next)[0], (State::Up, true, 20), "the line's weight");
+        assert_eq!(
+            next.backends[0].status.lock().unwrap().reason,
+            "its line in the rule file changed"
+        );
+        assert_eq!(
+            shown(&next)[1],
+            (State::Up, true, 30),
+            "same line: the admin's stays"
+        );
+        assert!(
+            Arc::ptr_eq(&old.backends[1], &next.backends[1]),
+            "one server"
+        );
+    }
+
+    #[test]
+    fn a_server_kept_by_a_reload_has_one_state_in_both_pools() {
+        let old = pool("[pool.p.health]\nmax_fails = 2\n");
+        let next = reloaded(
+            &old,
+            &config(
+                10,
+                "[pool.p.health]\nmax_fails = 2\nfail_timeout = \"1h\"\n",
+            ),
+        );
+        let refused = || Change::ExchangeFailed(Failure::broken("refused"));
+        // A request of the old generation and one of the new fail on :1.
+        apply(&old, 0, refused());
+        apply(&next, 0, refused());
+        assert_eq!(shown(&old)[0].0, State::Down, "two failures, one count");
+        assert_eq!(shown(&next)[0], (State::Down, false, 0));
+        // Writers through both pools at once (a check of the old generation, requests of the
+        // new) lose no change: the server's own lock records each.
+        std::thread::scope(|scope| {
+            for pool in [&old, &next] {
+                scope.spawn(move || {
+                    for _ in 0..500 {
+                        apply(pool, 0, refused());
+                    }
+                });
+            }
+        });
+        assert_eq!(
+            old.backends[0].status.lock().unwrap().exchange_failures,
+            1002
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! builds the next generation and swaps it in (`Shared::generation`, an `ArcSwap`); a session
 //! takes the current one at each request's start, so requests in flight finish under the rules
 //! they started with and a kept-alive client moves to the new rules at its next request.
-//! Servers that stay are shared between generations (upstream.rs `Backend`); so are a
+//! Servers that stay are shared between generations (state/server.rs `Backend`); so are a
 //! service's counters.
 
 use crate::config::{ServiceConfig, ServiceMode};
@@ -77,6 +77,16 @@ pub struct Generation {
 }
 
 impl Generation {
+    /// Generation 0, before the start: no service, no pool. The start plans generation 1 from
+    /// it as a reload plans the next (reload/plan.rs).
+    pub fn empty() -> Generation {
+        Generation {
+            number: 0,
+            services: Box::default(),
+            pools: Box::default(),
+        }
+    }
+
     /// The service named `name`, and its index.
     pub fn service(&self, name: &str) -> Option<(usize, &Service)> {
         self.services

@@ -6,9 +6,11 @@ use crate::config::scheduler::build_scheduler;
 use crate::config::PoolConfig;
 use crate::state::server::Backend;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 use tcpvs_modules::{BuildError, Clock, PoolView, RequestView, Scheduler, ServerState};
+
+mod offer;
 
 /// A pool at run time.
 #[derive(Debug)]
@@ -25,8 +27,13 @@ pub struct Pool {
     pub scheduler: Arc<dyn Scheduler>,
     /// Checks, passive detection, queue and slow start, as configured.
     pub health: PoolHealth,
-    /// Serialises `control::apply` for this pool.
-    control: Mutex<()>,
+    /// Held while what the module sees is recomputed (offer.rs), one recomputation at a time:
+    /// each reads every server's status and writes their views. Shared with the pools of the
+    /// same name in earlier and later generations, since they share servers (and so the views
+    /// the modules read): two pools recomputing a kept server at once could otherwise leave
+    /// the older result last. A server's state itself is recorded under its own lock
+    /// (`control::apply`), never while holding this one.
+    offering: Arc<Mutex<()>>,
     /// Requests waiting for a slot (every usable server at `max_conns`), woken in arrival
     /// order when a request of the pool ends.
     queue: tokio::sync::Notify,
@@ -37,39 +44,38 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// `workers`: how many workers will use the pool (each keeps its own idle connections).
+    /// A pool on its own (tests, benches), shown to its module at once. `workers`: how many
+    /// workers will use the pool (each keeps its own idle connections).
     pub fn new(
         config: &PoolConfig,
         clock: Arc<dyn Clock>,
         workers: usize,
     ) -> Result<Pool, BuildError> {
-        Pool::with_servers_of(config, clock, workers, None)
+        let pool = Pool::with_servers_of(config, clock, workers, None)?;
+        pool.show(Instant::now());
+        Ok(pool)
     }
 
     /// A pool for `config` that takes over the servers of `previous` (the pool of the same name
     /// in the running configuration) that it keeps, with their load, statistics, idle
-    /// connections, health and admin state; a kept server whose line changed forgets the
-    /// admin's runtime changes (the rule file now says what it wants).
+    /// connections, health and admin state. Building it changes none of them: the kept servers
+    /// whose line changed are listed by [`Pool::lines_changed`], and a reload's commit applies
+    /// `Change::LineChanged` to them (which ends the admin's runtime changes: the rule file now
+    /// says what it wants) and `Change::Tick` to the pool (which shows it to its module: backups
+    /// hidden while a primary is usable) before the pool can be seen.
     pub fn with_servers_of(
         config: &PoolConfig,
         clock: Arc<dyn Clock>,
         workers: usize,
         previous: Option<&Pool>,
     ) -> Result<Pool, BuildError> {
-        let mut reconfigured = Vec::new();
         let backends: Box<[Arc<Backend>]> = config
             .servers
             .iter()
-            .enumerate()
-            .map(|(index, server)| {
+            .map(|server| {
                 let kept = previous.and_then(|p| p.backends.iter().find(|b| b.addr == server.addr));
                 match kept {
-                    Some(backend) => {
-                        if backend.reconfigure(server) {
-                            reconfigured.push(index);
-                        }
-                        Arc::clone(backend)
-                    }
+                    Some(backend) => Arc::clone(backend),
                     None => Arc::new(Backend::new(server, workers)),
                 }
             })
@@ -84,32 +90,29 @@ impl Pool {
             Some(previous) => Arc::clone(&previous.scheduler),
             None => Arc::from(build_scheduler(config, &servers, clock)?),
         };
-        let pool = Pool {
+        Ok(Pool {
             name: config.name.clone(),
             config: config.clone(),
             backends,
             servers,
             scheduler,
             health: config.health.clone(),
-            control: Mutex::new(()),
+            offering: previous.map_or_else(Arc::default, |p| Arc::clone(&p.offering)),
             queue: tokio::sync::Notify::new(),
             waiting: AtomicUsize::new(0),
             panic: AtomicBool::new(false),
-        };
-        for index in reconfigured {
-            crate::state::control::apply(&pool, index, crate::state::control::Change::LineChanged);
-        }
-        // Backups start hidden from the module while a primary is usable; kept servers are
-        // shown to the new module as they are.
-        crate::state::control::apply(&pool, 0, crate::state::control::Change::Tick);
-        Ok(pool)
+        })
     }
 
-    /// Held while `control::apply` writes this pool's state.
-    pub(crate) fn control_lock(&self) -> MutexGuard<'_, ()> {
-        self.control
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// The servers (indexes) kept from an earlier pool whose line in the rule file differs from
+    /// what they run with: a new server is built from its line.
+    pub fn lines_changed(&self) -> impl Iterator<Item = usize> + '_ {
+        self.backends
+            .iter()
+            .zip(&self.config.servers)
+            .enumerate()
+            .filter(|(_, (backend, line))| !backend.has_line(line))
+            .map(|(index, _)| index)
     }
 
     /// Whether the pool is in panic: requests go to its down servers too.

@@ -92,15 +92,19 @@ impl Backend {
         self.backup.load(Ordering::Relaxed)
     }
 
-    /// A reload brought this line for the server: true if it differs from the last one.
-    pub fn reconfigure(&self, config: &crate::config::ServerConfig) -> bool {
-        let changed = self.weight() != config.weight
-            || self.max_conns() != config.max_conns
-            || self.is_backup() != config.backup;
+    /// Whether it runs with what `config` (its line in the rule file) says.
+    pub fn has_line(&self, config: &crate::config::ServerConfig) -> bool {
+        self.weight() == config.weight
+            && self.max_conns() == config.max_conns
+            && self.is_backup() == config.backup
+    }
+
+    /// Takes what its line in the rule file says now; only `control::apply`
+    /// (`Change::LineChanged`) calls this, under the server's status lock.
+    pub(crate) fn reconfigure(&self, config: &crate::config::ServerConfig) {
         self.weight.store(config.weight, Ordering::Relaxed);
         self.max_conns.store(config.max_conns, Ordering::Relaxed);
         self.backup.store(config.backup, Ordering::Relaxed);
-        changed
     }
 
     /// A failure worth a warning, at most one per second per server (`now_ms` on the coarse

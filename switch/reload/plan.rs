@@ -1,0 +1,138 @@
+//! The first step of a reload, and of the start (from [`Generation::empty`]): what a new
+//! configuration makes of the running generation, built beside it without touching it (no live
+//! server, no listener, no generation changes here). Sozu's diff: the plan says what the commit
+//! will add, keep and remove.
+
+use crate::config::{PoolConfig, ServiceConfig};
+use crate::edge::tls::ResumptionByService;
+use crate::state::generation::{Generation, Service};
+use crate::state::pool::Pool;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tcpvs_modules::Clock;
+
+/// What building a generation needs for the life of the switch: the clock of the modules, the
+/// TLS resumption state of each service (kept across generations by the service's name:
+/// edge/tls/server_config.rs), and the number of workers (each server keeps idle connections
+/// per worker).
+pub struct Builder {
+    clock: Arc<dyn Clock>,
+    resumption: ResumptionByService,
+    workers: usize,
+}
+
+/// The next generation, built and not running yet, and what taking it on changes.
+#[derive(Debug)]
+pub struct Plan {
+    pub generation: Generation,
+    /// Services (indexes into `generation.services`) whose address nobody listens on yet:
+    /// bound on every worker before the commit.
+    pub listen: Vec<usize>,
+    /// Addresses listened on that no service keeps: they stop accepting at the commit.
+    pub unlisten: Vec<SocketAddr>,
+    /// Pools built anew (not kept whole): shown to their modules at the commit, where their
+    /// health checks start.
+    pub fresh: Vec<Arc<Pool>>,
+    /// Kept servers whose line in the rule file changed: the new pool and the server's index.
+    pub lines_changed: Vec<(Arc<Pool>, usize)>,
+}
+
+impl Builder {
+    /// For a switch of `workers` workers.
+    pub fn new(workers: usize) -> Builder {
+        Builder {
+            clock: Arc::new(tcpvs_modules::MonotonicClock::new()),
+            resumption: ResumptionByService::default(),
+            workers,
+        }
+    }
+
+    /// Plans the generation of `services` and `pools` after `current`. An error (TLS
+    /// certificates that cannot be used, a module that cannot be built) refuses it.
+    pub fn plan(
+        &self,
+        current: &Generation,
+        services: Vec<ServiceConfig>,
+        pools: &[PoolConfig],
+    ) -> Result<Plan, String> {
+        let services = self.services(current, services)?;
+        let pools = self.pools(current, pools)?;
+        let fresh: Vec<Arc<Pool>> = pools
+            .iter()
+            .filter(|pool| !current.pools.iter().any(|old| Arc::ptr_eq(old, pool)))
+            .cloned()
+            .collect();
+        let listen = (0..services.len())
+            .filter(|&index| services[index].bound.get().is_none())
+            .collect();
+        let unlisten = current
+            .services
+            .iter()
+            .filter_map(|old| old.bound.get().copied())
+            .filter(|addr| !services.iter().any(|s| s.bound.get() == Some(addr)))
+            .collect();
+        let lines_changed = fresh
+            .iter()
+            .flat_map(|pool| pool.lines_changed().map(|index| (Arc::clone(pool), index)))
+            .collect();
+        Ok(Plan {
+            generation: Generation {
+                number: current.number + 1,
+                services,
+                pools,
+            },
+            listen,
+            unlisten,
+            fresh,
+            lines_changed,
+        })
+    }
+
+    /// Services keep their counters by name, and the listener (its bound address) while their
+    /// listen address stays.
+    fn services(
+        &self,
+        current: &Generation,
+        services: Vec<ServiceConfig>,
+    ) -> Result<Box<[Service]>, String> {
+        services
+            .into_iter()
+            .map(|s| {
+                let previous = current.service(&s.name).map(|(_, service)| service);
+                // An address with port 0 (the kernel picks) is the same one only for the
+                // service of the same name.
+                let kept_listen = current
+                    .services
+                    .iter()
+                    .find(|o| o.listen == s.listen && (s.listen.port() != 0 || o.name == s.name));
+                let stats = previous.map(|p| Arc::clone(&p.stats)).unwrap_or_default();
+                let bound = kept_listen
+                    .map(|o| Arc::clone(&o.bound))
+                    .unwrap_or_default();
+                let resumes = self.resumption.of(&s.name);
+                Service::new(s, stats, bound, &resumes)
+            })
+            .collect()
+    }
+
+    /// The same configuration keeps the pool whole; another builds one over the kept servers.
+    fn pools(
+        &self,
+        current: &Generation,
+        configs: &[PoolConfig],
+    ) -> Result<Box<[Arc<Pool>]>, String> {
+        configs
+            .iter()
+            .map(|config| match current.pool(&config.name) {
+                Some(pool) if pool.config == *config => Ok(Arc::clone(pool)),
+                previous => {
+                    let clock = Arc::clone(&self.clock);
+                    let previous = previous.map(|p| &**p);
+                    Pool::with_servers_of(config, clock, self.workers, previous)
+                        .map(Arc::new)
+                        .map_err(|e| format!("pool `{}`: {e}", config.name))
+                }
+            })
+            .collect()
+    }
+}

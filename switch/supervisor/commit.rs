@@ -1,0 +1,61 @@
+//! The last step of a start or reload: a planned and bound generation becomes the running one.
+//! Nothing here can fail, so nothing is left half done.
+
+use super::listeners::Bound;
+use super::Running;
+use crate::reload::Plan;
+use crate::shared::Shared;
+use crate::state::control::{self, Change};
+use std::sync::Arc;
+use tokio::task::JoinHandle;
+
+impl Running {
+    /// Makes `plan` the running generation: the kept servers take their new lines and the new
+    /// pools are shown to their modules (before anyone can see them: a new backup is hidden
+    /// from the first request), the generation is swapped in, removed addresses stop accepting,
+    /// new ones start, and the new pools' health checks start (their tasks returned: the start
+    /// ends them with the switch; the checks of a reload end on their own, with their pool).
+    pub(super) fn commit(
+        &mut self,
+        shared: &Arc<Shared>,
+        plan: Plan,
+        bound: Vec<Bound>,
+    ) -> Vec<JoinHandle<()>> {
+        let Plan {
+            generation,
+            listen: _,
+            unlisten,
+            fresh,
+            lines_changed,
+        } = plan;
+        for (pool, server) in &lines_changed {
+            control::apply(pool, *server, Change::LineChanged);
+        }
+        for pool in &fresh {
+            control::apply(pool, 0, Change::Tick);
+        }
+        for listener in &bound {
+            // A new service's own address, unseen until the swap.
+            let _ = generation.services[listener.service]
+                .bound
+                .set(listener.addr);
+        }
+        let reloading = generation.number > 1;
+        shared.generation.store(Arc::new(generation));
+        for addr in unlisten {
+            self.listeners.stop(addr);
+            tracing::info!("reload: no longer listening on {addr}");
+        }
+        for listener in bound {
+            let addr = listener.addr;
+            self.listeners.start(shared, listener, &self.workers);
+            if reloading {
+                tracing::info!("reload: listening on {addr}");
+            }
+        }
+        // The checks run beside the first worker's sessions, off their path; the tasks of the
+        // pools replaced end on their own.
+        let _entered = self.workers.first().runtime.enter();
+        crate::health::spawn(shared, &fresh)
+    }
+}

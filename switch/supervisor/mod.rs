@@ -1,0 +1,229 @@
+//! The supervisor: what runs the data plane and is no part of it. It keeps the workers (their
+//! runtimes, timeouts and housekeeping: workers.rs), the listeners (accept loops by address,
+//! and a copy of each socket for a successor at a binary upgrade: listeners.rs), the admin
+//! endpoint's socket for that handover, and what a reload needs (the rule file, the builder of
+//! generations). The switch (gateway.rs) owns it; the admin endpoint, the SIGHUP handler and
+//! the binary upgrade reach it through a [`ReloadHandle`]. The data plane reads only
+//! [`Shared`].
+//!
+//! Start and reload take the same three steps, one at a time (the supervisor's lock): the
+//! plan (reload/plan.rs; the start plans from an empty generation), pure; the binding of its
+//! new addresses on every worker (listeners.rs), which may fail and then changes nothing; the
+//! commit (commit.rs), which cannot fail. reload/mod.rs says what a reload keeps and changes.
+
+mod commit;
+pub mod listeners;
+pub mod workers;
+
+use crate::admin::listener::Handover;
+use crate::config::admin::AdminConfig;
+use crate::reload::{self, Builder, Plan, ReloadError, Reloaded};
+use crate::shared::Shared;
+use listeners::{Adopted, Listeners};
+use rustix::fd::OwnedFd;
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use workers::{Placement, Workers};
+
+/// What the switch starts its supervisor with, beside the first plan.
+pub struct Settings {
+    /// The rule file; `None` for rules built into the binary (the demo).
+    pub file: Option<PathBuf>,
+    pub admin: Option<AdminConfig>,
+    /// A copy of the admin endpoint's socket, for a successor at a binary upgrade.
+    pub admin_socket: Option<Handover>,
+    pub builder: Builder,
+    pub placement: Placement,
+}
+
+/// The supervisor of a running switch.
+pub struct Supervisor {
+    shared: Arc<Shared>,
+    /// `None` once the switch stops (or, for reloads, once a successor took over).
+    running: Mutex<Option<Running>>,
+}
+
+/// What the supervisor keeps while the switch runs.
+struct Running {
+    file: Option<PathBuf>,
+    /// As the switch started with it: a reload that changes it reports a restart needed.
+    admin: Option<AdminConfig>,
+    builder: Builder,
+    /// Several workers bind each address with SO_REUSEPORT.
+    reuse_port: bool,
+    workers: Workers,
+    listeners: Listeners,
+    admin_socket: Option<Handover>,
+}
+
+impl fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Supervisor").finish_non_exhaustive()
+    }
+}
+
+impl Supervisor {
+    /// Starts the workers, binds the plan's addresses (taking `adopted` sockets for theirs) and
+    /// commits it: the switch serves. On an error nothing runs any more.
+    pub fn start(
+        shared: Arc<Shared>,
+        settings: Settings,
+        plan: Plan,
+        adopted: &mut Adopted,
+    ) -> io::Result<Arc<Supervisor>> {
+        let mut workers = Workers::start(settings.placement)?;
+        let reuse_port = matches!(settings.placement, Placement::Threads(_));
+        let services = &plan.generation.services;
+        let bound = workers
+            .start_housekeeping(&shared)
+            .and_then(|()| listeners::bind(services, &plan.listen, &workers, reuse_port, adopted));
+        let bound = match bound {
+            Ok(bound) => bound,
+            Err(e) => {
+                workers.end_now();
+                return Err(e);
+            }
+        };
+        let mut running = Running {
+            file: settings.file,
+            admin: settings.admin,
+            builder: settings.builder,
+            reuse_port,
+            workers,
+            listeners: Listeners::default(),
+            admin_socket: settings.admin_socket,
+        };
+        let checks = running.commit(&shared, plan, bound);
+        running
+            .workers
+            .keep(checks.iter().map(|task| task.abort_handle()));
+        Ok(Arc::new(Supervisor {
+            shared,
+            running: Mutex::new(Some(running)),
+        }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<Running>> {
+        self.running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The switch stops: no reload from now on, and the copies of the listening sockets kept
+    /// for an upgrade close (else the kernel would go on queueing connections nobody accepts).
+    /// Returns the workers, to end once requests in flight had their time.
+    pub fn stop(&self) -> Option<Workers> {
+        let running = self.lock().take()?;
+        Some(running.workers)
+    }
+
+    /// Reads the rule file again and commits it: plan, bind, commit.
+    fn reload(&self) -> Result<Reloaded, ReloadError> {
+        let mut guard = self.lock();
+        let running = guard.as_mut().ok_or(ReloadError::NotRunning)?;
+        if *self.shared.shutdown.borrow() {
+            return Err(ReloadError::NotRunning);
+        }
+        let file = running.file.clone().ok_or(ReloadError::NoFile)?;
+        let config = reload::load(&file)?;
+        let settings = &self.shared.settings;
+        let restart_needed = reload::restart_needed(settings, running.admin.as_ref(), &config);
+        let current = self.shared.generation.load_full();
+        let plan = running
+            .builder
+            .plan(&current, config.services, &config.pools)
+            .map_err(|e| ReloadError::Invalid(vec![e]))?;
+        let services = &plan.generation.services;
+        let workers = &running.workers;
+        let bound = listeners::bind(
+            services,
+            &plan.listen,
+            workers,
+            running.reuse_port,
+            &mut Adopted::new(),
+        )
+        .map_err(|e| ReloadError::Listen(e.to_string()))?;
+        let generation = plan.generation.number;
+        // The checks of a reload's pools end with their pool (health/mod.rs `Place`).
+        drop(running.commit(&self.shared, plan, bound));
+        Ok(Reloaded {
+            generation,
+            restart_needed,
+        })
+    }
+}
+
+/// What the admin endpoint, the SIGHUP handler and a binary upgrade reach of the supervisor:
+/// reloads, the rule file, and the handover of the listening sockets. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct ReloadHandle {
+    supervisor: Arc<Supervisor>,
+}
+
+impl ReloadHandle {
+    pub fn new(supervisor: &Arc<Supervisor>) -> ReloadHandle {
+        ReloadHandle {
+            supervisor: Arc::clone(supervisor),
+        }
+    }
+
+    /// Reads the rule file again and swaps it in; one reload at a time. Logs the outcome.
+    /// Blocks (server names may be resolved): call it off a runtime's thread.
+    pub fn reload(&self) -> Result<Reloaded, ReloadError> {
+        let result = self.supervisor.reload();
+        reload::log(&result);
+        result
+    }
+
+    /// The rule file a reload reads (`None`: rules built in, or handed over to a successor).
+    pub fn rule_file(&self) -> Option<PathBuf> {
+        self.supervisor
+            .lock()
+            .as_ref()
+            .and_then(|running| running.file.clone())
+    }
+
+    /// A copy of every listening socket, each with the line naming it in the upgrade's message:
+    /// its bound address, or `admin tcp ADDR` / `admin unix PATH` for the admin endpoint's.
+    pub fn sockets_for_successor(&self) -> io::Result<Vec<(String, OwnedFd)>> {
+        let guard = self.supervisor.lock();
+        let running = guard
+            .as_ref()
+            .ok_or_else(|| io::Error::other("the switch is not running"))?;
+        let mut sockets = Vec::new();
+        for (addr, copy) in running.listeners.copies() {
+            sockets.push((addr.to_string(), rustix::io::fcntl_dupfd_cloexec(copy, 0)?));
+        }
+        if let Some(admin) = &running.admin_socket {
+            if let Some(line) = admin.name.line() {
+                sockets.push((line, rustix::io::fcntl_dupfd_cloexec(&admin.socket, 0)?));
+            }
+        }
+        Ok(sockets)
+    }
+
+    /// A successor took the sockets over and accepts now: every accept loop ends and the
+    /// copies close; the admin socket's file is the successor's (it stays when this process
+    /// stops); no reload after this: the successor has the rules now.
+    pub fn handed_over(&self) {
+        if let Some(running) = self.supervisor.lock().as_mut() {
+            running.listeners.stop_all();
+            if let Some(admin) = running.admin_socket.take() {
+                admin.set_removes_file(false);
+            }
+            running.file = None;
+        }
+    }
+
+    /// This process took the sockets over and serves: an admin socket file taken over is its
+    /// to remove when it stops.
+    pub fn took_over(&self) {
+        if let Some(running) = self.supervisor.lock().as_ref() {
+            if let Some(admin) = &running.admin_socket {
+                admin.set_removes_file(true);
+            }
+        }
+    }
+}
