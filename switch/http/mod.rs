@@ -11,6 +11,7 @@ pub mod head_progress;
 pub mod host;
 pub mod request;
 mod request_fields;
+mod request_head;
 pub mod response;
 pub mod rewrite;
 pub mod status;

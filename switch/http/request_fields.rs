@@ -7,7 +7,7 @@ use super::fields::{
     request_transfer_coding, CodingRefusal, Field, FieldRole, Span, Version,
 };
 use super::host::host_without_port;
-use super::request::RequestHead;
+use super::request_head::RequestHead;
 use super::{BodyFraming, HeadError};
 
 /// Reads framing, connection options and Host from the fields of `head` (parsed from `buf`).
