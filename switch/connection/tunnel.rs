@@ -16,6 +16,7 @@ use crate::exchange::{Connected, Context, Picker};
 use crate::http::MAX_HEAD_BYTES;
 use crate::relay::{tunnel, RelayError, TunnelEnd};
 use crate::state::control::{self, Failure};
+use crate::state::pool::Lease;
 use crate::state::stats;
 use crate::stream::{read_some, write_all, Limit};
 use std::io;
@@ -136,27 +137,34 @@ impl Connection {
         inbuf.make_room_for_body();
         let splice = cx.relay.splice_from.is_some();
         let end = tunnel(client, inbuf, &server, &mut work.server_buf, splice, idle).await;
-        let moved = end.moved;
-        stats::add(&backend.stats.bytes_in, moved.client_to_server);
-        stats::add(&backend.stats.bytes_out, moved.server_to_client);
-        if moved.server_to_client > 0 {
-            stats::bump(&backend.stats.responses);
-            control::exchange_succeeded(&cx.shared.generation, pool, lease.server);
-        } else if let Some(why) = server_failure(&end) {
-            // Nothing came back to the hello, and not because of the client.
-            stats::bump(&backend.stats.response_errors);
-            picker.server_failed(lease.server, Failure::broken(why));
-        }
-        if let Some(e) = end.failure() {
-            tracing::debug!(server = %backend.addr, "TLS passthrough ended: {e}");
-        }
+        count_tunnel_end(&picker, &lease, &end);
         Outcome {
             status: 0,
-            bytes_out: moved.server_to_client,
+            bytes_out: end.moved.server_to_client,
             keep_client: false,
             pool: Some(pool_index),
             server: Some(backend.addr),
         }
+    }
+}
+
+/// Counts what a passthrough connection moved at its server, and tells passive health whether
+/// the server answered the hello.
+fn count_tunnel_end(picker: &Picker<'_>, lease: &Lease<'_>, end: &TunnelEnd) {
+    let backend = lease.backend();
+    let moved = end.moved;
+    stats::add(&backend.stats.bytes_in, moved.client_to_server);
+    stats::add(&backend.stats.bytes_out, moved.server_to_client);
+    if moved.server_to_client > 0 {
+        stats::bump(&backend.stats.responses);
+        control::exchange_succeeded(&picker.cx.shared.generation, picker.pool, lease.server);
+    } else if let Some(why) = server_failure(end) {
+        // Nothing came back to the hello, and not because of the client.
+        stats::bump(&backend.stats.response_errors);
+        picker.server_failed(lease.server, Failure::broken(why));
+    }
+    if let Some(e) = end.failure() {
+        tracing::debug!(server = %backend.addr, "TLS passthrough ended: {e}");
     }
 }
 
