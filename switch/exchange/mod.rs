@@ -3,7 +3,7 @@
 //! through a sink ([`client::ClientSide`]). The steps, in the order a request takes them:
 //!
 //! [`route`] (the service's rules pick the pool) -> [`pick`] (the pool's module picks a server;
-//! backups, the pool's queue) -> [`connect`] (an idle connection reused, or a new one) ->
+//! backups, the pool's queue; an idle connection to it reused) -> [`connect`] (else a new one) ->
 //! [`attempt`] (the head goes up, the body while the response head is awaited:
 //! [`response_head`]) -> [`response`] (the response relayed, or a tunnel after 101; the server
 //! connection parked) -> [`account`] (stats, access log). Whatever fails on the way is
@@ -14,7 +14,7 @@ pub(crate) mod account;
 mod attempt;
 pub(crate) mod client;
 mod connect;
-pub(crate) mod failure;
+mod failure;
 mod pick;
 mod response;
 mod response_head;
