@@ -1,16 +1,22 @@
 //! tcpvs: a layer-7 content switch, the user-space heir of KTCPVS.
 //!
 //! The data path, in the order a request takes it:
-//! [`listener`] (accept) -> [`session`] (read head, route, pick, connect or reuse, relay,
-//! account) with [`http`] for framing, [`rules`] for routing, [`upstream`] for pools and the
-//! scheduling modules of `tcpvs-modules`, [`relay`] and [`splice`] for bodies, [`stats`] for
-//! counters. [`gateway::Switch`] starts and stops it all; [`config`] reads rule files.
+//! [`listener`] (accept) -> `connection` (the client connection: PROXY header, TLS, then a
+//! protocol front-end, `connection/h1.rs` for HTTP/1 or `connection/tunnel.rs` for TLS
+//! passthrough, which reads each request's head) -> `exchange` (one request carried out:
+//! route -> pick -> connect or reuse -> relay -> account, every failure classified in
+//! `exchange/failure.rs`) with [`http`] for framing, [`rules`] for routing, [`state`] for
+//! pools, servers and counters and the scheduling modules of `tcpvs-modules`, [`relay`] for
+//! bodies (spliced: `relay/splice.rs`), [`stream`] for socket I/O. [`gateway::Switch`] starts
+//! and stops it all; [`config`] reads rule files.
 
 pub mod access_log;
 pub mod admin;
 pub mod buffer;
 pub mod config;
+mod connection;
 pub mod edge;
+mod exchange;
 pub mod gateway;
 pub mod health;
 pub mod http;
@@ -21,7 +27,6 @@ pub mod recycle;
 pub mod relay;
 pub mod reload;
 pub mod rules;
-mod session;
 pub mod shared;
 pub mod socket;
 pub mod state;

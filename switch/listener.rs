@@ -2,10 +2,10 @@
 //! `max_clients` enforced at the door.
 
 use crate::config::ServiceMode;
+use crate::connection::Connection;
 use crate::http::rewrite::ClientConnection;
 use crate::http::status::write_error;
 use crate::limits::exhaustion;
-use crate::session::Session;
 use crate::shared::Shared;
 use crate::socket::{new_tcp_socket, set_defer_accept, Listener, Socket};
 use crate::state::stats::{self, ServiceStats};
@@ -159,7 +159,7 @@ pub async fn accept_loop(
             continue;
         }
         let timer = timeouts.register();
-        let session = Session::new(
+        let connection = Connection::new(
             Arc::clone(&shared),
             generation,
             service,
@@ -169,7 +169,7 @@ pub async fn accept_loop(
         );
         tokio::spawn(SESSION_TIMER.scope(timer, async move {
             let _slot = slot;
-            session.run().await;
+            connection.run().await;
         }));
     }
 }

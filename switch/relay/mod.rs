@@ -64,70 +64,76 @@ impl RelaySettings {
     }
 }
 
-/// Moves a body of exactly `len` bytes from `src` to `dst`, starting with the bytes already
-/// read into `buf`. Bytes past the body stay in `buf` (or in `src`).
-///
-/// `head` (a response head, or nothing) goes out first, in the same write as the body bytes
-/// already read; it is not counted by `meter`. `last` says what follows the last bytes when
-/// they are copied (see [`Then`]): `More` when the connection is shut down right after, so the
-/// FIN leaves with them; a spliced body is always pushed.
-#[allow(clippy::too_many_arguments)]
-pub async fn relay_length(
-    src: &impl Io,
-    buf: &mut IoBuf,
-    dst: &impl Io,
-    head: &[u8],
-    len: u64,
-    last: Then,
-    settings: &RelaySettings,
-    meter: &Meter,
-) -> Result<(), RelayError> {
-    let mut left = len;
-    let buffered = (buf.len() as u64).min(left) as usize;
-    if buffered > 0 || !head.is_empty() {
-        let then = then_after(buffered, left, buf, last);
-        write_both(dst, head, &buf.filled()[..buffered], then, settings.limit())
+/// One body on its way from `src` to `dst`, starting with the bytes already read into `buf`
+/// (bytes past the body stay in `buf`, or in `src`), moved as `settings` say and counted in
+/// `meter` as they arrive. Built by the caller for each body, then moved by its framing:
+/// [`BodyRelay::length`], [`BodyRelay::chunked`], [`BodyRelay::until_close`].
+pub struct BodyRelay<'m, S, D> {
+    pub src: &'m S,
+    pub buf: &'m mut IoBuf,
+    pub dst: &'m D,
+    pub settings: &'m RelaySettings,
+    pub meter: &'m Meter,
+}
+
+impl<S: Io, D: Io> BodyRelay<'_, S, D> {
+    /// Moves a body of exactly `len` bytes (spliced from the threshold up).
+    ///
+    /// `head` (a response head, or nothing) goes out first, in the same write as the body
+    /// bytes already read; it is not counted by the meter. `last` says what follows the last
+    /// bytes when they are copied (see [`Then`]): `More` when the connection is shut down right
+    /// after, so the FIN leaves with them; a spliced body is always pushed.
+    pub async fn length(&mut self, head: &[u8], len: u64, last: Then) -> Result<(), RelayError> {
+        let (src, dst, settings, meter) = (self.src, self.dst, self.settings, self.meter);
+        let buf = &mut *self.buf;
+        let mut left = len;
+        let buffered = (buf.len() as u64).min(left) as usize;
+        if buffered > 0 || !head.is_empty() {
+            let then = then_after(buffered, left, buf, last);
+            write_both(dst, head, &buf.filled()[..buffered], then, settings.limit())
+                .await
+                .map_err(RelayError::Write)?;
+            buf.consume(buffered);
+            meter.add(buffered as u64);
+            left -= buffered as u64;
+        }
+        if left == 0 {
+            return Ok(());
+        }
+        if settings.splice_from.is_some_and(|from| len >= from) {
+            // Only between plain TCP sockets: TLS bytes must be decrypted or encrypted here.
+            if let (Some(from), Some(to)) = (src.spliceable(), dst.spliceable()) {
+                if let Ok(mut pipe) = PipeLease::take() {
+                    splice_between(&mut pipe, from, to, Some(left), settings.limit(), meter)
+                        .await?;
+                    return Ok(());
+                }
+            }
+            // No pipe (descriptor limit), or TLS: the copy path below still works.
+        }
+        while left > 0 {
+            if read_some(src, buf, settings.limit())
+                .await
+                .map_err(RelayError::Read)?
+                == 0
+            {
+                return Err(RelayError::Truncated);
+            }
+            let n = (buf.len() as u64).min(left) as usize;
+            send_all(
+                dst,
+                &buf.filled()[..n],
+                then_after(n, left, buf, last),
+                settings.limit(),
+            )
             .await
             .map_err(RelayError::Write)?;
-        buf.consume(buffered);
-        meter.add(buffered as u64);
-        left -= buffered as u64;
-    }
-    if left == 0 {
-        return Ok(());
-    }
-    if settings.splice_from.is_some_and(|from| len >= from) {
-        // Only between plain TCP sockets: TLS bytes must be decrypted or encrypted here.
-        if let (Some(from), Some(to)) = (src.spliceable(), dst.spliceable()) {
-            if let Ok(mut pipe) = PipeLease::take() {
-                splice_between(&mut pipe, from, to, Some(left), settings.limit(), meter).await?;
-                return Ok(());
-            }
+            buf.consume(n);
+            meter.add(n as u64);
+            left -= n as u64;
         }
-        // No pipe (descriptor limit), or TLS: the copy path below still works.
+        Ok(())
     }
-    while left > 0 {
-        if read_some(src, buf, settings.limit())
-            .await
-            .map_err(RelayError::Read)?
-            == 0
-        {
-            return Err(RelayError::Truncated);
-        }
-        let n = (buf.len() as u64).min(left) as usize;
-        send_all(
-            dst,
-            &buf.filled()[..n],
-            then_after(n, left, buf, last),
-            settings.limit(),
-        )
-        .await
-        .map_err(RelayError::Write)?;
-        buf.consume(n);
-        meter.add(n as u64);
-        left -= n as u64;
-    }
-    Ok(())
 }
 
 /// What follows writing `n` bytes of `buf` when `left` bytes of the body remain: `last` after
@@ -154,63 +160,70 @@ pub enum ChunkedOutput {
 /// Output is written once this much has gathered, to bound memory per connection.
 const CHUNK_FLUSH_BYTES: usize = 32 * 1024;
 
-/// Moves a chunked body from `src` to `dst`, checking its framing on the way.
-///
-/// `out` is the output buffer, reused between calls. What it holds on entry (a response head,
-/// or nothing) goes out with the first body bytes and is not counted by `meter`.
-pub async fn relay_chunked(
-    src: &impl Io,
-    buf: &mut IoBuf,
-    dst: &impl Io,
-    output: ChunkedOutput,
-    settings: &RelaySettings,
-    out: &mut Vec<u8>,
-    meter: &Meter,
-) -> Result<(), RelayError> {
-    let mut decoder = ChunkedDecoder::new();
-    let mut unmetered = out.len();
-    loop {
+impl<S: Io, D: Io> BodyRelay<'_, S, D> {
+    /// Moves a chunked body, checking its framing on the way.
+    ///
+    /// `out` is the output buffer, reused between calls. What it holds on entry (a response
+    /// head, or nothing) goes out with the first body bytes and is not counted by the meter.
+    pub async fn chunked(
+        &mut self,
+        output: ChunkedOutput,
+        out: &mut Vec<u8>,
+    ) -> Result<(), RelayError> {
+        let (src, dst, settings, meter) = (self.src, self.dst, self.settings, self.meter);
+        let buf = &mut *self.buf;
+        let mut decoder = ChunkedDecoder::new();
+        let mut unmetered = out.len();
         loop {
-            let (used, decoded) = decoder.decode(buf.filled()).map_err(RelayError::Framing)?;
-            match decoded {
-                Decoded::Data(range) => {
-                    let data = &buf.filled()[range];
-                    if output == ChunkedOutput::Chunked {
-                        push_hex(out, data.len());
-                        out.extend_from_slice(b"\r\n");
-                        out.extend_from_slice(data);
-                        out.extend_from_slice(b"\r\n");
-                    } else {
-                        out.extend_from_slice(data);
+            loop {
+                let (used, decoded) = decoder.decode(buf.filled()).map_err(RelayError::Framing)?;
+                match decoded {
+                    Decoded::Data(range) => {
+                        let data = &buf.filled()[range];
+                        if output == ChunkedOutput::Chunked {
+                            push_hex(out, data.len());
+                            out.extend_from_slice(b"\r\n");
+                            out.extend_from_slice(data);
+                            out.extend_from_slice(b"\r\n");
+                        } else {
+                            out.extend_from_slice(data);
+                        }
+                        buf.consume(used);
+                        if out.len() >= CHUNK_FLUSH_BYTES {
+                            flush(dst, out, &mut unmetered, settings, meter).await?;
+                        }
                     }
-                    buf.consume(used);
-                    if out.len() >= CHUNK_FLUSH_BYTES {
-                        flush(dst, out, &mut unmetered, settings, meter).await?;
+                    Decoded::End => {
+                        buf.consume(used);
+                        if output == ChunkedOutput::Chunked {
+                            out.extend_from_slice(b"0\r\n");
+                            crate::http::chunked::put_trailers(out, decoder.trailers());
+                            out.extend_from_slice(b"\r\n");
+                        }
+                        return flush(dst, out, &mut unmetered, settings, meter).await;
                     }
-                }
-                Decoded::End => {
-                    buf.consume(used);
-                    if output == ChunkedOutput::Chunked {
-                        out.extend_from_slice(b"0\r\n");
-                        crate::http::chunked::put_trailers(out, decoder.trailers());
-                        out.extend_from_slice(b"\r\n");
+                    Decoded::NeedMore => {
+                        buf.consume(used);
+                        break;
                     }
-                    return flush(dst, out, &mut unmetered, settings, meter).await;
-                }
-                Decoded::NeedMore => {
-                    buf.consume(used);
-                    break;
                 }
             }
+            flush(dst, out, &mut unmetered, settings, meter).await?;
+            if read_some(src, buf, settings.limit())
+                .await
+                .map_err(RelayError::Read)?
+                == 0
+            {
+                return Err(RelayError::Truncated);
+            }
         }
-        flush(dst, out, &mut unmetered, settings, meter).await?;
-        if read_some(src, buf, settings.limit())
-            .await
-            .map_err(RelayError::Read)?
-            == 0
-        {
-            return Err(RelayError::Truncated);
-        }
+    }
+
+    /// Moves everything until `src` closes (a response without length).
+    pub async fn until_close(&mut self) -> Result<(), RelayError> {
+        let use_splice = self.settings.splice_from.is_some();
+        let limit = self.settings.limit();
+        pump(self.src, self.buf, self.dst, use_splice, limit, self.meter).await
     }
 }
 
@@ -249,25 +262,6 @@ async fn flush(
         out.clear();
     }
     Ok(())
-}
-
-/// Moves everything from `src` to `dst` until `src` closes (a response without length).
-pub async fn relay_until_close(
-    src: &impl Io,
-    buf: &mut IoBuf,
-    dst: &impl Io,
-    settings: &RelaySettings,
-    meter: &Meter,
-) -> Result<(), RelayError> {
-    pump(
-        src,
-        buf,
-        dst,
-        settings.splice_from.is_some(),
-        settings.limit(),
-        meter,
-    )
-    .await
 }
 
 /// Sends what `buf` holds, then everything `src` sends until end of stream, spliced or copied.

@@ -1,11 +1,15 @@
 //! TLS termination for a connection of a service with `tls`: the handshake (edge/tls/) before
 //! the first request, after the PROXY header if there is one; from then on the client stream
-//! carries TLS and every HTTP behaviour of the session holds over it.
+//! carries TLS and every HTTP behaviour of the connection holds over it.
 
-use super::*;
+use super::Connection;
 use crate::edge::tls::handshake;
+use crate::state::stats;
+use std::io;
+use std::sync::Arc;
+use tokio::time::Instant;
 
-impl Session {
+impl Connection {
     /// Completes the handshake by `deadline`. `false`: it failed (counted, logged at debug
     /// level) and the connection closes.
     pub(super) async fn start_tls(

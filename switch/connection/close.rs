@@ -1,11 +1,11 @@
 //! The end of a client connection: closing without losing the last response.
 
-use super::Session;
+use super::Connection;
 use crate::stream::{read_some, Io, Limit};
 use std::time::Duration;
 use tokio::time::Instant;
 
-impl Session {
+impl Connection {
     /// Closes the client connection without losing the last response. Closing with unread
     /// bytes from the client (a pipelined request, the rest of a refused body, a stray CRLF)
     /// makes the kernel reset the connection and discard what it has not sent yet, which can

@@ -1,4 +1,4 @@
-//! `mode = "tls-passthrough"`: content switching without decryption. The connection's
+//! The tunnel front-end, for `mode = "tls-passthrough"`: content switching without decryption. The connection's
 //! ClientHello is read (it may come in pieces, by the header deadline), the service's `sni`
 //! rules pick the pool by its server name, the pool's module picks a server, and the bytes read
 //! so far go to it first; then both directions are spliced until the connection ends.
@@ -7,11 +7,22 @@
 //! `TLS <server name>`, status 0: a tunnel has no HTTP status), and held on the server for as
 //! long as it lasts, so that least-connection modules balance open connections.
 
-use super::*;
+use super::proxy_header::write_proxy_header;
+use super::Connection;
 use crate::edge::client_hello::{Hello, HelloReader};
+use crate::exchange::account::Outcome;
+use crate::exchange::route::route;
+use crate::exchange::{Connected, Context, Picker};
+use crate::http::MAX_HEAD_BYTES;
 use crate::relay::{tunnel, RelayError, TunnelEnd};
+use crate::state::control::{self, Failure};
+use crate::state::pool::Lease;
+use crate::state::stats;
+use crate::stream::{read_some, write_all, Limit};
+use std::io;
+use tokio::time::Instant;
 
-impl Session {
+impl Connection {
     /// Serves the whole connection.
     pub(super) async fn pass_through(&mut self, deadline: Instant) {
         let started = Instant::now();
@@ -66,71 +77,94 @@ impl Session {
 
     /// Routes by the server name, connects, and joins the two connections.
     async fn relay_passthrough(&mut self) -> Outcome {
-        let Some(pool_index) = self.route() else {
-            tracing::debug!(client = %self.peer, sni = ?self.sni, "TLS passthrough: no pool for this server name; closed");
-            stats::bump(&self.service().stats.local_errors);
+        let Connection {
+            shared,
+            generation,
+            service,
+            client,
+            peer,
+            destination,
+            sni,
+            inbuf,
+            head,
+            work,
+            tried,
+            timer,
+            relay,
+            ..
+        } = self;
+        let cx = Context {
+            shared,
+            generation,
+            service: &generation.services[*service],
+            timer,
+            relay: *relay,
+            peer: *peer,
+            sni: sni.as_deref(),
+        };
+        // No HTTP request: the rules and the module see an empty head and the server name.
+        let Some(pool_index) = route(&cx, (head, inbuf.filled())) else {
+            tracing::debug!(client = %cx.peer, sni = ?cx.sni, "TLS passthrough: no pool for this server name; closed");
+            stats::bump(&cx.service.stats.local_errors);
             return Outcome::local(0, 0, false, None);
         };
-        let generation = Arc::clone(&self.generation);
-        let pool = &generation.pools[pool_index];
-        self.tried.clear();
-        self.retry_from = None;
-        let mut attempts = 0;
-        let (lease, server, _) = match self.pick_or_queue(pool, &mut attempts).await {
-            Ok(connection) => connection,
+        let mut picker = Picker::new(cx, pool_index, tried);
+        let pool = picker.pool;
+        let Connected { lease, server, .. } = match picker
+            .pick_or_queue((head, inbuf.filled()))
+            .await
+        {
+            Ok(connected) => connected,
             Err((_, why)) => {
-                tracing::debug!(client = %self.peer, pool = %pool.name, "TLS passthrough: {why}; closed");
-                stats::bump(&self.service().stats.local_errors);
+                tracing::debug!(client = %cx.peer, pool = %pool.name, "TLS passthrough: {why}; closed");
+                stats::bump(&cx.service.stats.local_errors);
                 return Outcome::local(0, 0, false, Some(pool_index));
             }
         };
         let backend = lease.backend();
         stats::bump(&backend.stats.requests);
-        let idle = self.relay.idle;
+        let idle = cx.relay.idle;
         if let Some(version) = pool.config.send_proxy {
             let mut header = Vec::with_capacity(64);
-            self.write_proxy_header(&mut header, version);
+            write_proxy_header(&mut header, version, cx.peer, *destination, client);
             if let Err(e) = write_all(&server, &header, Limit::Idle(idle)).await {
-                self.server_failed(
-                    pool,
-                    lease.server,
-                    Failure::broken(format!("sending the PROXY header: {e}")),
-                );
+                let why = format!("sending the PROXY header: {e}");
+                picker.server_failed(lease.server, Failure::broken(why));
                 return Outcome::local(0, 0, false, Some(pool_index));
             }
         }
         // The hello (and anything after it) waits in `inbuf`: the tunnel sends it first.
-        self.inbuf.make_room_for_body();
-        let end = tunnel(
-            &self.client,
-            &mut self.inbuf,
-            &server,
-            &mut self.server_buf,
-            self.relay.splice_from.is_some(),
-            idle,
-        )
-        .await;
-        let moved = end.moved;
-        stats::add(&backend.stats.bytes_in, moved.client_to_server);
-        stats::add(&backend.stats.bytes_out, moved.server_to_client);
-        if moved.server_to_client > 0 {
-            stats::bump(&backend.stats.responses);
-            control::exchange_succeeded(&self.shared.generation, pool, lease.server);
-        } else if let Some(why) = server_failure(&end) {
-            // Nothing came back to the hello, and not because of the client.
-            stats::bump(&backend.stats.response_errors);
-            self.server_failed(pool, lease.server, Failure::broken(why));
-        }
-        if let Some(e) = end.failure() {
-            tracing::debug!(server = %backend.addr, "TLS passthrough ended: {e}");
-        }
+        inbuf.make_room_for_body();
+        let splice = cx.relay.splice_from.is_some();
+        let end = tunnel(client, inbuf, &server, &mut work.server_buf, splice, idle).await;
+        count_tunnel_end(&picker, &lease, &end);
         Outcome {
             status: 0,
-            bytes_out: moved.server_to_client,
+            bytes_out: end.moved.server_to_client,
             keep_client: false,
             pool: Some(pool_index),
             server: Some(backend.addr),
         }
+    }
+}
+
+/// Counts what a passthrough connection moved at its server, and tells passive health whether
+/// the server answered the hello.
+fn count_tunnel_end(picker: &Picker<'_>, lease: &Lease<'_>, end: &TunnelEnd) {
+    let backend = lease.backend();
+    let moved = end.moved;
+    stats::add(&backend.stats.bytes_in, moved.client_to_server);
+    stats::add(&backend.stats.bytes_out, moved.server_to_client);
+    if moved.server_to_client > 0 {
+        stats::bump(&backend.stats.responses);
+        control::exchange_succeeded(&picker.cx.shared.generation, picker.pool, lease.server);
+    } else if let Some(why) = server_failure(end) {
+        // Nothing came back to the hello, and not because of the client.
+        stats::bump(&backend.stats.response_errors);
+        picker.server_failed(lease.server, Failure::broken(why));
+    }
+    if let Some(e) = end.failure() {
+        tracing::debug!(server = %backend.addr, "TLS passthrough ended: {e}");
     }
 }
 

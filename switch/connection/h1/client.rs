@@ -1,0 +1,363 @@
+//! The client side of an exchange over an HTTP/1 connection (exchange/client.rs): the request
+//! head in the connection's buffer, its body read from the connection (Content-Length or
+//! chunked, re-framed for the server), and the response written back in HTTP/1 (its head
+//! rebuilt for the client's version, its body re-framed when needed).
+
+use crate::buffer::IoBuf;
+use crate::connection::proxy_header::write_proxy_header;
+use crate::connection::Connection;
+use crate::edge::client_stream::ClientStream;
+use crate::edge::proxy_protocol;
+use crate::exchange::client::{BodySource, ClientSide, ResponseSink};
+use crate::exchange::{Buffers, Context};
+use crate::http::rewrite::{
+    add_field_to_head, client_connection, write_request_head, write_response_head,
+    ClientConnection, ForwardedFor, Scheme,
+};
+use crate::http::status::write_error;
+use crate::http::{BodyFraming, RequestHead, ResponseHead, Version};
+use crate::relay::{tunnel, BodyRelay, ChunkedOutput, Meter, RelayError, RelaySettings, TunnelEnd};
+use crate::socket::Socket;
+use crate::stream::{send_all, write_all, Limit, Then};
+use crate::timeouts::Slot;
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tcpvs_modules::ResponseField;
+
+/// A body at most this large that came whole with its head goes up in the same write.
+const EARLY_BODY_BYTES: u64 = 64 * 1024;
+
+/// The connection's pieces an exchange borrows for one request.
+pub(in crate::connection) struct H1Client<'c> {
+    body: H1Body<'c>,
+    sink: H1Sink<'c>,
+    head: &'c mut RequestHead,
+    client_text: &'c ForwardedFor,
+    peer: SocketAddr,
+    destination: Option<SocketAddr>,
+    unread_input: &'c mut bool,
+    response_corked: &'c mut bool,
+}
+
+impl Connection {
+    /// What the exchange of the current request borrows: the context, the client side, the
+    /// server-side buffers and the servers tried.
+    pub(in crate::connection) fn exchange_parts(
+        &mut self,
+    ) -> (Context<'_>, H1Client<'_>, &mut Buffers, &mut Vec<usize>) {
+        let Connection {
+            shared,
+            generation,
+            service,
+            client,
+            peer,
+            destination,
+            sni,
+            client_text,
+            inbuf,
+            head,
+            chunk_scratch,
+            work,
+            tried,
+            timer,
+            unread_input,
+            response_corked,
+            relay,
+            ..
+        } = self;
+        let cx = Context {
+            shared,
+            generation,
+            service: &generation.services[*service],
+            timer,
+            relay: *relay,
+            peer: *peer,
+            sni: sni.as_deref(),
+        };
+        let sink = H1Sink {
+            stream: client,
+            version: head.version,
+            keep_alive: head.keep_alive,
+            timer,
+            idle: relay.idle,
+            framing: BodyFraming::Empty,
+            dechunk: false,
+            last: Then::Push,
+        };
+        let client = H1Client {
+            body: H1Body {
+                stream: client,
+                inbuf,
+                scratch: chunk_scratch,
+            },
+            sink,
+            head,
+            client_text,
+            peer: *peer,
+            destination: *destination,
+            unread_input,
+            response_corked,
+        };
+        (cx, client, work, tried)
+    }
+}
+
+impl<'c> ClientSide for H1Client<'c> {
+    type Body = H1Body<'c>;
+    type Sink = H1Sink<'c>;
+
+    fn request(&self) -> (&RequestHead, &[u8]) {
+        (self.head, self.body.inbuf.filled())
+    }
+
+    /// Drops the current request head from the input: what follows it is its body or the next
+    /// request. The head's spans must not be read after this.
+    fn release_head(&mut self) {
+        self.body.inbuf.consume(self.head.len);
+        self.head.len = 0;
+    }
+
+    fn write_server_head(&self, out: &mut Vec<u8>, host_field: &[u8]) {
+        let scheme = match self.body.stream.tls() {
+            None => Scheme::Http,
+            Some(_) => Scheme::Https,
+        };
+        write_request_head(
+            out,
+            self.head,
+            self.body.inbuf.filled(),
+            self.client_text.as_bytes(),
+            host_field,
+            scheme,
+        );
+    }
+
+    fn write_proxy_header(&self, out: &mut Vec<u8>, version: proxy_protocol::Version) {
+        write_proxy_header(out, version, self.peer, self.destination, self.body.stream);
+    }
+
+    fn early_body(&self) -> Option<&[u8]> {
+        let inbuf = &*self.body.inbuf;
+        match self.head.framing {
+            BodyFraming::Length(n) if n <= inbuf.len() as u64 && n <= EARLY_BODY_BYTES => {
+                Some(&inbuf.filled()[..n as usize])
+            }
+            _ => None,
+        }
+    }
+
+    fn consume_early(&mut self, n: usize) {
+        self.body.inbuf.consume(n);
+    }
+
+    fn split(&mut self) -> (&mut H1Body<'c>, &mut H1Sink<'c>) {
+        (&mut self.body, &mut self.sink)
+    }
+
+    async fn respond_locally(&mut self, out: &mut Vec<u8>, status: u16, why: &str) -> (u64, bool) {
+        // The client may go on only if no unread request body is left on the connection.
+        let head = &*self.head;
+        let keep = head.keep_alive && !head.has_body() && !self.sink.timer.stopping();
+        *self.unread_input |= head.has_body();
+        out.clear();
+        let connection = client_connection(head.version, keep);
+        write_error(out, status, why, connection, !head.is_head);
+        let sent = write_all(self.body.stream, out, Limit::Idle(self.sink.idle)).await;
+        (out.len() as u64, keep && sent.is_ok())
+    }
+
+    async fn tunnel(
+        &mut self,
+        work: &mut Buffers,
+        server: &Socket,
+        relay: &RelaySettings,
+    ) -> io::Result<(u64, TunnelEnd)> {
+        let connection = if work.response.status == 101 {
+            ClientConnection::Upgrade
+        } else {
+            ClientConnection::Persistent
+        };
+        work.out.clear();
+        write_response_head(
+            &mut work.out,
+            &work.response,
+            work.server_buf.filled(),
+            connection,
+            self.head.version,
+        );
+        work.server_buf.consume(work.response.len);
+        let head_bytes = work.out.len() as u64;
+        let body = &mut self.body;
+        write_all(body.stream, &work.out, Limit::Idle(relay.idle)).await?;
+        body.inbuf.make_room_for_body();
+        let end = tunnel(
+            body.stream,
+            body.inbuf,
+            server,
+            &mut work.server_buf,
+            relay.splice_from.is_some(),
+            relay.idle,
+        )
+        .await;
+        Ok((head_bytes, end))
+    }
+
+    fn leave_unread(&mut self) {
+        *self.unread_input = true;
+    }
+
+    fn held_for_close(&mut self, held: bool) {
+        *self.response_corked = held;
+    }
+}
+
+/// The request body, read from the connection.
+pub(in crate::connection) struct H1Body<'c> {
+    stream: &'c ClientStream,
+    inbuf: &'c mut IoBuf,
+    /// Re-framed chunks on their way to the server.
+    scratch: &'c mut Vec<u8>,
+}
+
+impl BodySource for H1Body<'_> {
+    /// Sends the rest of the request body (what was not sent with the head) to the server.
+    async fn upload(
+        &mut self,
+        server: &Socket,
+        framing: BodyFraming,
+        relay: &RelaySettings,
+        meter: &Meter,
+    ) -> Result<(), RelayError> {
+        let mut body = BodyRelay {
+            src: self.stream,
+            buf: &mut *self.inbuf,
+            dst: server,
+            settings: relay,
+            meter,
+        };
+        match framing {
+            BodyFraming::Empty | BodyFraming::UntilClose => Ok(()),
+            BodyFraming::Length(n) => {
+                if n > body.buf.len() as u64 {
+                    body.buf.make_room_for_body();
+                }
+                body.length(&[], n, Then::Push).await
+            }
+            BodyFraming::Chunked => {
+                body.buf.make_room_for_body();
+                self.scratch.clear();
+                body.chunked(ChunkedOutput::Chunked, self.scratch).await
+            }
+        }
+    }
+}
+
+/// The response, written to the connection.
+pub(in crate::connection) struct H1Sink<'c> {
+    stream: &'c ClientStream,
+    /// The request's version, which the response takes.
+    version: Version,
+    /// The request allows another one after it.
+    keep_alive: bool,
+    timer: &'c Slot,
+    idle: Duration,
+    /// The response's framing, as the server sent it.
+    framing: BodyFraming,
+    /// A chunked response to an HTTP/1.0 client: sent decoded, delimited by the close.
+    dechunk: bool,
+    /// What follows the response: `Then::More` when the connection closes right after.
+    last: Then,
+}
+
+impl ResponseSink for H1Sink<'_> {
+    /// Interim responses go to HTTP/1.1 clients only.
+    async fn interim(
+        &mut self,
+        out: &mut Vec<u8>,
+        response: &ResponseHead,
+        raw: &[u8],
+    ) -> io::Result<()> {
+        if self.version != Version::Http11 {
+            return Ok(());
+        }
+        out.clear();
+        let connection = ClientConnection::Persistent;
+        write_response_head(out, response, raw, connection, Version::Http11);
+        write_all(self.stream, out, Limit::Idle(self.idle)).await
+    }
+
+    fn start_response(
+        &mut self,
+        out: &mut Vec<u8>,
+        response: &ResponseHead,
+        raw: &[u8],
+        field: Option<&ResponseField>,
+        upload_complete: bool,
+    ) -> bool {
+        let framing = response.framing;
+        let dechunk = self.version == Version::Http10 && framing == BodyFraming::Chunked;
+        // Announced now, so an upload still running means the connection must close.
+        let keep_client = self.keep_alive
+            && upload_complete
+            && !dechunk
+            && framing != BodyFraming::UntilClose
+            && !self.timer.stopping();
+        let connection = if keep_client {
+            client_connection(self.version, true)
+        } else {
+            ClientConnection::Close
+        };
+        out.clear();
+        write_response_head(out, response, raw, connection, self.version);
+        if let Some(field) = field {
+            add_field_to_head(out, field.name.as_bytes(), field.value.as_bytes());
+        }
+        self.framing = framing;
+        self.dechunk = dechunk;
+        // Closing after: the FIN leaves with the last bytes.
+        self.last = Then::more_if(!keep_client);
+        keep_client
+    }
+
+    /// Sends the response head in `out` and then the body, as its framing says.
+    async fn relay_body(
+        &mut self,
+        server: &Socket,
+        server_buf: &mut IoBuf,
+        out: &mut Vec<u8>,
+        relay: &RelaySettings,
+        meter: &Meter,
+    ) -> Result<(), RelayError> {
+        let client = self.stream;
+        let limit = Limit::Idle(relay.idle);
+        let mut body = BodyRelay {
+            src: server,
+            buf: server_buf,
+            dst: client,
+            settings: relay,
+            meter,
+        };
+        match self.framing {
+            BodyFraming::Empty => send_all(client, out, self.last, limit)
+                .await
+                .map_err(RelayError::Write),
+            // The head goes out with the first body bytes (one write).
+            BodyFraming::Length(n) => body.length(out, n, self.last).await,
+            BodyFraming::Chunked => {
+                let output = if self.dechunk {
+                    ChunkedOutput::Decoded
+                } else {
+                    ChunkedOutput::Chunked
+                };
+                body.chunked(output, out).await
+            }
+            BodyFraming::UntilClose => {
+                write_all(client, out, limit)
+                    .await
+                    .map_err(RelayError::Write)?;
+                body.until_close().await
+            }
+        }
+    }
+}

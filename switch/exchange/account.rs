@@ -1,0 +1,63 @@
+//! Account: what happened to a request, counted in the service's statistics and written to
+//! the access log.
+
+use super::Context;
+use crate::access_log;
+use std::net::SocketAddr;
+use tokio::time::Instant;
+
+/// What happened to one request, for the access log and the connection's fate.
+pub(crate) struct Outcome {
+    pub status: u16,
+    /// Bytes sent to the client for this request.
+    pub bytes_out: u64,
+    /// The client connection may carry another request.
+    pub keep_client: bool,
+    pub pool: Option<usize>,
+    pub server: Option<SocketAddr>,
+}
+
+impl Outcome {
+    /// An answer from the switch itself (or none: status 0).
+    pub(crate) fn local(
+        status: u16,
+        bytes_out: u64,
+        keep_client: bool,
+        pool: Option<usize>,
+    ) -> Self {
+        Outcome {
+            status,
+            bytes_out,
+            keep_client,
+            pool,
+            server: None,
+        }
+    }
+}
+
+/// Counts the request and writes its access-log line (`request`: what the log keeps of its
+/// head).
+pub(crate) fn account(
+    cx: &Context<'_>,
+    request: &access_log::Request,
+    outcome: &Outcome,
+    started: Instant,
+) {
+    let elapsed = started.elapsed();
+    if outcome.status != 0 {
+        // Status 0: the client went away before any answer; nothing was answered.
+        let service = &cx.service.stats;
+        service.classes.count(outcome.status);
+        service.duration.record(elapsed);
+    }
+    cx.shared.access_log.write(&access_log::Entry {
+        service: &cx.service.name,
+        client: cx.peer,
+        request: Some(request),
+        status: outcome.status,
+        bytes: outcome.bytes_out,
+        pool: outcome.pool.map(|p| cx.generation.pools[p].name.as_str()),
+        server: outcome.server,
+        end: access_log::End::Took(elapsed),
+    });
+}

@@ -1,0 +1,125 @@
+//! The client side of an exchange, as a protocol front-end offers it: the request (its head,
+//! and its body as a [`BodySource`]) and the way back (a [`ResponseSink`]). The h1 front-end
+//! (connection/h1/client.rs) implements them over the client's connection; an h2 front-end
+//! would implement them over one stream of its connection, and the exchange would run
+//! unchanged. Generic, never `dyn`: each front-end gets its own compiled exchange, with no
+//! dispatch on the per-request path.
+//!
+//! The body source and the sink are separate parts ([`ClientSide::split`]) because they run
+//! at once: the body goes up while the response head is awaited and while the response comes
+//! down (full duplex).
+
+use super::Buffers;
+use crate::edge::proxy_protocol;
+use crate::http::{RequestHead, ResponseHead};
+use crate::relay::{Meter, RelayError, RelaySettings, TunnelEnd};
+use crate::socket::Socket;
+use std::future::Future;
+use std::io;
+use tcpvs_modules::ResponseField;
+
+/// The request of one exchange, and the client it came from.
+pub(crate) trait ClientSide {
+    /// The request body on its way to the server.
+    type Body: BodySource;
+    /// The response on its way to the client.
+    type Sink: ResponseSink;
+
+    /// The request head, and the bytes its spans index (they stay valid until
+    /// [`ClientSide::release_head`]; the head's other fields stay valid after).
+    fn request(&self) -> (&RequestHead, &[u8]);
+
+    /// The head is rebuilt or answered: its bytes may go (what follows is its body).
+    fn release_head(&mut self);
+
+    /// Writes the request head as the server gets it (rewrite.rs: X-Forwarded-For, Host,
+    /// framing), with `host_field` when the request has no Host of its own.
+    fn write_server_head(&self, out: &mut Vec<u8>, host_field: &[u8]);
+
+    /// A PROXY protocol header naming the client and the address it connected to.
+    fn write_proxy_header(&self, out: &mut Vec<u8>, version: proxy_protocol::Version);
+
+    /// The whole body when it is small and already here, to go up in the same write as the
+    /// head; `None`: it is streamed by the [`BodySource`].
+    fn early_body(&self) -> Option<&[u8]>;
+
+    /// `n` bytes of the early body went up.
+    fn consume_early(&mut self, n: usize);
+
+    /// The body source and the response sink, to be driven at once.
+    fn split(&mut self) -> (&mut Self::Body, &mut Self::Sink);
+
+    /// Answers the request with an error from the switch itself (its reason `why`, in `out`).
+    /// Returns the bytes sent and whether the client may send another request.
+    fn respond_locally(
+        &mut self,
+        out: &mut Vec<u8>,
+        status: u16,
+        why: &str,
+    ) -> impl Future<Output = (u64, bool)> + Send;
+
+    /// After a 101 (or a 2xx to CONNECT) in `work.response`: sends that head, then joins the
+    /// client and `server` both ways until the tunnel ends. Returns the head's size and how
+    /// the tunnel ended; `Err`: the head could not be sent.
+    fn tunnel(
+        &mut self,
+        work: &mut Buffers,
+        server: &Socket,
+        relay: &RelaySettings,
+    ) -> impl Future<Output = io::Result<(u64, TunnelEnd)>> + Send;
+
+    /// The client may still be sending what the switch did not read (the rest of a body):
+    /// the connection must not take another request, and closing must drain it.
+    fn leave_unread(&mut self);
+
+    /// The last response went out held back for the FIN (the connection closes after it).
+    fn held_for_close(&mut self, held: bool);
+}
+
+/// The request body, sent to the server.
+pub(crate) trait BodySource {
+    /// Sends the rest of the body (what did not go with the head) to `server`, counting it in
+    /// `meter`.
+    fn upload(
+        &mut self,
+        server: &Socket,
+        framing: crate::http::BodyFraming,
+        relay: &RelaySettings,
+        meter: &Meter,
+    ) -> impl Future<Output = Result<(), RelayError>> + Send;
+}
+
+/// The response, sent to the client.
+pub(crate) trait ResponseSink {
+    /// Relays an interim (1xx) response (in `response`, its bytes in `raw`) if the client
+    /// understands it. `Err`: the client is gone.
+    fn interim(
+        &mut self,
+        out: &mut Vec<u8>,
+        response: &ResponseHead,
+        raw: &[u8],
+    ) -> impl Future<Output = io::Result<()>> + Send;
+
+    /// Writes the final response head for the client into `out` (with the module's `field`),
+    /// and decides the connection's fate: `true` when the client may send another request
+    /// (`upload_complete`: the request body is all in).
+    fn start_response(
+        &mut self,
+        out: &mut Vec<u8>,
+        response: &ResponseHead,
+        raw: &[u8],
+        field: Option<&ResponseField>,
+        upload_complete: bool,
+    ) -> bool;
+
+    /// Sends the head in `out` and then the body from `server` (starting with what
+    /// `server_buf` holds), as the response's framing says; the body bytes count in `meter`.
+    fn relay_body(
+        &mut self,
+        server: &Socket,
+        server_buf: &mut crate::buffer::IoBuf,
+        out: &mut Vec<u8>,
+        relay: &RelaySettings,
+        meter: &Meter,
+    ) -> impl Future<Output = Result<(), RelayError>> + Send;
+}

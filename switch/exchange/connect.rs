@@ -1,0 +1,95 @@
+//! Connect: a new connection to the server picked (an idle one is reused by pick.rs before
+//! this is tried), with the answer to running out of descriptors.
+
+use super::Picker;
+use crate::limits::exhaustion;
+use crate::socket::Socket;
+use crate::state::control::{Evidence, Failure};
+use crate::state::server::Backend;
+use crate::state::stats;
+use std::time::Duration;
+
+/// Why no new connection to a server was opened.
+pub(crate) enum ConnectFailure {
+    /// Refused, unreachable, timed out: the server's failure (counted as a connect error).
+    Server(Failure),
+    /// This process could not get a socket (descriptors or socket memory ran out), even after
+    /// freeing idle connections and waiting: nobody's failure but ours.
+    OutOfDescriptors,
+}
+
+/// The answer's reason when descriptors ran out.
+pub(super) const OUT_OF_DESCRIPTORS: &str = "out of file descriptors";
+
+/// How long to wait between tries for a socket when descriptors ran out and no idle connection
+/// could be closed: descriptors come back as other requests end. Some 300 ms in all, then 503.
+const EXHAUSTED_PAUSES: [Duration; 4] = [
+    Duration::from_millis(10),
+    Duration::from_millis(40),
+    Duration::from_millis(100),
+    Duration::from_millis(150),
+];
+
+impl Picker<'_> {
+    /// A new connection to `backend`. When this process is out of descriptors, the idle
+    /// connections this worker keeps to any server are closed to free some, and the socket is
+    /// tried again a few times over a short while before the request gets a 503; none of it
+    /// counts against the server.
+    pub(crate) async fn open_connection(
+        &self,
+        backend: &Backend,
+    ) -> Result<Socket, ConnectFailure> {
+        let connect_timeout = self.cx.shared.settings.connect_timeout;
+        // What the server answered so far: a connect that times out while it goes on
+        // answering (or moving others' bodies) shows a full listen queue (busy), not a dead
+        // server.
+        let answered = stats::read(&backend.stats.responses);
+        for pause in EXHAUSTED_PAUSES {
+            match backend.connect(connect_timeout).await {
+                Ok(stream) => return Ok(stream),
+                Err(e) if exhaustion::is_exhaustion(&e) => {
+                    exhaustion::CONNECT.warn(|held| {
+                        tracing::warn!(server = %backend.addr, "no connection opened: {e}{}", exhaustion::held_back(held));
+                    });
+                    if self.shed_idle_connections() == 0 {
+                        tokio::time::sleep(pause).await;
+                    }
+                }
+                Err(e) => {
+                    count_connect_error(&backend.stats, &e);
+                    let evidence = match e.kind() {
+                        std::io::ErrorKind::TimedOut => {
+                            Evidence::of_timeout(backend.stats.alive_since(answered))
+                        }
+                        _ => Evidence::Broken,
+                    };
+                    return Err(ConnectFailure::Server(Failure {
+                        why: format!("connect failed: {e}"),
+                        evidence,
+                    }));
+                }
+            }
+        }
+        Err(ConnectFailure::OutOfDescriptors)
+    }
+
+    /// Closes the idle server connections of this connection's worker, in every pool.
+    fn shed_idle_connections(&self) -> usize {
+        let worker = self.cx.timer.worker();
+        self.cx
+            .generation
+            .pools
+            .iter()
+            .flat_map(|pool| pool.backends.iter())
+            .map(|backend| backend.shed_idle(worker))
+            .sum()
+    }
+}
+
+/// A connection attempt that failed: counted, and as a timeout when it ran out of time.
+fn count_connect_error(server: &stats::ServerStats, error: &std::io::Error) {
+    stats::bump(&server.connect_errors);
+    if error.kind() == std::io::ErrorKind::TimedOut {
+        stats::bump(&server.timeouts);
+    }
+}

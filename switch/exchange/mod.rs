@@ -1,0 +1,323 @@
+//! One request carried out, whatever protocol the client speaks: the front-end (connection/h1.rs
+//! today) hands over a request head and a body source, and gets its response head and body
+//! through a sink ([`client::ClientSide`]). The steps, in the order a request takes them:
+//!
+//! [`route`] (the service's rules pick the pool) -> [`pick`] (the pool's module picks a server;
+//! backups, the pool's queue; an idle connection to it reused) -> [`connect`] (else a new one) ->
+//! [`attempt`] (the head goes up, the body while the response head is awaited:
+//! [`response_head`]) -> [`response`] (the response relayed, or a tunnel after 101; the server
+//! connection parked) -> [`account`] (stats, access log). Whatever fails on the way is
+//! classified in [`failure`]: the client's status, whose failure it is, whether the request
+//! may go to the next server, what is counted at the server.
+
+pub(crate) mod account;
+mod attempt;
+pub(crate) mod client;
+mod connect;
+mod failure;
+mod pick;
+mod response;
+mod response_head;
+pub(crate) mod route;
+
+use account::Outcome;
+use client::ClientSide;
+use failure::{short_reason, ExchangeError, Verdict};
+
+use crate::buffer::IoBuf;
+use crate::http::ResponseHead;
+use crate::recycle;
+use crate::relay::RelaySettings;
+use crate::shared::Shared;
+use crate::socket::Socket;
+use crate::state::control;
+use crate::state::generation::{Generation, Service};
+use crate::state::pool::{Lease, Pool};
+use crate::state::stats;
+use crate::timeouts::Slot;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tcpvs_modules::ResponseField;
+use tokio::time::Instant;
+
+/// What an exchange reads of the connection it runs on (built by the connection for each
+/// request, after it followed a reload): a few references, copied freely.
+#[derive(Clone, Copy)]
+pub(crate) struct Context<'a> {
+    pub shared: &'a Shared,
+    /// The configuration the request runs under.
+    pub generation: &'a Arc<Generation>,
+    pub service: &'a Service,
+    /// The connection's timeout slot, which also says when the switch is stopping.
+    pub timer: &'a Slot,
+    pub relay: RelaySettings,
+    /// The client, as X-Forwarded-For and `source-hash` see it (a PROXY header's, if any).
+    pub peer: SocketAddr,
+    /// The TLS server name the client asked for (SNI), for `sni` rules.
+    pub sni: Option<&'a str>,
+}
+
+/// The server side's memory, kept by the connection from request to request (and given back to
+/// the thread while it waits for the next one: connection/mod.rs, `give_back_workspace`).
+pub(crate) struct Buffers {
+    /// The request head as rebuilt for the server.
+    pub upstream_head: Vec<u8>,
+    pub server_buf: IoBuf,
+    pub response: ResponseHead,
+    /// Rebuilt response heads, error responses and chunk output.
+    pub out: Vec<u8>,
+}
+
+impl Buffers {
+    pub(crate) fn new() -> Buffers {
+        Buffers {
+            upstream_head: Vec::new(),
+            server_buf: IoBuf::unallocated(),
+            response: ResponseHead::default(),
+            out: Vec::new(),
+        }
+    }
+
+    /// The memory the exchange uses, taken once the request head is complete: a client still
+    /// sending its head holds only its buffer and the head's field table.
+    pub(crate) fn take(&mut self) {
+        if self.response.fields.capacity() == 0 {
+            self.response.fields = recycle::take_fields();
+        }
+        if self.upstream_head.capacity() == 0 {
+            self.upstream_head = recycle::take_bytes();
+        }
+        if self.out.capacity() == 0 {
+            self.out = recycle::take_bytes();
+        }
+    }
+}
+
+/// Choosing a server for one request: the pool the rules gave, and what the request's
+/// attempts share (the servers tried, the attempts spent). pick.rs and connect.rs hold its
+/// steps; the tunnel front-end (connection/tunnel.rs) uses it without an [`Exchange`].
+pub(crate) struct Picker<'a> {
+    pub cx: Context<'a>,
+    pub pool: &'a Pool,
+    pub pool_index: usize,
+    /// Servers picked for this request so far (the connection's vector, reused).
+    tried: &'a mut Vec<usize>,
+    /// The server whose failure the request's next attempt retries (counted there when the
+    /// attempt is made).
+    retry_from: Option<usize>,
+    /// Connections tried for this request, against `connect_attempts`.
+    attempts: usize,
+}
+
+impl<'a> Picker<'a> {
+    pub(crate) fn new(cx: Context<'a>, pool_index: usize, tried: &'a mut Vec<usize>) -> Self {
+        tried.clear();
+        Picker {
+            cx,
+            pool: &cx.generation.pools[pool_index],
+            pool_index,
+            tried,
+            retry_from: None,
+            attempts: 0,
+        }
+    }
+}
+
+/// A server connection for a request: the lease that counts the request on the server, the
+/// socket, whether it was reused, and the field the pool's module adds to the response.
+pub(crate) struct Connected<'p> {
+    pub lease: Lease<'p>,
+    pub server: Socket,
+    pub reused: bool,
+    pub response_field: Option<ResponseField>,
+}
+
+/// One request carried out against the pool the rules chose: [`Exchange::run`].
+pub(crate) struct Exchange<'a, C: ClientSide> {
+    picker: Picker<'a>,
+    client: C,
+    work: &'a mut Buffers,
+    started: Instant,
+    /// A field the pool's module adds to the current response.
+    response_field: Option<ResponseField>,
+}
+
+/// Carries out the request whose head `client` holds: routes it, then runs its [`Exchange`].
+/// `tried` and `work` are the connection's, reused from request to request.
+pub(crate) async fn serve<C: ClientSide>(
+    cx: Context<'_>,
+    mut client: C,
+    work: &mut Buffers,
+    tried: &mut Vec<usize>,
+    started: Instant,
+) -> Outcome {
+    let pool_index = match route::admit(&cx, client.request()) {
+        Ok(pool_index) => pool_index,
+        Err((status, why)) => {
+            client.release_head();
+            return answer_locally(&cx, &mut client, &mut work.out, status, why, None).await;
+        }
+    };
+    let exchange = Exchange {
+        picker: Picker::new(cx, pool_index, tried),
+        client,
+        work,
+        started,
+        response_field: None,
+    };
+    exchange.run().await
+}
+
+/// Answers the request with an error from the switch itself.
+async fn answer_locally<C: ClientSide>(
+    cx: &Context<'_>,
+    client: &mut C,
+    out: &mut Vec<u8>,
+    status: u16,
+    why: &str,
+    pool: Option<usize>,
+) -> Outcome {
+    stats::bump(&cx.service.stats.local_errors);
+    let (bytes_out, keep_client) = client.respond_locally(out, status, why).await;
+    Outcome::local(status, bytes_out, keep_client, pool)
+}
+
+/// What the exchange does after a failure (failure.rs says which).
+enum Next {
+    /// The request goes to the next server.
+    Retry,
+    Done(Outcome),
+}
+
+impl<'a, C: ClientSide> Exchange<'a, C> {
+    /// Picks, connects and exchanges until the request is answered, by a server or by the
+    /// switch; a request that reached no server goes to the next one while failure.rs allows.
+    async fn run(mut self) -> Outcome {
+        // A request that reached no server may go to the next candidate: only idempotent ones
+        // without body, and only with a Host of their own (the head is rebuilt once, and a
+        // Host made up from the first server's address would name the wrong one).
+        let (head, _) = self.client.request();
+        let may_retry = head.retryable() && head.host.is_some();
+        let mut head_written = false;
+        loop {
+            let connected = match self.picker.pick_or_queue(self.client.request()).await {
+                Ok(connected) => connected,
+                Err((status, why)) => {
+                    if !head_written {
+                        self.client.release_head();
+                    }
+                    return self.answer_locally(status, why).await;
+                }
+            };
+            let Connected {
+                lease,
+                server,
+                reused,
+                response_field,
+            } = connected;
+            self.response_field = response_field;
+            if !head_written {
+                let host_field = &lease.backend().host_field;
+                self.client
+                    .write_server_head(&mut self.work.upstream_head, host_field);
+                self.client.release_head();
+                head_written = true;
+            }
+            let result = self.attempt_or_renew(&lease, server, reused).await;
+            let error = match result {
+                Ok(mut outcome) => {
+                    let cx = &self.picker.cx;
+                    control::exchange_succeeded(
+                        &cx.shared.generation,
+                        self.picker.pool,
+                        lease.server,
+                    );
+                    outcome.pool = Some(self.picker.pool_index);
+                    return outcome;
+                }
+                Err(error) => error,
+            };
+            match self.failed(error, &lease, may_retry).await {
+                Next::Retry => continue,
+                Next::Done(outcome) => return outcome,
+            }
+        }
+    }
+
+    /// One attempt on the connection picked; when a reused connection turns out closed by the
+    /// server, one more on a new connection to the same server (if the request may be sent
+    /// again).
+    async fn attempt_or_renew(
+        &mut self,
+        lease: &Lease<'a>,
+        server: Socket,
+        reused: bool,
+    ) -> Result<Outcome, ExchangeError> {
+        let result = self.attempt(lease, server, reused).await;
+        if !matches!(result, Err(ExchangeError::Stale)) || !self.client.request().0.retryable() {
+            return result;
+        }
+        let backend = lease.backend();
+        failure::count_stale_retry(&backend.stats);
+        tracing::debug!(server = %backend.addr, "reused connection failed; retrying on a new one");
+        match self.picker.open_connection(backend).await {
+            Ok(stream) => self.attempt(lease, stream, false).await,
+            Err(failure) => Err(ExchangeError::from(failure)),
+        }
+    }
+
+    /// What a failed attempt leads to, as failure.rs classifies it: the next server, or an
+    /// answer (and what the failure counts at the server).
+    async fn failed(&mut self, error: ExchangeError, lease: &Lease<'a>, may_retry: bool) -> Next {
+        let backend = lease.backend();
+        let pool_index = self.picker.pool_index;
+        let retry_allowed =
+            may_retry && self.picker.attempts < self.picker.cx.shared.settings.connect_attempts;
+        let (status, why) = match error.verdict(retry_allowed) {
+            Verdict::Retry(failure) => {
+                stats::bump(&backend.stats.response_errors);
+                let why = failure.why.clone();
+                self.picker.server_failed(lease.server, failure);
+                self.picker.retry_from = Some(lease.server);
+                tracing::debug!(server = %backend.addr, "no answer ({why}); trying the next server");
+                return Next::Retry;
+            }
+            Verdict::BrokeOff(why) => {
+                // The relay broke off; the client may be mid-request.
+                self.client.leave_unread();
+                stats::bump(&backend.stats.response_errors);
+                tracing::debug!(server = %backend.addr, "relay failed after the response head: {why}");
+                return Next::Done(Outcome {
+                    status: self.work.response.status,
+                    bytes_out: 0,
+                    keep_client: false,
+                    pool: Some(pool_index),
+                    server: Some(backend.addr),
+                });
+            }
+            Verdict::Answer { status, why, blame } => {
+                if let Some(failure) = failure::counted_at_server(blame, status, &backend.stats) {
+                    self.picker.server_failed(lease.server, failure);
+                }
+                (status, why)
+            }
+        };
+        tracing::debug!(server = %backend.addr, status, "exchange failed: {why}");
+        if status == 0 {
+            // The client went away: nobody to answer.
+            return Next::Done(Outcome::local(0, 0, false, Some(pool_index)));
+        }
+        let mut outcome = self.answer_locally(status, short_reason(status)).await;
+        // The request body may be half read: the connection cannot go on.
+        outcome.keep_client &= !self.client.request().0.has_body();
+        outcome.server = Some(backend.addr);
+        Next::Done(outcome)
+    }
+
+    /// Answers the request with an error from the switch itself.
+    async fn answer_locally(&mut self, status: u16, why: &str) -> Outcome {
+        let cx = self.picker.cx;
+        let pool = Some(self.picker.pool_index);
+        answer_locally(&cx, &mut self.client, &mut self.work.out, status, why, pool).await
+    }
+}

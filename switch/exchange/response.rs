@@ -1,0 +1,141 @@
+//! The response: its head rebuilt for the client and its body relayed (the upload may still be
+//! going on), or, after a 101 or a 2xx to CONNECT, a tunnel; then the server connection goes
+//! back to the idle list if the exchange ended cleanly.
+
+use super::account::Outcome;
+use super::attempt::{Attempt, Relayed, Upload};
+use super::client::{ClientSide, ResponseSink};
+use super::failure::ExchangeError;
+use super::Exchange;
+use crate::relay::{Meter, RelayError};
+use crate::socket::Socket;
+use crate::state::pool::Lease;
+use crate::state::server::Backend;
+use crate::state::stats;
+use std::future::Future;
+use std::pin::pin;
+
+impl<S: ResponseSink> Attempt<'_, S> {
+    /// Sends the response head and relays the body, while the upload goes on if it has not
+    /// ended. Returns whether the client connection is kept, the head's size, and how the relay
+    /// ended.
+    pub(super) async fn relay_response<F: Future<Output = Result<(), RelayError>>>(
+        &mut self,
+        upload: &mut Upload<'_, F>,
+        meter: &Meter,
+    ) -> (bool, u64, Result<(), RelayError>) {
+        let work = &mut *self.work;
+        // Announced now, so an upload still running means the connection must close.
+        let keep_client = self.sink.start_response(
+            &mut work.out,
+            &work.response,
+            work.server_buf.filled(),
+            self.response_field,
+            upload.complete,
+        );
+        let head_bytes = work.out.len() as u64;
+        work.server_buf.consume(work.response.len);
+        // The answer comes down at the client's pace, holding the server.
+        let _download_mark = self.backend.stats.relaying();
+        let mut download = pin!(self.sink.relay_body(
+            self.server,
+            &mut work.server_buf,
+            &mut work.out,
+            &self.relay,
+            meter
+        ));
+        let relayed = loop {
+            tokio::select! {
+                biased;
+                relayed = &mut download => break relayed,
+                sent = &mut upload.future, if upload.running => {
+                    upload.ended();
+                    upload.complete = sent.is_ok();
+                }
+            }
+        };
+        (keep_client, head_bytes, relayed)
+    }
+}
+
+impl<'a, C: ClientSide> Exchange<'a, C> {
+    /// 4. The response relayed: counted, and the server connection goes back to the idle list
+    ///    if the exchange ended cleanly on both sides with nothing extra pending.
+    pub(super) fn finish(
+        &mut self,
+        lease: &Lease<'a>,
+        server: Socket,
+        relayed: Relayed,
+        downloaded: &Meter,
+    ) -> Result<Outcome, ExchangeError> {
+        let backend = lease.backend();
+        let Relayed {
+            status,
+            relayed,
+            keep_client,
+            upload_complete,
+            uploaded_before_answer,
+            head_bytes,
+        } = relayed;
+        self.client.held_for_close(!keep_client);
+        let bytes_out = head_bytes + downloaded.get();
+        stats::add(&backend.stats.bytes_out, bytes_out);
+        if let Err(e) = relayed {
+            return Err(ExchangeError::AfterResponse(e.to_string()));
+        }
+        if !upload_complete {
+            self.client.leave_unread();
+        }
+        let cx = &self.picker.cx;
+        if self.work.response.server_keep_alive
+            && lease.pool().config.send_proxy.is_none()
+            && upload_complete
+            && uploaded_before_answer
+            && self.work.server_buf.is_empty()
+        {
+            backend.park(
+                cx.timer.worker(),
+                server,
+                cx.shared.settings.server_idle_max,
+                cx.timer.now_ms(),
+            );
+        }
+        Ok(Outcome {
+            status,
+            bytes_out,
+            keep_client,
+            pool: None,
+            server: Some(backend.addr),
+        })
+    }
+
+    /// After 101 Switching Protocols (or 2xx to CONNECT): the response head goes to the client,
+    /// then bytes flow both ways until the tunnel ends.
+    pub(super) async fn open_tunnel(
+        &mut self,
+        backend: &Backend,
+        server: &Socket,
+    ) -> Result<Outcome, ExchangeError> {
+        let status = self.work.response.status;
+        let relay = self.picker.cx.relay;
+        let (head_bytes, end) = self
+            .client
+            .tunnel(self.work, server, &relay)
+            .await
+            .map_err(|e| ExchangeError::AfterResponse(e.to_string()))?;
+        if let Some(e) = end.failure() {
+            tracing::debug!(server = %backend.addr, "tunnel ended: {e}");
+        }
+        let moved = end.moved;
+        let bytes_out = head_bytes + moved.server_to_client;
+        stats::add(&backend.stats.bytes_in, moved.client_to_server);
+        stats::add(&backend.stats.bytes_out, bytes_out);
+        Ok(Outcome {
+            status,
+            bytes_out,
+            keep_client: false,
+            pool: None,
+            server: Some(backend.addr),
+        })
+    }
+}

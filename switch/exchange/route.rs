@@ -1,0 +1,52 @@
+//! Route: the pool a request goes to, by the service's rules (rules.rs), and what the rules and
+//! the pool's module see of the request ([`request_view`]).
+
+use super::Context;
+use crate::config::ServiceMode;
+use crate::http::RequestHead;
+use tcpvs_modules::{HeaderLookup, RequestView};
+
+/// The pool for a request the service admits: a refusal (status, reason) for a CONNECT the
+/// service does not allow, or for a request no rule and no default pool takes.
+pub(crate) fn admit(
+    cx: &Context<'_>,
+    (head, buf): (&RequestHead, &[u8]),
+) -> Result<usize, (u16, &'static str)> {
+    if head.is_connect && !cx.service.connect {
+        // A tunnel would carry any bytes to the chosen server past routing,
+        // X-Forwarded-For and framing checks (design.md, "Decided"): only by choice.
+        return Err((405, "CONNECT is not allowed on this service"));
+    }
+    route(cx, (head, buf)).ok_or((503, "no pool for this request"))
+}
+
+/// The pool for the request, by the service's rules (a passthrough connection has no head:
+/// its `sni` rules see the server name).
+pub(crate) fn route(cx: &Context<'_>, (head, buf): (&RequestHead, &[u8])) -> Option<usize> {
+    let headers = head.lookup(buf);
+    let view = request_view(cx, head, buf, &headers);
+    let sni = cx.sni.map(str::as_bytes);
+    cx.service.rules.route(&view, sni)
+}
+
+/// The request as the rules and the pool's module see it.
+pub(super) fn request_view<'a>(
+    cx: &Context<'a>,
+    head: &'a RequestHead,
+    buf: &'a [u8],
+    headers: &'a dyn HeaderLookup,
+) -> RequestView<'a> {
+    let host = match cx.service.mode {
+        ServiceMode::Http => head.host.map(|h| h.get(buf)),
+        // No HTTP request: the module sees the server name as the host (hash key "host").
+        ServiceMode::TlsPassthrough => cx.sni.map(str::as_bytes),
+    };
+    RequestView {
+        method: head.method(buf),
+        path: head.path.get(buf),
+        query: head.query.map(|q| q.get(buf)),
+        host,
+        headers,
+        client: cx.peer.ip(),
+    }
+}
