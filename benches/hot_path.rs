@@ -344,9 +344,9 @@ fn timing(path: &mut HotPath, cases: &[Case]) {
             b.iter(|| black_box(path.request(black_box(&case.request))))
         });
     }
-    // What the admin statistics add to each request (session.rs `account`, exchange.rs): the
-    // clock read for the request's duration, its class and histogram at the service, the
-    // response's latency and class at the server.
+    // What the admin statistics add to each request (exchange/account.rs): the clock read for
+    // the request's duration, its class and histogram at the service, the response's latency
+    // and class at the server.
     let service = tcpvs::state::stats::ServiceStats::default();
     let server = tcpvs::state::stats::ServerStats::default();
     let started = std::time::Instant::now();

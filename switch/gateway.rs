@@ -157,7 +157,7 @@ impl Switch {
         ReloadHandle::new(&self.supervisor)
     }
 
-    /// The shared state, for what runs beside the switch (signals in main.rs).
+    /// The shared state, for what runs beside the switch (signals: cli/signals.rs).
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }

@@ -61,7 +61,7 @@ const SETTLE: Duration = Duration::from_secs(60);
 /// Slowloris connections held at once.
 const SLOWLORIS: usize = 250;
 /// Empty pipes the switch keeps for `splice` once bodies are done: `SPARE_PIPES_PER_THREAD`
-/// (switch/splice.rs) per worker, 2 workers. Descriptors beyond the baseline are allowed
+/// (switch/relay/splice.rs) per worker, 2 workers. Descriptors beyond the baseline are allowed
 /// for them only, up to this bound; every other descriptor must be back to its baseline.
 const SPARE_PIPES: usize = 2 * tcpvs::relay::splice::SPARE_PIPES_PER_THREAD;
 /// Size of the large bodies.

@@ -175,7 +175,7 @@ async fn zero_workers_means_one_worker_per_cpu() {
     let scratch = Scratch::new("zero_workers");
     let file = scratch.file("rules.toml", &rules("workers = 0", server.addr));
     let (switch, addr, seen) = start(&file).await;
-    // As switch/main.rs counts them.
+    // As switch/cli/run.rs counts them.
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let listening = seen.last().unwrap();
     let plural = if cpus == 1 { "" } else { "s" };
@@ -524,7 +524,7 @@ async fn download(client: &mut Client, n: usize) {
 }
 
 // A pipe is taken for a body before its first byte is spliced and goes back to the worker's
-// spare list afterwards (switch/splice.rs), so once a response is in, the pipe of its body (if
+// spare list afterwards (switch/relay/splice.rs), so once a response is in, the pipe of its body (if
 // it had one) is open and stays open: counting after each exchange is not a race. With
 // `workers = 1` every body moves on the main thread, whose spare list is the only one.
 

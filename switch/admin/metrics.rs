@@ -1,6 +1,6 @@
 //! `GET /metrics`: the snapshot in the Prometheus text format (0.0.4, or OpenMetrics when the
 //! scraper asks for it), encoded by `prometheus-client` from a collector that reads the
-//! snapshot at scrape time. The data path keeps its own relaxed atomics (stats.rs); nothing
+//! snapshot at scrape time. The data path keeps its own relaxed atomics (state/stats.rs); nothing
 //! here is updated per request.
 //!
 //! Names begin `tcpvs_`; labels are `service`, `pool`, `server` (the server's address), and

@@ -22,7 +22,7 @@ pub const PER_CLIENT: u64 = 2;
 /// log files, the signal and reload machinery, the upgrade socket, what libraries open.
 const BASE: u64 = 64;
 /// Per worker: its event loop (epoll and a wake-up descriptor) and the spare splice pipes it
-/// keeps (`splice.rs`, two descriptors each).
+/// keeps (`relay/splice.rs`, two descriptors each).
 const PER_WORKER: u64 = 4 + 2 * crate::relay::splice::SPARE_PIPES_PER_THREAD as u64;
 /// The admin endpoint: its listener and the connections it serves at once (`admin/mod.rs`).
 const ADMIN: u64 = 1 + crate::admin::MAX_CONNECTIONS as u64;
