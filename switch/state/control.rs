@@ -156,9 +156,11 @@ pub fn apply(pool: &Pool, index: usize, change: Change) {
         return;
     };
     {
-        let Ok(mut status) = server.status.lock() else {
-            return;
-        };
+        // A panic elsewhere while the lock was held leaves a status worth keeping.
+        let mut status = server
+            .status
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let now = Instant::now();
         let was = status.health;
         let health = &pool.health.health;
