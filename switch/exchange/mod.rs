@@ -158,7 +158,7 @@ pub(crate) async fn serve<C: ClientSide>(
             return answer_locally(&cx, &mut client, &mut work.out, status, why, None).await;
         }
     };
-    let exchange = Exchange {
+    let mut exchange = Exchange {
         picker: Picker::new(cx, pool_index, tried),
         client,
         work,
@@ -192,7 +192,7 @@ enum Next {
 impl<'a, C: ClientSide> Exchange<'a, C> {
     /// Picks, connects and exchanges until the request is answered, by a server or by the
     /// switch; a request that reached no server goes to the next one while failure.rs allows.
-    async fn run(mut self) -> Outcome {
+    async fn run(&mut self) -> Outcome {
         // A request that reached no server may go to the next candidate: only idempotent ones
         // without body, and only with a Host of their own (the head is rebuilt once, and a
         // Host made up from the first server's address would name the wrong one).
