@@ -136,8 +136,9 @@ pub async fn accept_loop(
             continue;
         };
         let service_stats = Arc::clone(&generation.services[service].stats);
-        stats::bump(&service_stats.accepted);
+        // Open before accepted: a snapshot reads them the other way round (state/snapshot.rs).
         let open = shared.clients.fetch_add(1, Ordering::Relaxed);
+        stats::bump(&service_stats.accepted);
         stats::bump(&service_stats.open);
         let refused = open >= shared.max_clients;
         if refused {

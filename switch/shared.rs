@@ -9,7 +9,7 @@ use crate::config::SwitchSettings;
 use crate::state::generation::Generation;
 use crate::state::snapshot::{self, Snapshot};
 use arc_swap::ArcSwap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::time::Instant;
 use tokio::sync::watch;
 
@@ -38,9 +38,6 @@ impl Shared {
     /// The counters and states of every service, pool and server, read now
     /// ([`snapshot::take`]).
     pub fn snapshot(&self) -> Snapshot {
-        snapshot::take(
-            &self.generation.load(),
-            self.clients.load(Ordering::Relaxed),
-        )
+        snapshot::take(&self.generation.load(), &self.clients)
     }
 }

@@ -9,13 +9,17 @@ use crate::state::stats::counters::{
     counter_literal, counter_struct, server_counters, service_counters,
 };
 use crate::state::stats::{self, LatencySnapshot};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 use tcpvs_modules::ServerState;
 
-/// The counters and states of every service, pool and server of `generation`. Each value is
-/// read once with a relaxed load: a snapshot taken under load is not one instant, but each
-/// counter in it is exact as of its read.
-pub fn take(generation: &Generation, clients: usize) -> Snapshot {
+/// The counters and states of every service, pool and server of `generation`, and the count
+/// of open client connections. Each value is read once with a relaxed load: a snapshot taken
+/// under load is not one instant, but each counter in it is exact as of its read.
+///
+/// `clients` is read last: a connection is counted in it before its service counts it
+/// `accepted` (listener.rs), so a snapshot that shows a connection accepted shows it open too.
+pub fn take(generation: &Generation, clients: &AtomicUsize) -> Snapshot {
     let services = generation.services.iter().map(service_snapshot).collect();
     let mut pools = Vec::with_capacity(generation.pools.len());
     let mut servers = Vec::new();
@@ -32,7 +36,7 @@ pub fn take(generation: &Generation, clients: usize) -> Snapshot {
     }
     Snapshot {
         generation: generation.number,
-        clients,
+        clients: clients.load(Ordering::Relaxed),
         services,
         pools,
         servers,
