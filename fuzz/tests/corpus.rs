@@ -66,3 +66,19 @@ fn proxy_header() {
 fn client_hello() {
     run("client_hello", tcpvs_fuzz::targets::check_client_hello);
 }
+
+/// The guard sees a parser's growth on its own thread, and not another thread's meanwhile.
+#[test]
+fn the_alloc_guard_counts_this_thread_only() {
+    let (_, grown) = tcpvs_fuzz::alloc_guard::measure(|| std::hint::black_box(vec![0u8; 1 << 20]));
+    assert!(grown >= 1 << 20, "a 1 MiB vector grew the heap by {grown}");
+    let (_, grown) = tcpvs_fuzz::alloc_guard::measure(|| {
+        std::thread::spawn(|| drop(std::hint::black_box(vec![0u8; 1 << 20])))
+            .join()
+            .unwrap()
+    });
+    assert!(
+        grown < 1 << 20,
+        "another thread's vector counted here: {grown}"
+    );
+}
