@@ -5,6 +5,18 @@ import os
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import *
 
+
+def echo_until_close(c, prefix, bye):
+    """A tunnel's far end: echoes each read with `prefix` until the client half-closes, then `bye`."""
+    c.settimeout(3)
+    try:
+        while True:
+            d = c.recv(65536)
+            if not d: break
+            c.sendall(prefix + d)
+        c.sendall(bye)
+    except OSError: pass
+
 def handler(be, c, n):
     buf = b""
     while True:
@@ -79,25 +91,11 @@ def handler(be, c, n):
             return
         if path == b"/ws":
             c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-            c.settimeout(3)
-            try:
-                while True:
-                    d = c.recv(65536)
-                    if not d: break
-                    c.sendall(b"ws-echo:" + d)
-                c.sendall(b"bye-after-halfclose")
-            except OSError: pass
+            echo_until_close(c, b"ws-echo:", b"bye-after-halfclose")
             return
         if meth == b"CONNECT":
             c.sendall(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-            c.settimeout(3)
-            try:
-                while True:
-                    d = c.recv(65536)
-                    if not d: break
-                    c.sendall(b"tun:" + d)
-                c.sendall(b"bye")
-            except OSError: pass
+            echo_until_close(c, b"tun:", b"bye")
             return
         resp = head.split(b"\r\n")[0] + b"|" + body
         c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(resp), resp))
