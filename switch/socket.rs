@@ -170,6 +170,14 @@ impl Socket {
         }
     }
 
+    /// Polls for write readiness, registering the socket first if needed.
+    pub fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.reactor() {
+            Ok(registered) => registered.poll_write_ready(cx).map_ok(drop),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
     /// Whether input (data, end of stream or an error) may be waiting, without a system
     /// call: a registered socket's readiness as the reactor last saw it (it may lag the
     /// kernel). A detached socket has none, so it may always have input.

@@ -126,6 +126,16 @@ impl Timeouts {
         }
     }
 
+    /// Wakes every session, so that those that follow the configuration look at it again (a
+    /// reload removed a service: its HTTP/2 connections say GOAWAY).
+    pub fn wake_all(&self) {
+        if let Ok(slots) = self.slots.lock() {
+            for slot in slots.iter().filter_map(Weak::upgrade) {
+                slot.waker.wake();
+            }
+        }
+    }
+
     /// Sweeps every [`TICK`] until the switch stops.
     pub async fn run_sweeper(self: Arc<Self>) {
         let mut tick = tokio::time::interval(TICK);
@@ -152,6 +162,11 @@ impl Slot {
     /// The coarse clock (milliseconds), as of the last sweep.
     pub fn now_ms(&self) -> u64 {
         self.timeouts.now_ms()
+    }
+
+    /// A new slot of the same worker, for a task this session starts (an HTTP/2 stream).
+    pub fn sibling(&self) -> Arc<Slot> {
+        self.timeouts.register()
     }
 
     pub fn stopping(&self) -> bool {

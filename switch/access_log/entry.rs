@@ -39,6 +39,25 @@ impl Request {
         self.user_agent = None;
     }
 
+    /// Says the request came in another protocol than its head's version (`HTTP/2.0`: an
+    /// HTTP/2 stream, whose head was translated to HTTP/1.1).
+    pub fn set_protocol(&mut self, protocol: &'static str) {
+        if self.protocol.is_some() {
+            self.protocol = Some(protocol);
+        }
+    }
+
+    /// What the log keeps of an HTTP/2 request refused before it became a head: its method and
+    /// target as the client sent them.
+    pub fn refused_h2(&mut self, method: &http::Method, uri: &http::Uri) {
+        self.clear();
+        self.line.extend_from_slice(method.as_str().as_bytes());
+        self.line.push(b' ');
+        let target = uri.path_and_query().map(|p| p.as_str()).unwrap_or("");
+        self.line.extend_from_slice(target.as_bytes());
+        self.protocol = Some("HTTP/2.0");
+    }
+
     /// Appends to what the line shows as the request (a passthrough tunnel's `TLS name`).
     pub fn push_str(&mut self, text: &str) {
         self.line.extend_from_slice(text.as_bytes());

@@ -127,6 +127,9 @@ pub struct ServiceConfig {
     /// CONNECT requests are routed and tunnelled; `false` (the default): refused with 405,
     /// since a tunnel carries any bytes past routing, X-Forwarded-For and framing checks.
     pub connect: bool,
+    /// HTTP/2 from clients (`http2`, default `true`): ALPN `h2` on TLS, the prior-knowledge
+    /// preface on plain connections (connection/h2/).
+    pub http2: bool,
     pub mode: ServiceMode,
     /// `tls`: its certificates, read and checked; empty for a service without TLS.
     pub certificates: Vec<crate::edge::tls::Certificate>,

@@ -33,6 +33,7 @@ const SERVICE_KEYS: &[&str] = &[
     "defer_accept",
     "proxy_protocol",
     "connect",
+    "http2",
     "tls",
     "mode",
     "rule",
@@ -125,6 +126,8 @@ pub(crate) struct RawService {
     pub proxy_protocol: Option<bool>,
     /// `connect = true`: CONNECT requests go through to the routed pool.
     pub connect: Option<bool>,
+    /// `http2 = false`: HTTP/1.x only (no ALPN `h2`, no prior-knowledge preface).
+    pub http2: Option<bool>,
     /// `tls`: the certificates, in file order; `None` when missing or not a list.
     pub tls: Option<Spanned<Vec<RawCertificate>>>,
     pub mode: Option<Spanned<String>>,
@@ -366,6 +369,7 @@ fn read_service(name: &str, t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawS
         defer_accept: t.boolean("defer_accept", sink),
         proxy_protocol: t.boolean("proxy_protocol", sink),
         connect: t.boolean("connect", sink),
+        http2: t.boolean("http2", sink),
         tls,
         mode: t.string("mode", "\"http\" or \"tls-passthrough\"", sink),
         rule: rules,

@@ -78,6 +78,7 @@ pub(super) fn build_services(
                 defer_accept: service.defer_accept.unwrap_or(true),
                 proxy_protocol: service.proxy_protocol.unwrap_or(false),
                 connect: service.connect.unwrap_or(false),
+                http2: service.http2.unwrap_or(true),
                 mode,
                 certificates,
                 rules: RuleSet::new(rules, default_pool),

@@ -8,6 +8,7 @@ mod client;
 mod head;
 mod wait;
 
+use super::h2::PREFACE;
 use super::Connection;
 use crate::access_log;
 use crate::exchange;
@@ -15,7 +16,7 @@ use crate::http::rewrite::ClientConnection;
 use crate::http::status::write_error;
 use crate::http::HeadProgress;
 use crate::state::stats;
-use crate::stream::{write_all, Limit};
+use crate::stream::{read_some, write_all, Limit};
 use std::io;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -93,6 +94,12 @@ impl Connection {
                     break;
                 }
             }
+            if let Some(first) = head_deadline {
+                if self.begins_with_preface(first).await {
+                    Box::pin(self.serve_h2(first)).await;
+                    return;
+                }
+            }
             // The head is read before the box below: a slow client still sending it holds
             // only its buffer, its field table and a small box (not the exchange's state),
             // and an idle connection's task does not carry the state of reading a head.
@@ -130,6 +137,28 @@ impl Connection {
         // Boxed, like refusals: closing happens once, and its state need not sit in every
         // idle connection's task.
         Box::pin(self.linger()).await;
+    }
+
+    /// Whether a plain connection of an HTTP/2 service begins with the HTTP/2 preface (prior
+    /// knowledge, RFC 9113 section 3.3): reads on while what came is a beginning of it.
+    async fn begins_with_preface(&mut self, deadline: Instant) -> bool {
+        if !self.service().http2 || self.client.tls().is_some() {
+            return false;
+        }
+        loop {
+            let filled = self.inbuf.filled();
+            let n = filled.len().min(PREFACE.len());
+            if filled[..n] != PREFACE[..n] {
+                return false;
+            }
+            if n == PREFACE.len() {
+                return true;
+            }
+            match read_some(&self.client, &mut self.inbuf, Limit::Until(deadline)).await {
+                Ok(0) | Err(_) => return false,
+                Ok(_) => {}
+            }
+        }
     }
 
     /// Serves requests, the first one's head read already, as long as the next one comes

@@ -1,8 +1,10 @@
 //! One client connection. The data path reads top to bottom:
 //!
 //! accept (listener.rs) -> [`Connection::run`]: the PROXY header (`proxy_header.rs`), the TLS
-//! handshake (`tls.rs`) -> a protocol front-end: `h1.rs` (HTTP/1: waits for a request, reads its
-//! head, serves bursts of requests on keep-alive, refuses what cannot be read) or `tunnel.rs`
+//! handshake (`tls.rs`) -> a protocol front-end: `h2.rs` (HTTP/2, chosen by ALPN or by the
+//! preface: each stream one exchange, in a task of its own), `h1.rs` (HTTP/1: waits for a
+//! request, reads its head, serves bursts of requests on keep-alive, refuses what cannot be
+//! read) or `tunnel.rs`
 //! (`tls-passthrough`: ClientHello, route by server name, pick, tunnel) -> for each request, an
 //! exchange (exchange/: route -> pick -> connect or reuse -> relay -> account) -> closing
 //! without losing the last response (`close.rs`).
@@ -11,10 +13,11 @@
 //! buffer, its timer, the configuration it runs under (it follows reloads at each request:
 //! [`Connection::follow_reloads`]), and the memory its requests reuse. Every request on a
 //! keep-alive connection is routed and picked again, so one connection can reach several
-//! pools. An HTTP/2 front-end would sit beside `h1.rs`, running one exchange per stream.
+//! pools. The HTTP/2 front-end (`h2.rs`) sits beside `h1.rs`, running one exchange per stream.
 
 mod close;
 mod h1;
+mod h2;
 mod proxy_header;
 mod tls;
 mod tunnel;
@@ -177,6 +180,11 @@ impl Connection {
         }
         if let Some(config) = self.service().tls.clone() {
             if !Box::pin(self.start_tls(config, connection_deadline)).await {
+                return;
+            }
+            if self.client.tls().is_some_and(|tls| tls.speaks_h2()) {
+                // Boxed: an HTTP/2 connection's state is its own, apart from HTTP/1's.
+                Box::pin(self.serve_h2(connection_deadline)).await;
                 return;
             }
         }

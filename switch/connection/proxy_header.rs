@@ -55,8 +55,11 @@ pub(super) fn write_proxy_header(
     destination: Option<SocketAddr>,
     client: &ClientStream,
 ) {
-    let destination = destination
-        .or_else(|| client.local_addr().ok())
-        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-    proxy_protocol::write_header(out, version, peer, destination);
+    let destination = destination.or_else(|| client.local_addr().ok());
+    proxy_protocol::write_header(out, version, peer, destination_or_unknown(destination));
+}
+
+/// The address the client connected to, or `0.0.0.0:0` when it cannot be known.
+pub(super) fn destination_or_unknown(destination: Option<SocketAddr>) -> SocketAddr {
+    destination.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
 }

@@ -93,6 +93,17 @@ impl Buffers {
     }
 }
 
+impl Buffers {
+    /// Gives the memory back to the thread's free lists (an HTTP/2 stream's, at its end).
+    pub(crate) fn give_back(&mut self) {
+        self.server_buf.consume(self.server_buf.len());
+        self.server_buf.release();
+        recycle::give_fields(&mut self.response.fields);
+        recycle::give_bytes(&mut self.upstream_head);
+        recycle::give_bytes(&mut self.out);
+    }
+}
+
 /// Choosing a server for one request: the pool the rules gave, and what the request's
 /// attempts share (the servers tried, the attempts spent). pick.rs and connect.rs hold its
 /// steps; the tunnel front-end (connection/tunnel.rs) uses it without an [`Exchange`].

@@ -40,6 +40,13 @@ pub fn write_error(
     if !with_body {
         return;
     }
+    write_error_body(out, status, detail);
+}
+
+/// The body of a response the switch makes itself: `STATUS REASON: detail` and a newline
+/// (HTTP/2 sends it after a head of its own).
+pub fn write_error_body(out: &mut Vec<u8>, status: u16, detail: &str) {
+    let reason = reason_phrase(status);
     let _ = write!(out, "{status} {reason}");
     if !detail.is_empty() {
         let _ = write!(out, ": {detail}");

@@ -27,6 +27,8 @@ pub struct Service {
     pub proxy_protocol: bool,
     /// CONNECT requests may be tunnelled to the routed pool (`connect = true`).
     pub connect: bool,
+    /// Clients may speak HTTP/2 (`http2`): ALPN `h2`, or the preface on a plain connection.
+    pub http2: bool,
     pub mode: ServiceMode,
     /// TLS termination with this generation's certificates (edge/tls/).
     pub tls: Option<Arc<rustls::ServerConfig>>,
@@ -47,7 +49,7 @@ impl Service {
         let tls = if config.certificates.is_empty() {
             None
         } else {
-            let made = tls::server_config(&config.certificates, resumption)
+            let made = tls::server_config(&config.certificates, resumption, config.http2)
                 .map_err(|e| format!("virtual service `{}`: TLS: {e}", config.name))?;
             Some(made)
         };
@@ -59,6 +61,7 @@ impl Service {
             defer_accept: config.defer_accept,
             proxy_protocol: config.proxy_protocol,
             connect: config.connect,
+            http2: config.http2,
             mode: config.mode,
             tls,
             rules: config.rules,

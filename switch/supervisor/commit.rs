@@ -42,9 +42,14 @@ impl Running {
         }
         let reloading = generation.number > 1;
         shared.generation.store(Arc::new(generation));
+        let removed_services = !unlisten.is_empty();
         for addr in unlisten {
             self.listeners.stop(addr);
             tracing::info!("reload: no longer listening on {addr}");
+        }
+        if removed_services {
+            // Their HTTP/2 connections, idle or not, say GOAWAY now (connection/h2.rs).
+            self.workers.wake_sessions();
         }
         for listener in bound {
             let addr = listener.addr;

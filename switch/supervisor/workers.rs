@@ -131,6 +131,13 @@ impl Workers {
         }
     }
 
+    /// Wakes every session of every worker (a reload removed a service).
+    pub fn wake_sessions(&self) {
+        for worker in &self.workers {
+            worker.handle.timeouts.wake_all();
+        }
+    }
+
     /// Ends every task and thread (at the end of a shutdown).
     pub async fn end(mut self) {
         for worker in std::mem::take(&mut self.workers) {

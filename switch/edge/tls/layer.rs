@@ -168,6 +168,11 @@ impl TlsLayer {
         self.lock().rustls.server_name().map(Box::from)
     }
 
+    /// The client and the switch agreed on HTTP/2 (ALPN `h2`).
+    pub fn speaks_h2(&self) -> bool {
+        self.lock().rustls.alpn_protocol() == Some(b"h2")
+    }
+
     /// The handshake resumed an earlier session (a ticket or a session ID).
     pub fn resumed(&self) -> bool {
         self.lock().rustls.handshake_kind() == Some(rustls::HandshakeKind::Resumed)

@@ -70,15 +70,20 @@ impl ResumptionByService {
 pub fn server_config(
     certificates: &[Certificate],
     resumption: &Resumption,
+    http2: bool,
 ) -> Result<Arc<ServerConfig>, rustls::Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(SniResolver::new(certificates)));
-    // HTTP/1.x only: a client that offers ALPN without either is refused in the handshake
-    // (no_application_protocol), rather than speaking HTTP/2 to an HTTP/1.1 switch.
+    // `h2` first when the service speaks it (the client's order does not matter: rustls picks
+    // the server's first protocol the client offers). A client that offers ALPN without any
+    // of them is refused in the handshake (no_application_protocol).
     config.alpn_protocols = vec![b"http/1.1".to_vec(), b"http/1.0".to_vec()];
+    if http2 {
+        config.alpn_protocols.insert(0, b"h2".to_vec());
+    }
     config.session_storage = Arc::clone(&resumption.cache);
     if let Some(ticketer) = &resumption.ticketer {
         config.ticketer = Arc::clone(ticketer);

@@ -86,6 +86,32 @@ macro_rules! service_counters {
                     metric: Counter "tcpvs_service_requests" "Requests read",
                     list: CountAndRate "Requests" "Req/s",
                 }
+                /// Client connections that spoke HTTP/2 (ALPN `h2`, or the preface on a
+                /// plain connection).
+                h2_connections {
+                    json: "h2_connections",
+                    metric: Counter "tcpvs_service_h2_connections"
+                        "Client connections that spoke HTTP/2",
+                }
+                /// HTTP/2 streams that carried a request (each is also one of `requests`).
+                h2_streams {
+                    json: "h2_streams",
+                    metric: Counter "tcpvs_service_h2_streams"
+                        "HTTP/2 streams that carried a request",
+                }
+                /// HTTP/2 protocol errors: streams reset and connections ended for a
+                /// malformed request or a broken rule of the protocol.
+                h2_protocol_errors {
+                    json: "h2_protocol_errors",
+                    metric: Counter "tcpvs_service_h2_protocol_errors"
+                        "HTTP/2 streams reset and connections closed for a protocol error",
+                }
+                /// GOAWAY frames sent to HTTP/2 clients (stopping, reloads, budgets spent,
+                /// errors).
+                h2_goaways_sent {
+                    json: "h2_goaways_sent",
+                    metric: Counter "tcpvs_service_h2_goaways_sent" "GOAWAY frames sent to HTTP/2 clients",
+                }
                 /// Responses the switch produced itself (4xx refusals, 502, 503, 504).
                 local_errors {
                     json: "local_errors",

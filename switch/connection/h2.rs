@@ -1,0 +1,280 @@
+//! The HTTP/2 front-end (RFC 9113), beside `h1.rs`: a connection that chose `h2` in its TLS
+//! handshake (ALPN), or a plain one that began with the preface (prior knowledge), is served
+//! by the h2 crate over the client stream (`h2/io.rs`); every stream it accepts is one
+//! request, carried out by the same exchange as an HTTP/1 request, in a task of its own
+//! (`h2/stream.rs`). This driver accepts streams, keeps the connection's limits, and ends it:
+//! GOAWAY when the switch stops or the service leaves at a reload, when the client is idle past
+//! `keepalive_timeout`, and with `ENHANCE_YOUR_CALM` when the client floods it (`h2/frames.rs`).
+//!
+//! The limits, and the attack each one bounds (each has a test in tests/h2_abuse.rs):
+//!
+//! | limit | value | bounds |
+//! |---|---|---|
+//! | streams running at once | [`MAX_CONCURRENT_STREAMS`] (more: `REFUSED_STREAM`) | many streams |
+//! | streams whose task runs, reset or not | the same: no new stream is accepted meanwhile | Rapid Reset (CVE-2023-44487) |
+//! | streams reset before they were accepted | [`MAX_PENDING_ACCEPT_RESETS`], then `ENHANCE_YOUR_CALM` | Rapid Reset |
+//! | streams the switch reset for the client's errors | [`MAX_LOCAL_ERROR_RESETS`], then `ENHANCE_YOUR_CALM` | MadeYouReset (CVE-2025-8671) |
+//! | a header block, decoded | [`MAX_HEADER_LIST`] (then 431), its CONTINUATION frames counted by the h2 crate | HPACK bombs, CONTINUATION flood (CVE-2024-27316) |
+//! | PING, SETTINGS, PRIORITY, RST_STREAM, empty frames | 1000 at once, 100 a second (`frames::Budget`) | control-frame floods |
+//! | bytes the client may send unread | [`STREAM_WINDOW`] per stream, [`CONNECTION_WINDOW`] in all | memory |
+//! | bytes waiting for a client that does not read | [`MAX_SEND_BUFFER`] per stream | zero-window readers |
+
+mod error;
+mod frames;
+mod io;
+mod request;
+mod response;
+mod stream;
+
+use super::Connection;
+use crate::http::rewrite::Scheme;
+use crate::state::generation::Generation;
+use crate::state::stats;
+use crate::stream::{wait, Limit};
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream};
+use io::{Alarm, H2Io};
+use std::future::poll_fn;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use stream::{Link, Running};
+use tokio::time::Instant;
+
+/// The connection preface of a client with prior knowledge (RFC 9113 section 3.4).
+pub(super) const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// `SETTINGS_MAX_CONCURRENT_STREAMS`: HAProxy's default is 100, nginx's 128.
+pub(super) const MAX_CONCURRENT_STREAMS: u32 = 100;
+/// The receive window of each stream: a 1 MiB upload needs four window updates.
+const STREAM_WINDOW: u32 = 256 * 1024;
+/// The receive window of the connection: what all its streams may have sent and not been read.
+const CONNECTION_WINDOW: u32 = 1024 * 1024;
+/// `SETTINGS_MAX_HEADER_LIST_SIZE`: the largest request head an HTTP/1 client may send.
+const MAX_HEADER_LIST: u32 = crate::http::MAX_HEAD_BYTES as u32;
+/// Bytes of a response the h2 crate may hold for one stream beyond what the client's window
+/// lets out.
+const MAX_SEND_BUFFER: usize = 64 * 1024;
+/// Streams the client may reset before they are accepted (the h2 crate's default is 20).
+const MAX_PENDING_ACCEPT_RESETS: usize = 20;
+/// Streams the switch may reset for the client's errors (h2's default is 1024).
+const MAX_LOCAL_ERROR_RESETS: usize = 200;
+/// How long a connection that said GOAWAY waits for its streams to end.
+const GOING_AWAY_GRACE: Duration = Duration::from_secs(5);
+
+/// What wakes the driver.
+enum Event {
+    /// A new stream (boxed: a request's parts are large, the other events small).
+    Stream(Box<(http::Request<RecvStream>, SendResponse<Bytes>)>),
+    /// The connection ended (the h2 crate's error, if any).
+    Closed(Option<h2::Error>),
+    /// The client spent its overhead budget.
+    Flood,
+    /// The switch stops, or the service left at a reload.
+    Leave,
+    /// No stream for `keepalive_timeout`.
+    Idle,
+    /// The streams did not end within the grace after GOAWAY.
+    GraceOver,
+}
+
+/// The connection's state while streams come and go.
+struct Driver<'c> {
+    conn: h2::server::Connection<H2Io<'c>, Bytes>,
+    link: Arc<Link>,
+    alarm: &'c Alarm,
+    generation: Arc<Generation>,
+    service: usize,
+    /// GOAWAY sent: no new stream, the connection ends with its last one.
+    going_away: bool,
+    flooded: bool,
+    /// Coarse-clock deadline of the current wait: idle, or the grace after GOAWAY.
+    deadline_ms: u64,
+    keepalive_ms: u64,
+}
+
+impl Connection {
+    /// Serves the connection in HTTP/2; its preface and SETTINGS are due by `deadline`.
+    pub(super) async fn serve_h2(&mut self, deadline: Instant) {
+        let stats = Arc::clone(&self.service().stats);
+        stats::bump(&stats.h2_connections);
+        // A plain connection's preface, read while telling HTTP/2 from HTTP/1.
+        let early = self.inbuf.filled().to_vec();
+        self.inbuf.consume(self.inbuf.len());
+        let destination = self.destination.or_else(|| self.client.local_addr().ok());
+        let link = Arc::new(Link {
+            shared: Arc::clone(&self.shared),
+            peer: self.peer,
+            destination,
+            sni: self.sni.clone(),
+            client_text: self.client_text,
+            scheme: match self.client.tls() {
+                None => Scheme::Http,
+                Some(_) => Scheme::Https,
+            },
+            relay: self.relay,
+            timer: Arc::clone(&self.timer),
+            running: Running::default(),
+        });
+        let alarm = Alarm::default();
+        let io = H2Io::new(&self.client, early, &alarm, &stats);
+        let handshake = builder().handshake::<_, Bytes>(io);
+        let handshaken = wait(async { Ok(handshake.await) }, Limit::Until(deadline)).await;
+        let conn = match handshaken {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => {
+                tracing::debug!(client = %self.peer, "HTTP/2 handshake failed: {e}");
+                return;
+            }
+            Err(_) => return,
+        };
+        let keepalive_ms = self.shared.settings.keepalive_timeout.as_millis() as u64;
+        let mut driver = Driver {
+            conn,
+            link,
+            alarm: &alarm,
+            generation: Arc::clone(&self.generation),
+            service: self.service,
+            going_away: false,
+            flooded: false,
+            deadline_ms: self.timer.now_ms().saturating_add(keepalive_ms),
+            keepalive_ms,
+        };
+        driver.run().await;
+    }
+}
+
+/// The h2 crate's settings for a client connection (the limits of the module comment).
+fn builder() -> h2::server::Builder {
+    let mut builder = h2::server::Builder::new();
+    builder
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_header_list_size(MAX_HEADER_LIST)
+        .max_send_buffer_size(MAX_SEND_BUFFER)
+        .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESETS)
+        .max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESETS));
+    builder
+}
+
+impl Driver<'_> {
+    async fn run(&mut self) {
+        loop {
+            match poll_fn(|cx| self.poll_event(cx)).await {
+                Event::Stream(accepted) => {
+                    let (request, respond) = *accepted;
+                    self.start_stream(request, respond);
+                }
+                Event::Closed(error) => {
+                    if let Some(e) = error {
+                        tracing::debug!(client = %self.link.peer, "HTTP/2 connection ended: {e}");
+                    }
+                    return;
+                }
+                Event::Flood => {
+                    tracing::debug!(client = %self.link.peer, "HTTP/2 client flooded: GOAWAY");
+                    self.flooded = true;
+                    self.conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+                    self.go_away_until_grace();
+                }
+                Event::Leave | Event::Idle => {
+                    self.conn.graceful_shutdown();
+                    self.go_away_until_grace();
+                }
+                Event::GraceOver => return,
+            }
+        }
+    }
+
+    fn go_away_until_grace(&mut self) {
+        self.going_away = true;
+        let timer = &self.link.timer;
+        self.deadline_ms = timer.deadline_after(GOING_AWAY_GRACE);
+    }
+
+    /// Runs the stream's request under the current configuration if the service is still
+    /// there (else under the connection's, which is leaving).
+    fn start_stream(&mut self, request: http::Request<RecvStream>, respond: SendResponse<Bytes>) {
+        let current = self.link.shared.generation.load();
+        if !Arc::ptr_eq(&current, &self.generation) {
+            let name = &self.generation.services[self.service].name;
+            if let Some((index, _)) = current.service(name) {
+                self.service = index;
+                self.generation = arc_swap::Guard::into_inner(current);
+            }
+        }
+        stream::spawn(
+            &self.link,
+            Arc::clone(&self.generation),
+            self.service,
+            request,
+            respond,
+        );
+    }
+
+    /// Whether the connection should say GOAWAY: the switch stops, or its service is gone.
+    fn should_leave(&self) -> bool {
+        if self.link.timer.stopping() {
+            return true;
+        }
+        let current = self.link.shared.generation.load();
+        !Arc::ptr_eq(&current, &self.generation)
+            && current
+                .service(&self.generation.services[self.service].name)
+                .is_none()
+    }
+
+    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Event> {
+        if self.alarm.raised() && !self.flooded {
+            return Poll::Ready(Event::Flood);
+        }
+        if !self.going_away && self.should_leave() {
+            return Poll::Ready(Event::Leave);
+        }
+        let running = self.link.running.poll_count(cx);
+        let room = running < MAX_CONCURRENT_STREAMS as usize;
+        // After a graceful GOAWAY the streams the client opened before it still come in.
+        let polled = if room && !self.flooded {
+            match self.conn.poll_accept(cx) {
+                Poll::Ready(Some(Ok((request, respond)))) => {
+                    return Poll::Ready(Event::Stream(Box::new((request, respond))))
+                }
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(e)),
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            }
+        } else {
+            // Full, or flooded: the connection is driven, new streams wait in the h2 crate
+            // (which refuses those beyond the limit, and counts those reset meanwhile).
+            self.conn.poll_closed(cx).map(Result::err)
+        };
+        if let Poll::Ready(error) = polled {
+            return Poll::Ready(Event::Closed(error));
+        }
+        self.poll_deadline(cx, running)
+    }
+
+    /// The idle timeout (no stream running), or the grace after GOAWAY; the slot also wakes the
+    /// driver when the switch stops or a reload removes services.
+    fn poll_deadline(&mut self, cx: &mut Context<'_>, running: usize) -> Poll<Event> {
+        let timer = &self.link.timer;
+        if !self.going_away && running > 0 {
+            self.deadline_ms = timer.now_ms().saturating_add(self.keepalive_ms);
+            let _ = timer.poll_expired(u64::MAX, cx);
+            if self.should_leave() {
+                return Poll::Ready(Event::Leave);
+            }
+            return Poll::Pending;
+        }
+        match timer.poll_expired(self.deadline_ms, cx) {
+            // Checked again now that the waker is registered: a stop that came after the
+            // first check found no waker to wake.
+            Poll::Pending if !self.going_away && self.should_leave() => Poll::Ready(Event::Leave),
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(()) if self.going_away => Poll::Ready(Event::GraceOver),
+            Poll::Ready(()) => Poll::Ready(Event::Idle),
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! The client connection as the h2 crate reads and writes it: tokio's `AsyncRead` and
+//! `AsyncWrite` over the switch's own readiness-driven stream (edge/client_stream.rs, TLS or
+//! not), with the frames of both directions watched on the way (frames.rs).
+
+use super::frames::{self, Budget, Frame, Scanner};
+use crate::edge::client_stream::ClientStream;
+use crate::state::stats::{self, ServiceStats};
+use crate::stream::{Io, Then};
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{ready, Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// RST_STREAM and GOAWAY error codes (RFC 9113 section 7).
+const NO_ERROR: u32 = 0x0;
+const PROTOCOL_ERROR: u32 = 0x1;
+const FLOW_CONTROL_ERROR: u32 = 0x3;
+const STREAM_CLOSED: u32 = 0x5;
+const FRAME_SIZE_ERROR: u32 = 0x6;
+const COMPRESSION_ERROR: u32 = 0x9;
+const ENHANCE_YOUR_CALM: u32 = 0xb;
+
+/// What the connection's driver learns from its I/O: the client spent its overhead budget.
+#[derive(Debug, Default)]
+pub(super) struct Alarm {
+    calm_down: AtomicBool,
+}
+
+impl Alarm {
+    pub(super) fn raised(&self) -> bool {
+        self.calm_down.load(Ordering::Relaxed)
+    }
+}
+
+pub(super) struct H2Io<'c> {
+    stream: &'c ClientStream,
+    /// Bytes read before HTTP/2 began (a plain connection's preface), handed over first.
+    early: Vec<u8>,
+    early_at: usize,
+    inbound: Scanner,
+    outbound: Scanner,
+    budget: Budget,
+    alarm: &'c Alarm,
+    stats: &'c ServiceStats,
+    shut_down: bool,
+}
+
+impl<'c> H2Io<'c> {
+    pub(super) fn new(
+        stream: &'c ClientStream,
+        early: Vec<u8>,
+        alarm: &'c Alarm,
+        stats: &'c ServiceStats,
+    ) -> H2Io<'c> {
+        H2Io {
+            stream,
+            early,
+            early_at: 0,
+            inbound: Scanner::new(super::PREFACE.len()),
+            outbound: Scanner::new(0),
+            budget: Budget::new(),
+            alarm,
+            stats,
+            shut_down: false,
+        }
+    }
+
+    /// Charges the client's overhead frames to its budget.
+    fn received(&mut self, bytes: &[u8]) {
+        let (budget, alarm) = (&mut self.budget, self.alarm);
+        self.inbound.scan(bytes, &mut |frame: &Frame| {
+            if frame.is_overhead() && !budget.spend() {
+                alarm.calm_down.store(true, Ordering::Relaxed);
+            }
+        });
+    }
+
+    /// Counts the GOAWAYs and the protocol errors that leave.
+    fn sent(&mut self, parts: &[IoSlice<'_>], mut n: usize) {
+        let stats = self.stats;
+        let mut count = |frame: &Frame| match (frame.kind, frame.code) {
+            (frames::GOAWAY, code) => {
+                stats::bump(&stats.h2_goaways_sent);
+                if code.is_some_and(|code| code != NO_ERROR) {
+                    stats::bump(&stats.h2_protocol_errors);
+                }
+            }
+            (
+                frames::RST_STREAM,
+                Some(
+                    PROTOCOL_ERROR | FLOW_CONTROL_ERROR | STREAM_CLOSED | FRAME_SIZE_ERROR
+                    | COMPRESSION_ERROR | ENHANCE_YOUR_CALM,
+                ),
+            ) => stats::bump(&stats.h2_protocol_errors),
+            _ => {}
+        };
+        for part in parts {
+            if n == 0 {
+                break;
+            }
+            let taken = part.len().min(n);
+            self.outbound.scan(&part[..taken], &mut count);
+            n -= taken;
+        }
+    }
+}
+
+impl AsyncRead for H2Io<'_> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.alarm.raised() {
+            // A flooding client is read no more; the driver sends GOAWAY and closes.
+            return Poll::Pending;
+        }
+        if this.early_at < this.early.len() {
+            let n = (this.early.len() - this.early_at).min(buf.remaining());
+            let early = std::mem::take(&mut this.early);
+            let piece = &early[this.early_at..this.early_at + n];
+            buf.put_slice(piece);
+            this.received(piece);
+            this.early_at += n;
+            this.early = early;
+            return Poll::Ready(Ok(()));
+        }
+        loop {
+            let spare = buf.initialize_unfilled();
+            match this.stream.try_recv(spare) {
+                Ok(n) => {
+                    this.received(&spare[..n]);
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    ready!(this.stream.poll_read_ready(cx))?;
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for H2Io<'_> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_write_vectored(cx, &[IoSlice::new(buf)])
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        parts: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        loop {
+            match this.stream.try_send(parts, Then::Push) {
+                Ok(n) => {
+                    this.sent(parts, n);
+                    return Poll::Ready(Ok(n));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    ready!(this.stream.socket().poll_write_ready(cx))?;
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            match this.stream.try_flush(Then::Push) {
+                Ok(()) => return Poll::Ready(Ok(())),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    ready!(this.stream.socket().poll_write_ready(cx))?;
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if !self.shut_down {
+            if let Some(tls) = self.stream.tls() {
+                tls.close_notify();
+            }
+            self.shut_down = true;
+        }
+        ready!(self.as_mut().poll_flush(cx))?;
+        let socket = self.stream.socket();
+        let _ = rustix::net::shutdown(socket, rustix::net::Shutdown::Write);
+        Poll::Ready(Ok(()))
+    }
+}

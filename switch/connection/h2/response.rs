@@ -1,0 +1,398 @@
+//! The response of an HTTP/2 stream: the server's HTTP/1.1 head as HEADERS (without the fields
+//! of one connection: RFC 9113 section 8.2.2), its body as DATA sent as fast as the client's
+//! flow control allows, a chunked body's trailers as a trailing HEADERS, and answers of the
+//! switch itself.
+//!
+//! Memory: a stream holds its server buffer and at most one read of it waiting for the
+//! client's window ([`send_data`] reserves before it reads on); the h2 crate buffers at most
+//! `MAX_SEND_BUFFER` per stream (h2.rs), so a client that stops reading holds
+//! `SETTINGS_MAX_CONCURRENT_STREAMS` times that at most, while its servers wait.
+
+use super::error::h2_error;
+use crate::buffer::IoBuf;
+use crate::exchange::client::ResponseSink;
+use crate::http::chunked::{ChunkedDecoder, Decoded};
+use crate::http::fields::FieldRole;
+use crate::http::status::write_error_body;
+use crate::http::{BodyFraming, ResponseHead};
+use crate::relay::{Meter, RelayError, RelaySettings};
+use crate::socket::Socket;
+use crate::stream::{read_some, wait, Limit};
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::SendStream;
+use http::header::{HeaderName, HeaderValue};
+use http::{HeaderMap, Response, StatusCode};
+use std::future::poll_fn;
+use std::io;
+use std::time::Duration;
+use tcpvs_modules::ResponseField;
+
+/// Decoded chunks are sent once this much has gathered (or the server pauses).
+const CHUNK_SEND_BYTES: usize = 32 * 1024;
+
+/// The response side of a stream.
+pub(super) struct H2Sink {
+    respond: SendResponse<Bytes>,
+    /// The response head, built by `start_response`, sent by `relay_body`.
+    head: Option<Response<()>>,
+    framing: BodyFraming,
+    /// The request was HEAD: the response's fields describe a body that is not sent.
+    is_head: bool,
+}
+
+impl H2Sink {
+    pub(super) fn new(respond: SendResponse<Bytes>, is_head: bool) -> H2Sink {
+        H2Sink {
+            respond,
+            head: None,
+            framing: BodyFraming::Empty,
+            is_head,
+        }
+    }
+
+    /// Answers with an error of the switch itself; returns the body bytes sent.
+    pub(super) async fn respond_locally(
+        &mut self,
+        out: &mut Vec<u8>,
+        status: u16,
+        why: &str,
+        idle: Duration,
+    ) -> u64 {
+        send_local(&mut self.respond, out, status, why, self.is_head, idle).await
+    }
+}
+
+/// Sends an answer of the switch itself (`STATUS REASON: why`, as text) on `respond`.
+pub(super) async fn send_local(
+    respond: &mut SendResponse<Bytes>,
+    out: &mut Vec<u8>,
+    status: u16,
+    why: &str,
+    is_head: bool,
+    idle: Duration,
+) -> u64 {
+    out.clear();
+    write_error_body(out, status, why);
+    let mut head = Response::new(());
+    *head.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let fields = head.headers_mut();
+    fields.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain"),
+    );
+    fields.insert(http::header::CONTENT_LENGTH, HeaderValue::from(out.len()));
+    fields.insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store"),
+    );
+    let Ok(mut send) = respond.send_response(head, is_head) else {
+        return 0;
+    };
+    if is_head {
+        return 0;
+    }
+    let body = Bytes::copy_from_slice(out);
+    let n = body.len() as u64;
+    match send_data(&mut send, body, true, Limit::Idle(idle)).await {
+        Ok(()) => n,
+        Err(_) => 0,
+    }
+}
+
+impl ResponseSink for H2Sink {
+    /// 100 Continue and the other interim responses go to the client as they come.
+    async fn interim(
+        &mut self,
+        _out: &mut Vec<u8>,
+        response: &ResponseHead,
+        raw: &[u8],
+    ) -> io::Result<()> {
+        let head = response_head(response, raw, None);
+        self.respond.send_informational(head).map_err(h2_error)
+    }
+
+    fn start_response(
+        &mut self,
+        out: &mut Vec<u8>,
+        response: &ResponseHead,
+        raw: &[u8],
+        field: Option<&ResponseField>,
+        upload_complete: bool,
+    ) -> bool {
+        out.clear();
+        self.head = Some(response_head(response, raw, field));
+        self.framing = response.framing;
+        upload_complete
+    }
+
+    async fn relay_body(
+        &mut self,
+        server: &Socket,
+        server_buf: &mut IoBuf,
+        _out: &mut Vec<u8>,
+        relay: &RelaySettings,
+        meter: &Meter,
+    ) -> Result<(), RelayError> {
+        let head = self.head.take().unwrap_or_default();
+        let empty = self.framing == BodyFraming::Empty;
+        let mut send = self
+            .respond
+            .send_response(head, empty)
+            .map_err(|e| RelayError::Write(h2_error(e)))?;
+        let mut body = Download {
+            server,
+            buf: server_buf,
+            send: &mut send,
+            limit: Limit::Idle(relay.idle),
+            meter,
+        };
+        match self.framing {
+            BodyFraming::Empty => Ok(()),
+            BodyFraming::Length(n) => body.length(n).await,
+            BodyFraming::Chunked => body.chunked().await,
+            BodyFraming::UntilClose => body.until_close().await,
+        }
+    }
+}
+
+/// The server's response head for an HTTP/2 client: its status and end-to-end fields, with
+/// the field the pool's module adds.
+fn response_head(
+    response: &ResponseHead,
+    raw: &[u8],
+    field: Option<&ResponseField>,
+) -> Response<()> {
+    let mut head = Response::new(());
+    *head.status_mut() = StatusCode::from_u16(response.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let fields = head.headers_mut();
+    // 1xx and 204 frame no content (RFC 9110 sections 8.6, 15.2, 15.3.5).
+    let frames_content = response.status >= 200 && response.status != 204;
+    for f in &response.fields {
+        match f.role {
+            FieldRole::Forward
+            | FieldRole::Host
+            | FieldRole::ForwardedFor
+            | FieldRole::ForwardedProto => {
+                append(fields, f.name.get(raw), f.value.get(raw));
+            }
+            FieldRole::Drop | FieldRole::TransferEncoding | FieldRole::Upgrade => {}
+            FieldRole::ContentLength => {}
+        }
+    }
+    if let (true, Some(length)) = (frames_content, response.content_length) {
+        fields.insert(http::header::CONTENT_LENGTH, HeaderValue::from(length));
+    }
+    if let Some(field) = field {
+        append(fields, field.name.as_bytes(), field.value.as_bytes());
+    }
+    head
+}
+
+/// Appends one field, unless HTTP/2 has no place for it: a connection-specific name that its
+/// role did not catch (`proxy-connection`, `keep-alive` listed as an end-to-end field), or a
+/// name or value the h2 crate would refuse to send.
+fn append(fields: &mut HeaderMap, name: &[u8], value: &[u8]) {
+    let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
+    else {
+        return;
+    };
+    if is_connection_specific(&name) {
+        return;
+    }
+    fields.append(name, value);
+}
+
+fn is_connection_specific(name: &HeaderName) -> bool {
+    use http::header::{CONNECTION, TE, TRANSFER_ENCODING, UPGRADE};
+    *name == CONNECTION
+        || *name == TRANSFER_ENCODING
+        || *name == UPGRADE
+        || *name == TE
+        || name.as_str() == "keep-alive"
+        || name.as_str() == "proxy-connection"
+}
+
+/// Writes the fields of `map` as HTTP/1.1 field lines (a chunked body's trailers), without
+/// those that must not be trailers (framing, routing, connection-specific).
+pub(super) fn put_fields(out: &mut Vec<u8>, map: &HeaderMap) {
+    use http::header::{CONTENT_LENGTH, HOST};
+    for (name, value) in map {
+        if is_connection_specific(name) || name == CONTENT_LENGTH || name == HOST {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// A response body on its way from the server to the stream.
+struct Download<'d> {
+    server: &'d Socket,
+    buf: &'d mut IoBuf,
+    send: &'d mut SendStream<Bytes>,
+    limit: Limit,
+    meter: &'d Meter,
+}
+
+impl Download<'_> {
+    /// Reads the server once more; a close before the body's end is a truncation.
+    async fn read(&mut self) -> Result<(), RelayError> {
+        match read_some(self.server, self.buf, self.limit).await {
+            Ok(0) => Err(RelayError::Truncated),
+            Ok(_) => Ok(()),
+            Err(e) => Err(RelayError::Read(e)),
+        }
+    }
+
+    async fn send(&mut self, data: Bytes, end: bool) -> Result<(), RelayError> {
+        let n = data.len() as u64;
+        send_data(self.send, data, end, self.limit)
+            .await
+            .map_err(RelayError::Write)?;
+        self.meter.add(n);
+        Ok(())
+    }
+
+    async fn length(&mut self, len: u64) -> Result<(), RelayError> {
+        let mut left = len;
+        while left > 0 {
+            if self.buf.is_empty() {
+                self.read().await?;
+            }
+            let n = (self.buf.len() as u64).min(left) as usize;
+            let data = Bytes::copy_from_slice(&self.buf.filled()[..n]);
+            self.buf.consume(n);
+            left -= n as u64;
+            self.send(data, left == 0).await?;
+        }
+        Ok(())
+    }
+
+    async fn chunked(&mut self) -> Result<(), RelayError> {
+        let mut decoder = ChunkedDecoder::new();
+        let mut gathered: Vec<u8> = Vec::new();
+        loop {
+            loop {
+                let (used, decoded) = decoder
+                    .decode(self.buf.filled())
+                    .map_err(RelayError::Framing)?;
+                match decoded {
+                    Decoded::Data(range) => {
+                        gathered.extend_from_slice(&self.buf.filled()[range]);
+                        self.buf.consume(used);
+                        if gathered.len() >= CHUNK_SEND_BYTES {
+                            let data = Bytes::from(std::mem::take(&mut gathered));
+                            self.send(data, false).await?;
+                        }
+                    }
+                    Decoded::End => {
+                        self.buf.consume(used);
+                        return self.end_chunked(gathered, decoder.trailers()).await;
+                    }
+                    Decoded::NeedMore => {
+                        self.buf.consume(used);
+                        break;
+                    }
+                }
+            }
+            if !gathered.is_empty() {
+                let data = Bytes::from(std::mem::take(&mut gathered));
+                self.send(data, false).await?;
+            }
+            self.read().await?;
+        }
+    }
+
+    /// The last decoded bytes, then the trailers (or the end of the stream without them).
+    async fn end_chunked(&mut self, gathered: Vec<u8>, trailers: &[u8]) -> Result<(), RelayError> {
+        let trailers = trailer_map(trailers);
+        let end_with_data = trailers.is_empty();
+        if !gathered.is_empty() || end_with_data {
+            self.send(Bytes::from(gathered), end_with_data).await?;
+        }
+        if !end_with_data {
+            self.send
+                .send_trailers(trailers)
+                .map_err(|e| RelayError::Write(h2_error(e)))?;
+        }
+        Ok(())
+    }
+
+    async fn until_close(&mut self) -> Result<(), RelayError> {
+        loop {
+            if !self.buf.is_empty() {
+                let data = Bytes::copy_from_slice(self.buf.filled());
+                self.buf.consume(self.buf.len());
+                self.send(data, false).await?;
+            }
+            match read_some(self.server, self.buf, self.limit).await {
+                Ok(0) => return self.send(Bytes::new(), true).await,
+                Ok(_) => {}
+                Err(e) => return Err(RelayError::Read(e)),
+            }
+        }
+    }
+}
+
+/// A chunked body's trailer section as HTTP/2 trailers, without the fields that must not be
+/// trailers.
+fn trailer_map(section: &[u8]) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    if section.is_empty() {
+        return map;
+    }
+    let mut terminated = Vec::with_capacity(section.len() + 2);
+    terminated.extend_from_slice(section);
+    terminated.extend_from_slice(b"\r\n");
+    let mut fields = [httparse::EMPTY_HEADER; 64];
+    if let Ok(httparse::Status::Complete(_)) = httparse::parse_headers(&terminated, &mut fields) {
+        for field in fields.iter().take_while(|f| !f.name.is_empty()) {
+            let name = field.name.as_bytes();
+            if name.eq_ignore_ascii_case(b"content-length") || name.eq_ignore_ascii_case(b"host") {
+                continue;
+            }
+            append(&mut map, name, field.value);
+        }
+    }
+    map
+}
+
+/// Sends `data` as the client's flow control allows: capacity is reserved, granted as the
+/// client's windows open, and each grant sent at once; the wait for a grant is bounded by
+/// `limit` (a client that never opens its window loses the stream, not the switch's memory).
+pub(super) async fn send_data(
+    send: &mut SendStream<Bytes>,
+    mut data: Bytes,
+    end: bool,
+    limit: Limit,
+) -> io::Result<()> {
+    if data.is_empty() {
+        return send.send_data(data, end).map_err(h2_error);
+    }
+    while !data.is_empty() {
+        send.reserve_capacity(data.len());
+        let mut granted = send.capacity();
+        if granted == 0 {
+            let next = wait(
+                async { Ok(poll_fn(|cx| send.poll_capacity(cx)).await) },
+                limit,
+            )
+            .await?;
+            granted = match next {
+                Some(Ok(n)) => n,
+                Some(Err(e)) => return Err(h2_error(e)),
+                None => return Err(io::Error::from(io::ErrorKind::ConnectionReset)),
+            };
+        }
+        if granted == 0 {
+            continue;
+        }
+        let piece = data.split_to(granted.min(data.len()));
+        send.send_data(piece, end && data.is_empty())
+            .map_err(h2_error)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,329 @@
+//! One HTTP/2 stream: one request, carried out by the same exchange as an HTTP/1 request
+//! (exchange/), in a task of its own so that the streams of a connection run at once. The
+//! client side of that exchange (exchange/client.rs) is the stream: the request head
+//! translated to HTTP/1.1 (request.rs), its DATA as the body source, and the response sent as
+//! HEADERS, DATA and trailers (response.rs).
+
+use super::error::h2_error;
+use super::request::{self, Refusal};
+use super::response::{send_local, H2Sink};
+use crate::access_log;
+use crate::connection::proxy_header::destination_or_unknown;
+use crate::edge::proxy_protocol;
+use crate::exchange::account::{account, Outcome};
+use crate::exchange::client::{BodySource, ClientSide};
+use crate::exchange::{self, Buffers, Context};
+use crate::http::rewrite::{write_request_head, ForwardedFor, Scheme};
+use crate::http::{parse_request, BodyFraming, RequestHead};
+use crate::recycle;
+use crate::relay::{Meter, RelayError, RelaySettings, TunnelEnd};
+use crate::shared::Shared;
+use crate::socket::Socket;
+use crate::state::generation::Generation;
+use crate::state::stats;
+use crate::stream::{wait, write_all, Limit};
+use crate::timeouts::{Slot, SESSION_TIMER};
+use atomic_waker::AtomicWaker;
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream};
+use std::future::poll_fn;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::Context as TaskContext;
+use tokio::time::Instant;
+
+/// What the streams of one connection share: the client, and the count of streams running.
+pub(super) struct Link {
+    pub shared: Arc<Shared>,
+    pub peer: SocketAddr,
+    /// The address the client connected to (a PROXY header's, else the socket's).
+    pub destination: Option<SocketAddr>,
+    pub sni: Option<Box<str>>,
+    pub client_text: ForwardedFor,
+    pub scheme: Scheme,
+    pub relay: RelaySettings,
+    /// The connection's timer slot: each stream gets a slot of the same worker.
+    pub timer: Arc<Slot>,
+    pub running: Running,
+}
+
+/// The streams of a connection whose tasks have not ended. A stream reset by the client still
+/// counts until its task is done with the server, so resetting streams does not let a client
+/// keep more exchanges going than `SETTINGS_MAX_CONCURRENT_STREAMS` allows (Rapid Reset).
+#[derive(Default)]
+pub(super) struct Running {
+    count: AtomicUsize,
+    /// The connection's driver, woken when a stream ends.
+    driver: AtomicWaker,
+}
+
+impl Running {
+    /// How many run now; the driver is woken when one ends.
+    pub(super) fn poll_count(&self, cx: &mut TaskContext<'_>) -> usize {
+        self.driver.register(cx.waker());
+        self.count.load(Ordering::Acquire)
+    }
+
+    fn enter(link: &Arc<Link>) -> RunningGuard {
+        link.running.count.fetch_add(1, Ordering::AcqRel);
+        RunningGuard(Arc::clone(link))
+    }
+}
+
+struct RunningGuard(Arc<Link>);
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        let running = &self.0.running;
+        running.count.fetch_sub(1, Ordering::AcqRel);
+        running.driver.wake();
+    }
+}
+
+/// Starts the task of a stream just accepted, under the configuration and service given.
+pub(super) fn spawn(
+    link: &Arc<Link>,
+    generation: Arc<Generation>,
+    service: usize,
+    request: http::Request<RecvStream>,
+    respond: SendResponse<Bytes>,
+) {
+    let guard = Running::enter(link);
+    let timer = link.timer.sibling();
+    let scope = Arc::clone(&timer);
+    let task = async move {
+        let started = Instant::now();
+        let link = &guard.0;
+        let cx = Context {
+            shared: &link.shared,
+            generation: &generation,
+            service: &generation.services[service],
+            timer: &timer,
+            relay: link.relay,
+            peer: link.peer,
+            sni: link.sni.as_deref(),
+        };
+        serve(cx, link, request, respond, started).await;
+    };
+    tokio::spawn(SESSION_TIMER.scope(scope, task));
+}
+
+/// Carries out the stream's request and accounts for it.
+async fn serve(
+    cx: Context<'_>,
+    link: &Link,
+    request: http::Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+    started: Instant,
+) {
+    let stats = &cx.service.stats;
+    stats::bump(&stats.requests);
+    stats::bump(&stats.h2_streams);
+    let (parts, body) = request.into_parts();
+    let mut head = RequestHead {
+        fields: recycle::take_fields(),
+        ..RequestHead::default()
+    };
+    let mut head_bytes = recycle::take_bytes();
+    let mut log = access_log::Request::default();
+    let translated =
+        request::write_head(&parts, !body.is_end_stream(), &mut head_bytes).and_then(|()| {
+            match parse_request(&mut head_bytes, &mut head) {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(Refusal::Answer(400, "incomplete request head")),
+                Err(e) => Err(Refusal::Answer(e.status, e.reason)),
+            }
+        });
+    let outcome = match translated {
+        Ok(()) => {
+            cx.shared.access_log.capture(&mut log, &head, &head_bytes);
+            log.set_protocol("HTTP/2.0");
+            let client = H2Client {
+                head: &head,
+                bytes: &head_bytes,
+                link,
+                body: H2Body {
+                    recv: body,
+                    scratch: Vec::new(),
+                },
+                sink: H2Sink::new(respond, head.is_head),
+            };
+            let mut work = Buffers::new();
+            work.take();
+            let mut tried = Vec::new();
+            let outcome = exchange::serve(cx, client, &mut work, &mut tried, started).await;
+            work.give_back();
+            outcome
+        }
+        Err(Refusal::Malformed(why)) => {
+            tracing::debug!(client = %cx.peer, "HTTP/2 request refused: {why}");
+            respond.send_reset(Reason::PROTOCOL_ERROR);
+            log.refused_h2(&parts.method, &parts.uri);
+            stats::bump(&stats.local_errors);
+            Outcome::local(0, 0, true, None)
+        }
+        Err(Refusal::Answer(status, why)) => {
+            log.refused_h2(&parts.method, &parts.uri);
+            stats::bump(&stats.local_errors);
+            let mut out = Vec::new();
+            let sent = send_local(&mut respond, &mut out, status, why, false, cx.relay.idle).await;
+            Outcome::local(status, sent, true, None)
+        }
+    };
+    account(&cx, &log, &outcome, started);
+    recycle::give_fields(&mut head.fields);
+    recycle::give_bytes(&mut head_bytes);
+}
+
+/// The client side of the exchange of one stream.
+struct H2Client<'s> {
+    head: &'s RequestHead,
+    bytes: &'s [u8],
+    link: &'s Link,
+    body: H2Body,
+    sink: H2Sink,
+}
+
+impl ClientSide for H2Client<'_> {
+    type Body = H2Body;
+    type Sink = H2Sink;
+
+    fn request(&self) -> (&RequestHead, &[u8]) {
+        (self.head, self.bytes)
+    }
+
+    /// The head has a buffer of its own, which the body does not share: nothing to release.
+    fn release_head(&mut self) {}
+
+    fn write_server_head(&self, out: &mut Vec<u8>, host_field: &[u8]) {
+        let client = self.link.client_text.as_bytes();
+        write_request_head(
+            out,
+            self.head,
+            self.bytes,
+            client,
+            host_field,
+            self.link.scheme,
+        );
+    }
+
+    fn write_proxy_header(&self, out: &mut Vec<u8>, version: proxy_protocol::Version) {
+        let destination = destination_or_unknown(self.link.destination);
+        proxy_protocol::write_header(out, version, self.link.peer, destination);
+    }
+
+    fn early_body(&self) -> Option<&[u8]> {
+        None
+    }
+
+    fn consume_early(&mut self, _n: usize) {}
+
+    fn split(&mut self) -> (&mut H2Body, &mut H2Sink) {
+        (&mut self.body, &mut self.sink)
+    }
+
+    async fn respond_locally(&mut self, out: &mut Vec<u8>, status: u16, why: &str) -> (u64, bool) {
+        let idle = self.link.relay.idle;
+        let sent = self.sink.respond_locally(out, status, why, idle).await;
+        (sent, true)
+    }
+
+    /// Never reached: HTTP/2 requests carry no Upgrade (the h2 crate refuses it) and CONNECT
+    /// is answered before the exchange (request.rs).
+    async fn tunnel(
+        &mut self,
+        _work: &mut Buffers,
+        _server: &Socket,
+        _relay: &RelaySettings,
+    ) -> io::Result<(u64, TunnelEnd)> {
+        Err(io::Error::other("no tunnel over an HTTP/2 stream"))
+    }
+
+    /// What the client still sends of the body is refused when the stream's handles drop (the
+    /// h2 crate resets the stream).
+    fn leave_unread(&mut self) {}
+
+    fn held_for_close(&mut self, _held: bool) {}
+}
+
+/// The request body: the stream's DATA, and its trailers when it goes chunked.
+pub(super) struct H2Body {
+    recv: RecvStream,
+    /// A chunk on its way to the server, framed.
+    scratch: Vec<u8>,
+}
+
+impl BodySource for H2Body {
+    async fn upload(
+        &mut self,
+        server: &Socket,
+        framing: BodyFraming,
+        relay: &RelaySettings,
+        meter: &Meter,
+    ) -> Result<(), RelayError> {
+        let chunked = match framing {
+            BodyFraming::Empty | BodyFraming::UntilClose => return Ok(()),
+            BodyFraming::Length(_) => false,
+            BodyFraming::Chunked => true,
+        };
+        let limit = Limit::Idle(relay.idle);
+        while let Some(data) = self.next_data(limit).await? {
+            let n = data.len();
+            if n == 0 {
+                continue;
+            }
+            if chunked {
+                self.scratch.clear();
+                self.scratch
+                    .extend_from_slice(format!("{n:x}\r\n").as_bytes());
+                self.scratch.extend_from_slice(&data);
+                self.scratch.extend_from_slice(b"\r\n");
+                write_all(server, &self.scratch, limit).await
+            } else {
+                write_all(server, &data, limit).await
+            }
+            .map_err(RelayError::Write)?;
+            meter.add(n as u64);
+            // The client may send as much again.
+            let _ = self.recv.flow_control().release_capacity(n);
+        }
+        if chunked {
+            self.scratch.clear();
+            self.scratch.extend_from_slice(b"0\r\n");
+            if let Some(trailers) = self.trailers(limit).await? {
+                super::response::put_fields(&mut self.scratch, &trailers);
+            }
+            self.scratch.extend_from_slice(b"\r\n");
+            write_all(server, &self.scratch, limit)
+                .await
+                .map_err(RelayError::Write)?;
+        }
+        Ok(())
+    }
+}
+
+impl H2Body {
+    /// The next DATA of the stream; `None` at its end.
+    async fn next_data(&mut self, limit: Limit) -> Result<Option<Bytes>, RelayError> {
+        let recv = &mut self.recv;
+        let next = wait(async { Ok(poll_fn(|cx| recv.poll_data(cx)).await) }, limit)
+            .await
+            .map_err(RelayError::Read)?;
+        match next {
+            None => Ok(None),
+            Some(Ok(data)) => Ok(Some(data)),
+            Some(Err(e)) => Err(RelayError::Read(h2_error(e))),
+        }
+    }
+
+    async fn trailers(&mut self, limit: Limit) -> Result<Option<http::HeaderMap>, RelayError> {
+        let recv = &mut self.recv;
+        wait(async { Ok(recv.trailers().await) }, limit)
+            .await
+            .map_err(RelayError::Read)?
+            .map_err(|e| RelayError::Read(h2_error(e)))
+    }
+}
