@@ -8,7 +8,9 @@
 # certificate for all) and h2c (prior
 # knowledge), 100-byte (/small.html) and 1 MiB (/1m.bin) response bodies, 1 and 100 streams per
 # connection (h2load -m), CONNS connections. Rounds go target by target (haproxy nginx tcpvs
-# haproxy ...), ROUNDS rounds of DUR seconds; the tables give medians.
+# haproxy ...), ROUNDS rounds; the tables give medians. A run is DUR seconds (h2load -D) for
+# 100-byte bodies, and for 1 MiB a count of requests (h2load -n): 3 x CONNS x streams, at least
+# N1M (1000).
 # Per run: req/s (h2load's), the proxy's CPU per request (utime + stime from /proc/PID/stat of
 # the proxy and its children, before and after, divided by h2load's succeeded requests), the
 # proxy's CPU share of the run's wall time and what else ran on CPU 0 meanwhile, CPU 1's busy
@@ -19,7 +21,7 @@
 # spoils the figures; "other on CPU 0" shows what still got in.
 #
 # Usage: benches/h2load.sh [TCPVS_BINARY]      (default target/release/tcpvs; build it first)
-# Env: ROUNDS (3), DUR (5 s), CONNS (10), CASES (all eight: "tls/small/1 tls/small/100 tls/1m/1
+# Env: ROUNDS (3), DUR (5 s), CONNS (10), N1M (1000), CASES (all eight: "tls/small/1 tls/small/100 tls/1m/1
 #      tls/1m/100 h2c/small/1 h2c/small/100 h2c/1m/1 h2c/1m/100"), RAW=FILE (append every run's
 #      row and h2load's TLS lines to FILE), and those of benches/h2peers.sh (H2_BASE, BACKEND_IDLE,
 #      TCPVS_SWITCH), QUIET_WAIT, QUIET_MAX (above), PERF=DIR (`perf record -g` the proxy
@@ -41,7 +43,7 @@ if [ -n "${PERF:-}" ]; then
   mkdir -p "$PERF"
 fi
 bin=${1:-$root/target/release/tcpvs}
-ROUNDS=${ROUNDS:-3}; DUR=${DUR:-5}; CONNS=${CONNS:-10}
+ROUNDS=${ROUNDS:-3}; DUR=${DUR:-5}; CONNS=${CONNS:-10}; N1M=${N1M:-1000}
 # One cipher for all: left to themselves HAProxy picks AES-256-GCM (its server preference),
 # nginx and tcpvs h2load's first choice, AES-128-GCM.
 TLS13_CIPHERS=${TLS13_CIPHERS:-TLS_AES_128_GCM_SHA256}
@@ -72,9 +74,9 @@ wait_quiet() {
   echo "$waited+"
 }
 
-# one_run CASE ROUND NAME URL PROXY_PID STREAMS: one h2load window, one row.
+# one_run CASE ROUND NAME URL PROXY_PID STREAMS BIG: one h2load run, one row (BIG=1: 1 MiB).
 one_run() {
-  local case=$1 r=$2 name=$3 url=$4 pid=$5 m=$6 quiet t0 t1 b0 b1 c0 c1 w0 w1 out
+  local case=$1 r=$2 name=$3 url=$4 pid=$5 m=$6 big=$7 quiet t0 t1 b0 b1 c0 c1 w0 w1 out
   quiet=$(wait_quiet)
   local rec=
   if [ -n "${PERF:-}" ] && [ "$name" = "${PERF_TARGET:-tcpvs}" ]; then
@@ -83,8 +85,13 @@ one_run() {
     sleep 0.5
   fi
   t0=$(cpu_ticks "$pid"); b0=$(cpu_ticks "$BP"); c0=$(cpu_times); w0=$(date +%s%N)
+  # 100-byte bodies: DUR seconds. 1 MiB bodies: a count of requests, 3 waves of CONNS x STREAMS
+  # (at least N1M): with 100 streams of 1 MiB per connection the first answers end only after
+  # some 100 MiB per connection, so a window of seconds would count a handful.
+  local amount=(-D "$DUR")
+  if [ "$big" = 1 ]; then amount=(-n "$(( 3 * CONNS * m > N1M ? 3 * CONNS * m : N1M ))"); fi
   out=$(taskset -c 1 /usr/bin/time -f "h2load_cpu_s %U %S" -o "$D/time" \
-    timeout $((DUR + 60)) h2load -t1 -c"$CONNS" -m"$m" -D "$DUR" --tls13-ciphers="$TLS13_CIPHERS" "$url" 2>&1) || true
+    timeout $((DUR + 300)) h2load -t1 -c"$CONNS" -m"$m" "${amount[@]}" --tls13-ciphers="$TLS13_CIPHERS" "$url" 2>&1) || true
   t1=$(cpu_ticks "$pid"); b1=$(cpu_ticks "$BP"); c1=$(cpu_times); w1=$(date +%s%N)
   if [ -n "$rec" ]; then kill -INT "$rec"; wait "$rec" 2>/dev/null || true; fi
   grep -E '^(TLS Protocol|Cipher|Server Temp Key|Application protocol):' <<<"$out" \
@@ -114,7 +121,7 @@ for case in $CASES; do
   for r in $(seq "$ROUNDS"); do
     for t in "${targets[@]}"; do
       IFS='=' read -r name addr pid <<<"$t"
-      one_run "$proto-$body-m$m" "$r" "$name" "$scheme://$addr$path" "$pid" "$m"
+      one_run "$proto-$body-m$m" "$r" "$name" "$scheme://$addr$path" "$pid" "$m" "$([ "$body" = 1m ] && echo 1 || echo 0)"
     done
   done
 done | tee -a "$raw" >"$rows"
@@ -130,7 +137,7 @@ field() { field_values "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR) print 
 total() { field_values "$@" | awk '{ s += $1 } END { print s + 0 }'; }
 
 echo
-echo "### h2load, $CONNS connections, one h2load thread; medians of $ROUNDS rounds of ${DUR} s"
+echo "### h2load, $CONNS connections, one h2load thread; medians of $ROUNDS rounds (100 B: ${DUR} s each; 1 MiB: 3 x $CONNS x streams requests, at least $N1M)"
 echo
 echo "| case | proxy | req/s | CPU µs/req | proxy CPU % | other on CPU 0 % | CPU 1 busy % | backend µs/req | h2load µs/req | failed |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
