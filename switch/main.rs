@@ -57,6 +57,11 @@ enum Command {
         /// Address of the admin endpoint: the monitor page, /stats, /metrics.
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9090")]
         admin: SocketAddr,
+        /// Serve the demo over HTTPS, with a self-signed certificate (for localhost and
+        /// 127.0.0.1) made at start, so that browsers speak HTTP/2 to it (ALPN h2); they warn
+        /// about the certificate first.
+        #[arg(long)]
+        tls: bool,
     },
     /// List virtual services, pools and servers with their state and traffic (the shape of
     /// `ipvsadm -L -n`), from a running switch's admin endpoint.
@@ -118,7 +123,7 @@ fn main() -> ExitCode {
             upgrade_socket,
             take_over,
         } => run::run_file(&config, upgrade_socket, take_over),
-        Command::Demo { listen, admin } => run::run_demo(listen, admin),
+        Command::Demo { listen, admin, tls } => run::run_demo(listen, admin, tls),
         Command::List { json, admin } => admin_verbs::list(json, &admin),
         Command::SetWeight {
             pool,

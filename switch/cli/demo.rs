@@ -6,6 +6,7 @@
 //! - any other pool serves an HTML page that names pool, server and path, and pulls images and
 //!   CGI output from the other pools.
 
+use rustls::sign::CertifiedKey;
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tcpvs::buffer::IoBuf;
 use tcpvs::config::Config;
+use tcpvs::edge::tls::Certificate;
 use tcpvs::http::{parse_request, BodyFraming, RequestHead};
 use tcpvs::listener;
 use tcpvs::socket::{Listener, Socket};
@@ -22,6 +24,42 @@ use tokio::task::JoinHandle;
 
 /// The built-in demo rule file.
 pub const DEMO_RULES: &str = include_str!("../../rules/demo.toml");
+
+/// The names the certificate of `tcpvs demo --tls` is for: the demo listens on loopback.
+const CERTIFICATE_NAMES: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// How long that certificate is valid from now (a day back, for clocks a little behind).
+const CERTIFICATE_DAYS: u32 = 30;
+
+/// A self-signed certificate (ECDSA P-256) and its key for `tcpvs demo --tls`, made in memory
+/// now: browsers speak HTTP/2 only over TLS, and the demo should need no files to show it.
+/// Nobody vouches for it, so a browser warns until the user accepts it.
+pub fn self_signed_certificate() -> Result<Certificate, String> {
+    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+    const DAY: Duration = Duration::from_secs(24 * 60 * 60);
+    let names: Vec<String> = CERTIFICATE_NAMES.iter().map(|n| n.to_string()).collect();
+    let mut params = rcgen::CertificateParams::new(names).map_err(|e| e.to_string())?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "tcpvs demo (self-signed)");
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_err(|e| format!("the clock is before 1970: {e}"))?;
+    params.not_before = rcgen::date_time_ymd(1970, 1, 1) + now.saturating_sub(DAY);
+    params.not_after = rcgen::date_time_ymd(1970, 1, 1) + now + DAY * CERTIFICATE_DAYS;
+    let key_pair = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
+    let certificate = params.self_signed(&key_pair).map_err(|e| e.to_string())?;
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key_pair.serialize_der()));
+    let signing =
+        rustls::crypto::ring::sign::any_supported_type(&key).map_err(|e| e.to_string())?;
+    Ok(Certificate {
+        key: Arc::new(CertifiedKey::new(vec![certificate.der().clone()], signing)),
+        // What SNI is matched against: its DNS name (the only certificate serves every name).
+        names: vec![CERTIFICATE_NAMES[0].to_string()],
+        cert_path: "(self-signed, made by tcpvs demo --tls)".into(),
+        not_after: params.not_after.unix_timestamp(),
+    })
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -390,6 +428,22 @@ mod tests {
         for pool in ["static", "images", "cgi"] {
             assert!(names.contains(&pool), "demo has pool {pool}");
         }
+    }
+
+    #[test]
+    fn the_self_signed_certificate_fits_its_key_and_is_valid_now() {
+        let certificate = self_signed_certificate().expect("a certificate");
+        assert!(certificate.key.keys_match().is_ok());
+        assert!(!certificate.expired());
+        assert_eq!(certificate.names, ["localhost"]);
+        let (_, x509) = x509_parser::parse_x509_certificate(certificate.key.cert[0].as_ref())
+            .expect("valid X.509");
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs() as i64;
+        assert!(x509.validity().not_before.timestamp() < now);
+        assert!(x509.validity().not_after.timestamp() > now + 29 * 24 * 3600);
     }
 
     #[test]

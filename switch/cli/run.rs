@@ -51,8 +51,9 @@ pub fn run_file(
 }
 
 /// `tcpvs demo`: the built-in rules with the service on `listen` and the admin endpoint on
-/// `admin` (loopback only), and demo servers for its pools.
-pub fn run_demo(listen: SocketAddr, admin: SocketAddr) -> ExitCode {
+/// `admin` (loopback only), and demo servers for its pools. `tls`: the service speaks HTTPS
+/// with a self-signed certificate made now.
+pub fn run_demo(listen: SocketAddr, admin: SocketAddr, tls: bool) -> ExitCode {
     let mut config = match Config::parse("rules/demo.toml (built in)", demo::DEMO_RULES) {
         Ok(config) => config,
         Err(e) => {
@@ -60,8 +61,20 @@ pub fn run_demo(listen: SocketAddr, admin: SocketAddr) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let certificate = if tls {
+        match demo::self_signed_certificate() {
+            Ok(certificate) => Some(certificate),
+            Err(e) => {
+                eprintln!("tcpvs demo: cannot make a certificate: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
     for service in &mut config.services {
         service.listen = listen;
+        service.certificates.extend(certificate.clone());
     }
     // Its endpoint is on loopback without a token on purpose, so that the monitor page's
     // buttons work at once; the warning that any local user can change servers is for rule
@@ -238,6 +251,12 @@ impl Announcement {
                 _ => tracing::info!("virtual service `{name}` listening on http://{addr}/ ({file}, {workers} worker{plural})"),
             }
         }
+        // The demo's page over HTTPS (`tcpvs demo --tls`).
+        let first_is_tls = switch.addresses().first().is_some_and(|(name, _)| {
+            generation
+                .service(name)
+                .is_some_and(|(_, service)| service.tls.is_some())
+        });
         drop(generation);
         if let Some(admin) = switch.admin_addr() {
             tracing::info!("admin endpoint on http://{admin}/ (monitor page; /stats, /metrics)");
@@ -248,8 +267,16 @@ impl Announcement {
         }
         if *demo {
             if let Some((_, addr)) = switch.addresses().first() {
+                let (scheme, certificate) = if first_is_tls {
+                    (
+                        "https",
+                        ", a self-signed certificate made now: the browser warns first",
+                    )
+                } else {
+                    ("http", "")
+                };
                 eprintln!(
-                    "tcpvs demo: open http://{addr}/ (pages, images and CGI come from three pools); Ctrl-C stops"
+                    "tcpvs demo: open {scheme}://{addr}/ (pages, images and CGI come from three pools{certificate}); Ctrl-C stops"
                 );
             }
             if let Some(admin) = switch.admin_addr() {
