@@ -6,8 +6,10 @@
 # nginx backend; a warm-up of 400 requests, then N requests over 4 keep-alive connections are
 # counted (instrumentation switched on and off around them with callgrind_control). The kernel's
 # share (four fifths of a request's CPU here: BENCHMARKS.md) is not counted.
-# Usage: benches/instructions.sh BINARY...      Env: N (4000 requests)
-# Needs: apt-get install valgrind nginx curl
+# Usage: benches/instructions.sh BINARY...      Env: N (4000 requests), H2=1 (the requests come as
+# HTTP/2 streams with prior knowledge: h2load, 4 connections of 10 streams at once), KEEP=DIR (the
+# callgrind dumps are kept there, for callgrind_annotate)
+# Needs: apt-get install valgrind nginx curl (and nghttp2-client with H2=1)
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 BINARY..." >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,21 +42,31 @@ while done < n:
             body += c.recv(65536)
     done += len(connections)
 PY
+# One batch of $2 requests to port $1, in HTTP/1.1 or (H2=1) HTTP/2.
+load() {
+  if [ "${H2:-0}" = 1 ]; then
+    h2load -n "$2" -c 4 -m 10 "http://127.0.0.1:$1/small.html" >"$work/logs/h2load.log" 2>&1
+    grep -q "$2 succeeded" "$work/logs/h2load.log" || { cat "$work/logs/h2load.log" >&2; exit 1; }
+  else
+    python3 "$work/client.py" "$1" "$2"
+  fi
+}
 for bin in "$@"; do
   tcpvs_config "$work/t.toml" 1 18390 18381
   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/cg.out" \
     "$bin" run -c "$work/t.toml" >"$work/logs/valgrind.log" 2>&1 &
   vg=$!
   wait_http "http://127.0.0.1:18390/small.html" >/dev/null
-  python3 "$work/client.py" 18390 400
+  load 18390 400
   callgrind_control -i on "$vg" >/dev/null 2>&1
-  python3 "$work/client.py" 18390 "$n"
+  load 18390 "$n"
   callgrind_control -i off "$vg" >/dev/null 2>&1
   callgrind_control -d "$vg" >/dev/null 2>&1
   sleep 1
   kill "$vg"; wait "$vg" 2>/dev/null || true
   dump=$(ls -S "$work"/cg.out* | head -1)
   total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ && !seen {gsub(",", "", $1); print $1; seen = 1}')
-  echo "$bin: $((total / n)) instructions per request (user space, $n requests)"
+  echo "$bin: $((total / n)) instructions per request (user space, $n requests${H2:+, HTTP/2})"
+  if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP"; cp "$dump" "$KEEP/$(basename "$bin").cg"; fi
   rm -f "$work"/cg.out*
 done

@@ -323,16 +323,19 @@ async fn a_failed_handshake_is_counted_and_never_routed() {
         reply.is_empty() || reply[0] == 0x15,
         "a TLS alert or nothing, not HTTP: {reply:?}"
     );
-    // A client that offers only h2: no protocol in common.
-    let mut h2_only = (*site.ca.client_config(&[&TLS13])).clone();
-    h2_only.alpn_protocols = vec![b"h2".to_vec()];
+    // A client that offers only protocols the switch does not speak: none in common.
+    let mut foreign = (*site.ca.client_config(&[&TLS13])).clone();
+    foreign.alpn_protocols = vec![b"spdy/3.1".to_vec(), b"h3".to_vec()];
     let refused = tls::try_connect(
         site.addr(),
         "www.example.test",
-        &std::sync::Arc::new(h2_only),
+        &std::sync::Arc::new(foreign),
     )
     .await;
-    assert!(refused.is_err(), "an h2-only client is refused");
+    assert!(
+        refused.is_err(),
+        "a client with no protocol in common is refused"
+    );
     // A client that connects and says nothing is closed at header_timeout, and counted.
     let mut silent = Client::connect(site.addr()).await;
     assert!(silent.is_closed().await);

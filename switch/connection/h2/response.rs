@@ -166,6 +166,7 @@ fn response_head(
     let mut head = Response::new(());
     *head.status_mut() = StatusCode::from_u16(response.status).unwrap_or(StatusCode::BAD_GATEWAY);
     let fields = head.headers_mut();
+    fields.reserve(response.fields.len() + 2);
     // 1xx and 204 frame no content (RFC 9110 sections 8.6, 15.2, 15.3.5).
     let frames_content = response.status >= 200 && response.status != 204;
     for f in &response.fields {
