@@ -166,7 +166,9 @@ async fn serve(
             respond.send_reset(Reason::PROTOCOL_ERROR);
             log.refused_h2(&parts.method, &parts.uri);
             stats::bump(&stats.local_errors);
-            Outcome::local(0, 0, true, None)
+            // Logged and counted as the 400 an HTTP/1 client would have had (as nginx logs
+            // it), though the stream was reset without an answer.
+            Outcome::local(400, 0, true, None)
         }
         Err(Refusal::Answer(status, why)) => {
             log.refused_h2(&parts.method, &parts.uri);
