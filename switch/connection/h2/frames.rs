@@ -38,6 +38,8 @@ pub(super) struct Frame {
     pub stream: u32,
     /// RST_STREAM's and GOAWAY's error code.
     pub code: Option<u32>,
+    /// Where its header began: bytes of the direction before it (the preface included).
+    pub start: u64,
 }
 
 impl Frame {
@@ -66,6 +68,9 @@ pub(super) struct Scanner {
     peek: [u8; 8],
     peek_have: usize,
     peek_want: usize,
+    /// Bytes scanned so far, and where the frame whose header is being read began.
+    position: u64,
+    frame_start: u64,
 }
 
 impl Scanner {
@@ -80,7 +85,14 @@ impl Scanner {
             peek: [0; 8],
             peek_have: 0,
             peek_want: 0,
+            position: 0,
+            frame_start: 0,
         }
+    }
+
+    /// Bytes scanned so far.
+    pub(super) fn position(&self) -> u64 {
+        self.position
     }
 
     /// Reads `bytes`, the next of the direction, calling `seen` for each frame header
@@ -114,6 +126,9 @@ impl Scanner {
                 n = (self.payload_left as usize).min(bytes.len());
                 self.payload_left -= n as u32;
             } else {
+                if self.header_have == 0 {
+                    self.frame_start = self.position;
+                }
                 n = (9 - self.header_have).min(bytes.len());
                 self.header[self.header_have..self.header_have + n].copy_from_slice(&bytes[..n]);
                 self.header_have += n;
@@ -123,6 +138,7 @@ impl Scanner {
                 }
             }
             bytes = &bytes[n..];
+            self.position += n as u64;
         }
     }
 
@@ -134,6 +150,7 @@ impl Scanner {
             len: u32::from_be_bytes([0, h[0], h[1], h[2]]),
             stream: u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff,
             code: None,
+            start: self.frame_start,
         };
         self.payload_left = frame.len;
         let want = match frame.kind {
@@ -247,6 +264,7 @@ mod tests {
             ]
         );
         assert_eq!(whole[1].stream, 5);
+        assert_eq!((whole[0].start, whole[1].start), (24, 24 + 9 + 6));
         for step in 1..12 {
             assert_eq!(frames_in(&bytes, 24, step), whole, "in pieces of {step}");
         }
@@ -260,6 +278,7 @@ mod tests {
             len,
             stream: 1,
             code: None,
+            start: 0,
         };
         assert!(frame(PING, 0, 8).is_overhead());
         assert!(!frame(PING, ACK, 8).is_overhead());

@@ -44,6 +44,8 @@ pub(super) struct H2Io<'c> {
     alarm: &'c Alarm,
     stats: &'c ServiceStats,
     shut_down: bool,
+    /// The alarm was raised and the driver woken to see it.
+    alarm_seen: bool,
 }
 
 impl<'c> H2Io<'c> {
@@ -63,17 +65,34 @@ impl<'c> H2Io<'c> {
             alarm,
             stats,
             shut_down: false,
+            alarm_seen: false,
         }
     }
 
-    /// Charges the client's overhead frames to its budget.
-    fn received(&mut self, bytes: &[u8]) {
+    /// Charges the client's overhead frames to its budget; returns how many of `bytes` the h2
+    /// crate may have: all, or those before the frame that spent the budget (the rest is never
+    /// read, so the budget bounds the frames handled, whatever the size of a read).
+    fn received(&mut self, bytes: &[u8]) -> usize {
+        let base = self.inbound.position();
         let (budget, alarm) = (&mut self.budget, self.alarm);
+        let mut cut: Option<u64> = None;
         self.inbound.scan(bytes, &mut |frame: &Frame| {
             if frame.is_overhead() && !budget.spend() {
                 alarm.calm_down.store(true, Ordering::Relaxed);
+                cut.get_or_insert(frame.start);
             }
         });
+        cut.map_or(bytes.len(), |start| start.saturating_sub(base) as usize)
+    }
+
+    /// Nothing more for a flooding client: the driver, the task polling here, is woken once
+    /// to see the alarm (no socket readiness would wake it now); it sends GOAWAY and closes.
+    fn read_no_more(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if !self.alarm_seen {
+            self.alarm_seen = true;
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
     }
 
     /// Counts the GOAWAYs and the protocol errors that leave.
@@ -114,17 +133,19 @@ impl AsyncRead for H2Io<'_> {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if this.alarm.raised() {
-            // A flooding client is read no more; the driver sends GOAWAY and closes.
-            return Poll::Pending;
+            return this.read_no_more(cx);
         }
         if this.early_at < this.early.len() {
             let n = (this.early.len() - this.early_at).min(buf.remaining());
             let early = std::mem::take(&mut this.early);
             let piece = &early[this.early_at..this.early_at + n];
-            buf.put_slice(piece);
-            this.received(piece);
+            let pass = this.received(piece);
+            buf.put_slice(&piece[..pass]);
             this.early_at += n;
             this.early = early;
+            if pass == 0 {
+                return this.read_no_more(cx);
+            }
             return Poll::Ready(Ok(()));
         }
         loop {
@@ -138,11 +159,16 @@ impl AsyncRead for H2Io<'_> {
                 std::slice::from_raw_parts_mut(unfilled.as_mut_ptr().cast::<u8>(), unfilled.len())
             };
             match this.stream.try_recv(spare) {
+                // A read of 0 is the end of the stream: passed on as such.
                 Ok(n) => {
-                    this.received(&spare[..n]);
-                    // SAFETY: the first `n` bytes of the unfilled part were just written.
-                    unsafe { buf.assume_init(n) };
-                    buf.advance(n);
+                    let pass = this.received(&spare[..n]);
+                    if n > 0 && pass == 0 {
+                        return this.read_no_more(cx);
+                    }
+                    // SAFETY: the first `n` bytes of the unfilled part were just written
+                    // (`pass` is at most `n`).
+                    unsafe { buf.assume_init(pass) };
+                    buf.advance(pass);
                     return Poll::Ready(Ok(()));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {

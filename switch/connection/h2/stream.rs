@@ -122,6 +122,13 @@ async fn serve(
     mut respond: SendResponse<Bytes>,
     started: Instant,
 ) {
+    if reset_already(&mut respond) {
+        // Reset before its task ran: by the client (Rapid Reset), or by the h2 crate for a
+        // malformed DATA or trailers that came with the HEADERS (a content-length the DATA
+        // belies, a pseudo-header in trailers). Nothing to answer, nothing for a server.
+        tracing::debug!(client = %cx.peer, "HTTP/2 stream reset before it was served");
+        return;
+    }
     let stats = &cx.service.stats;
     stats::bump(&stats.requests);
     stats::bump(&stats.h2_streams);
@@ -181,6 +188,12 @@ async fn serve(
     account(&cx, &log, &outcome, started);
     recycle::give_fields(&mut head.fields);
     recycle::give_bytes(&mut head_bytes);
+}
+
+/// Whether the stream is closed by a reset already (looked at without waiting).
+fn reset_already(respond: &mut SendResponse<Bytes>) -> bool {
+    let mut cx = TaskContext::from_waker(std::task::Waker::noop());
+    respond.poll_reset(&mut cx).is_ready()
 }
 
 /// The client side of the exchange of one stream.
