@@ -91,9 +91,7 @@ impl Buffers {
             self.out = recycle::take_bytes();
         }
     }
-}
 
-impl Buffers {
     /// Gives the memory back to the thread's free lists (an HTTP/2 stream's, at its end).
     pub(crate) fn give_back(&mut self) {
         self.server_buf.consume(self.server_buf.len());

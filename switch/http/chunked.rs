@@ -271,6 +271,18 @@ fn hex_value(b: u8) -> Option<u8> {
 /// header section (RFC 9110 section 6.5.2 forbids it, some do) would otherwise let a trailer
 /// change Host or X-Forwarded-For after the switch has routed and stamped the request.
 pub fn put_trailers(out: &mut Vec<u8>, section: &[u8]) {
+    for_each_trailer(section, |name, value| {
+        out.extend_from_slice(name);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    });
+}
+
+/// Calls `field` with the name and value of each field of a trailer section (as
+/// [`ChunkedDecoder::trailers`] holds it) that may go on as a trailer ([`may_be_trailer`]): for
+/// HTTP/1 ([`put_trailers`]) and for HTTP/2 trailers alike.
+pub fn for_each_trailer(section: &[u8], mut field: impl FnMut(&[u8], &[u8])) {
     if section.is_empty() {
         return;
     }
@@ -282,18 +294,15 @@ pub fn put_trailers(out: &mut Vec<u8>, section: &[u8]) {
     else {
         return;
     };
-    for field in fields.iter().take_while(|f| !f.name.is_empty()) {
-        if may_be_trailer(field.name.as_bytes()) {
-            out.extend_from_slice(field.name.as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(field.value);
-            out.extend_from_slice(b"\r\n");
+    for f in fields.iter().take_while(|f| !f.name.is_empty()) {
+        if may_be_trailer(f.name.as_bytes()) {
+            field(f.name.as_bytes(), f.value);
         }
     }
 }
 
 /// Whether a field may travel in a trailer section.
-fn may_be_trailer(name: &[u8]) -> bool {
+pub fn may_be_trailer(name: &[u8]) -> bool {
     const NEVER: &[&[u8]] = &[
         b"trailer",
         b"authorization",

@@ -229,7 +229,7 @@ impl<S: Io, D: Io> BodyRelay<'_, S, D> {
 
 /// Appends `n` in lower-case hexadecimal (a chunk size line), without the formatting
 /// machinery on the per-chunk path.
-fn push_hex(out: &mut Vec<u8>, n: usize) {
+pub(crate) fn push_hex(out: &mut Vec<u8>, n: usize) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut digits = [0u8; 16];
     let mut at = digits.len();

@@ -11,7 +11,7 @@
 use super::error::h2_error;
 use crate::buffer::IoBuf;
 use crate::exchange::client::ResponseSink;
-use crate::http::chunked::{ChunkedDecoder, Decoded};
+use crate::http::chunked::{for_each_trailer, may_be_trailer, ChunkedDecoder, Decoded};
 use crate::http::fields::FieldRole;
 use crate::http::status::write_error_body;
 use crate::http::{BodyFraming, ResponseHead};
@@ -190,36 +190,21 @@ fn response_head(
     head
 }
 
-/// Appends one field, unless HTTP/2 has no place for it: a connection-specific name that its
-/// role did not catch (`proxy-connection`, `keep-alive` listed as an end-to-end field), or a
-/// name or value the h2 crate would refuse to send.
+/// Appends one field whose role already says it goes on (the connection-specific ones are
+/// dropped by role: http/fields.rs), unless its name or value is one the h2 crate would refuse
+/// to send.
 fn append(fields: &mut HeaderMap, name: &[u8], value: &[u8]) {
-    let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
-    else {
-        return;
-    };
-    if is_connection_specific(&name) {
-        return;
+    if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+        fields.append(name, value);
     }
-    fields.append(name, value);
 }
 
-fn is_connection_specific(name: &HeaderName) -> bool {
-    use http::header::{CONNECTION, TE, TRANSFER_ENCODING, UPGRADE};
-    *name == CONNECTION
-        || *name == TRANSFER_ENCODING
-        || *name == UPGRADE
-        || *name == TE
-        || name.as_str() == "keep-alive"
-        || name.as_str() == "proxy-connection"
-}
-
-/// Writes the fields of `map` as HTTP/1.1 field lines (a chunked body's trailers), without
-/// those that must not be trailers (framing, routing, connection-specific).
+/// Writes the fields of `map` (a client's HTTP/2 trailers) as the trailer lines of a chunked
+/// body, without those that must not be trailers, as for an HTTP/1 client
+/// (`chunked::may_be_trailer`).
 pub(super) fn put_fields(out: &mut Vec<u8>, map: &HeaderMap) {
-    use http::header::{CONTENT_LENGTH, HOST};
     for (name, value) in map {
-        if is_connection_specific(name) || name == CONTENT_LENGTH || name == HOST {
+        if !may_be_trailer(name.as_str().as_bytes()) {
             continue;
         }
         out.extend_from_slice(name.as_str().as_bytes());
@@ -339,25 +324,10 @@ impl Download<'_> {
 }
 
 /// A chunked body's trailer section as HTTP/2 trailers, without the fields that must not be
-/// trailers.
+/// trailers (the same as for an HTTP/1 client: `chunked::for_each_trailer`).
 fn trailer_map(section: &[u8]) -> HeaderMap {
     let mut map = HeaderMap::new();
-    if section.is_empty() {
-        return map;
-    }
-    let mut terminated = Vec::with_capacity(section.len() + 2);
-    terminated.extend_from_slice(section);
-    terminated.extend_from_slice(b"\r\n");
-    let mut fields = [httparse::EMPTY_HEADER; 64];
-    if let Ok(httparse::Status::Complete(_)) = httparse::parse_headers(&terminated, &mut fields) {
-        for field in fields.iter().take_while(|f| !f.name.is_empty()) {
-            let name = field.name.as_bytes();
-            if name.eq_ignore_ascii_case(b"content-length") || name.eq_ignore_ascii_case(b"host") {
-                continue;
-            }
-            append(&mut map, name, field.value);
-        }
-    }
+    for_each_trailer(section, |name, value| append(&mut map, name, value));
     map
 }
 

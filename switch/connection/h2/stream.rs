@@ -16,7 +16,7 @@ use crate::exchange::{self, Buffers, Context};
 use crate::http::rewrite::{write_request_head, ForwardedFor, Scheme};
 use crate::http::{parse_request, BodyFraming, RequestHead};
 use crate::recycle;
-use crate::relay::{Meter, RelayError, RelaySettings, TunnelEnd};
+use crate::relay::{push_hex, Meter, RelayError, RelaySettings, TunnelEnd};
 use crate::shared::Shared;
 use crate::socket::Socket;
 use crate::state::generation::Generation;
@@ -295,8 +295,8 @@ impl BodySource for H2Body {
             }
             if chunked {
                 self.scratch.clear();
-                self.scratch
-                    .extend_from_slice(format!("{n:x}\r\n").as_bytes());
+                push_hex(&mut self.scratch, n);
+                self.scratch.extend_from_slice(b"\r\n");
                 self.scratch.extend_from_slice(&data);
                 self.scratch.extend_from_slice(b"\r\n");
                 write_all(server, &self.scratch, limit).await
