@@ -253,6 +253,7 @@ fn shared_state(
         settings,
         generation: arc_swap::ArcSwap::from_pointee(Generation::empty()),
         clients: AtomicUsize::new(0),
+        h2_streams: AtomicUsize::new(0),
         max_clients,
         shutdown,
         started: std::time::Instant::now(),

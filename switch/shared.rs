@@ -22,6 +22,11 @@ pub struct Shared {
     pub generation: ArcSwap<Generation>,
     /// Client connections open now (bounded by `max_clients`).
     pub clients: AtomicUsize,
+    /// HTTP/2 streams running now. Each may hold a server connection, so together with the
+    /// client connections they stay within `max_clients`, the descriptor budget
+    /// (limits/descriptors.rs: a client and its server): without this, one client's
+    /// connections of 100 streams each ran the switch out of descriptors.
+    pub h2_streams: AtomicUsize,
     /// `max_clients` in effect: the configured one, or lower if the open-file limit could not
     /// be raised far enough (limits/descriptors.rs).
     pub max_clients: usize,

@@ -11,6 +11,7 @@
 //! | limit | value | bounds |
 //! |---|---|---|
 //! | streams running at once | [`MAX_CONCURRENT_STREAMS`] (more: `REFUSED_STREAM`) | many streams |
+//! | streams running in the switch | client connections + streams <= `max_clients` (the descriptor budget); none taken up meanwhile | descriptors exhausted by many connections of many streams |
 //! | streams whose task runs, reset or not | the same: no new stream is accepted meanwhile | Rapid Reset (CVE-2023-44487) |
 //! | streams reset before they were accepted | [`MAX_PENDING_ACCEPT_RESETS`], then `ENHANCE_YOUR_CALM` | Rapid Reset |
 //! | streams the switch reset for the client's errors | [`MAX_LOCAL_ERROR_RESETS`], then `ENHANCE_YOUR_CALM` | MadeYouReset (CVE-2025-8671) |
@@ -237,7 +238,8 @@ impl Driver<'_> {
             return Poll::Ready(Event::Leave);
         }
         let running = self.link.running.poll_count(cx);
-        let room = running < MAX_CONCURRENT_STREAMS as usize;
+        let switch_full = self.switch_full();
+        let room = running < MAX_CONCURRENT_STREAMS as usize && !switch_full;
         // After a graceful GOAWAY the streams the client opened before it still come in.
         let polled = if room && !self.flooded {
             match self.conn.poll_accept(cx) {
@@ -256,7 +258,24 @@ impl Driver<'_> {
         if let Poll::Ready(error) = polled {
             return Poll::Ready(Event::Closed(error));
         }
+        if switch_full {
+            // Streams of other connections free the room: looked at again at the next tick.
+            let retry = self.link.timer.deadline_after(crate::timeouts::TICK);
+            if self.link.timer.poll_expired(retry, cx).is_ready() {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+        }
         self.poll_deadline(cx, running)
+    }
+
+    /// Whether the switch's client connections and HTTP/2 streams fill `max_clients` (the
+    /// descriptor budget): then no stream is taken up, on any connection, until one ends.
+    fn switch_full(&self) -> bool {
+        let shared = &self.link.shared;
+        let load =
+            |n: &std::sync::atomic::AtomicUsize| n.load(std::sync::atomic::Ordering::Relaxed);
+        load(&shared.clients) + load(&shared.h2_streams) >= shared.max_clients
     }
 
     /// The idle timeout (no stream running), or the grace after GOAWAY; the slot also wakes the

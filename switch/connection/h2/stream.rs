@@ -69,6 +69,7 @@ impl Running {
 
     fn enter(link: &Arc<Link>) -> RunningGuard {
         link.running.count.fetch_add(1, Ordering::AcqRel);
+        link.shared.h2_streams.fetch_add(1, Ordering::AcqRel);
         RunningGuard(Arc::clone(link))
     }
 }
@@ -78,6 +79,7 @@ struct RunningGuard(Arc<Link>);
 impl Drop for RunningGuard {
     fn drop(&mut self) {
         let running = &self.0.running;
+        self.0.shared.h2_streams.fetch_sub(1, Ordering::AcqRel);
         running.count.fetch_sub(1, Ordering::AcqRel);
         running.driver.wake();
     }
