@@ -1,0 +1,3 @@
+//! Traffic policy in rules (issue 26): rate limits.
+
+pub mod limit;
