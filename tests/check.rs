@@ -1135,7 +1135,7 @@ servers = [{ addr = "127.0.0.1:9001" }]
         at(f, text, "\"gopher\"", 0, "redirect scheme \"gopher\": \"http\" or \"https\""),
         at(f, text, "200 }", 0, "redirect code 200 is not a redirect: 301, 302, 303, 307 or 308"),
         at(f, text, "\"header\"", 0, "key = \"header\" needs `header` beside it: the header to count by"),
-        at(f, text, "\"20 per second\"", 0, "rate \"20 per second\" is not a rate like \"20/s\", \"100/m\" or \"1000/h\""),
+        at(f, text, "\"20 per second\"", 0, "rate \"20 per second\": expected N/s, N/m or N/h"),
         at(f, text, "0\n\n[pool", 0, "burst = 0 is out of range 1..=1000000"),
     ];
     let got: Vec<&str> = c.stderr.lines().collect();

@@ -3,8 +3,7 @@
 
 use super::error::ErrorSink;
 use super::raw::RawLimit;
-use crate::policy::limit::{LimitKey, LimitSpec, Rate};
-use std::time::Duration;
+use crate::policy::limit::{check_store_url, LimitKey, LimitSpec, Rate};
 use toml::Spanned;
 
 const DEFAULT_STATUS: u16 = 429;
@@ -34,7 +33,7 @@ fn build_limit(
     let rate = raw
         .rate
         .as_ref()
-        .and_then(|r| match parse_rate(r.get_ref()) {
+        .and_then(|r| match Rate::parse(r.get_ref()) {
             Ok(rate) => Some(rate),
             Err(why) => {
                 sink.at(r.span(), why);
@@ -83,22 +82,16 @@ fn build_limit(
             }
         },
     };
-    let store = raw.store.as_ref().and_then(|s| {
-        let text = s.get_ref();
-        let host = text.strip_prefix("redis://");
-        match host {
-            Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Some(text.clone()),
-            _ => {
-                sink.at(
-                    s.span(),
-                    format!(
-                        "store {text:?} is not a Redis address like \"redis://127.0.0.1:6379/0\""
-                    ),
-                );
+    let store = raw
+        .store
+        .as_ref()
+        .and_then(|s| match check_store_url(s.get_ref()) {
+            Ok(()) => Some(s.get_ref().clone()),
+            Err(why) => {
+                sink.at(s.span(), format!("store: {why}"));
                 None
             }
-        }
-    });
+        });
     if raw.store.is_some() && store.is_none() {
         return None;
     }
@@ -188,40 +181,6 @@ fn build_key(raw: &RawLimit, name: &str, sink: &mut ErrorSink<'_>) -> Option<Lim
                 ),
             );
             None
-        }
-    }
-}
-
-/// `"20/s"`, `"100/m"`, `"1000/h"`.
-pub(crate) fn parse_rate(text: &str) -> Result<Rate, String> {
-    let wrong = || format!("rate {text:?} is not a rate like \"20/s\", \"100/m\" or \"1000/h\"");
-    let (count, unit) = text.split_once('/').ok_or_else(wrong)?;
-    let count: u32 = count.trim().parse().map_err(|_| wrong())?;
-    let per = match unit.trim() {
-        "s" => Duration::from_secs(1),
-        "m" => Duration::from_secs(60),
-        "h" => Duration::from_secs(3600),
-        _ => return Err(wrong()),
-    };
-    if count == 0 || count > 1_000_000 {
-        return Err(format!("rate {text:?}: the count must be 1 to 1000000"));
-    }
-    Ok(Rate { count, per })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rates() {
-        let r = parse_rate("20/s").unwrap();
-        assert_eq!((r.count, r.per), (20, Duration::from_secs(1)));
-        let r = parse_rate("100/m").unwrap();
-        assert_eq!((r.count, r.per), (100, Duration::from_secs(60)));
-        assert!(parse_rate("1000/h").is_ok());
-        for bad in ["20", "20/d", "x/s", "0/s", "-1/s", "/s", "20/"] {
-            assert!(parse_rate(bad).is_err(), "{bad}");
         }
     }
 }

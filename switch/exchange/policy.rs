@@ -10,7 +10,7 @@ use super::{Buffers, Context};
 use crate::http::fields::FieldRole;
 use crate::http::status::Answer;
 use crate::http::RequestHead;
-use crate::policy::limit::{now_micros, Decision, LimitKey, LimitSpec, Limiter};
+use crate::policy::limit::{now_micros, retry_after_seconds, Decision, LimitKey, Limiter};
 use crate::policy::redirect::{Origin, Redirect};
 use crate::policy::respond::Respond;
 use crate::policy::{Action, Edits};
@@ -94,7 +94,10 @@ fn check_limit(
 ) -> Decision {
     let decide = |key: Option<&[u8]>| match key {
         Some(key) => limiter.check(key, now_micros()),
-        None => limiter.pass_unkeyed(),
+        None => {
+            limiter.pass();
+            Decision::Allowed
+        }
     };
     let mut address = [0u8; 16];
     match &limiter.spec().key {
@@ -138,17 +141,17 @@ async fn refuse<C: ClientSide>(
     client: &mut C,
     work: &mut Buffers,
 ) -> Outcome {
-    let seconds = retry_after_seconds(retry_after);
     let spec = limiter.spec();
+    let seconds = retry_after_seconds(retry_after);
     let mut seconds_text = itoa::Buffer::new();
     let seconds_text = seconds_text.format(seconds).as_bytes();
-    let (policy, remaining) = ratelimit_fields(spec, seconds);
-    let fields: [(&[u8], &[u8]); 4] = [
+    let mut ratelimit = Vec::with_capacity(2);
+    limiter.write_refusal_fields(&mut ratelimit, retry_after);
+    let mut fields: Vec<(&[u8], &[u8])> = vec![
         (b"Content-Type", b"text/plain"),
         (b"Retry-After", seconds_text),
-        (b"RateLimit-Policy", policy.as_bytes()),
-        (b"RateLimit", remaining.as_bytes()),
     ];
+    fields.extend(ratelimit.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())));
     work.path.clear();
     crate::http::status::write_error_body(&mut work.path, spec.status, "rate limit exceeded");
     let answer = Answer {
@@ -160,24 +163,6 @@ async fn refuse<C: ClientSide>(
     let (bytes_out, keep_client) = client.answer(&mut work.out, &answer).await;
     stats::bump(&cx.service.stats.local_errors);
     Outcome::local(spec.status, bytes_out, keep_client, None)
-}
-
-/// `RateLimit-Policy` and `RateLimit` as draft-ietf-httpapi-ratelimit-headers (-09) writes
-/// them: the policy's name, its quota `q` per window `w` seconds; none remaining (`r=0`) for
-/// `t` seconds. Made only for a refusal.
-fn ratelimit_fields(spec: &LimitSpec, seconds: u64) -> (String, String) {
-    let name = &spec.name;
-    let window = spec.rate.per.as_secs().max(1);
-    (
-        format!("\"{name}\";q={};w={window}", spec.rate.count),
-        format!("\"{name}\";r=0;t={seconds}"),
-    )
-}
-
-/// `Retry-After` in whole seconds, rounded up, at least 1 (RFC 9110 section 10.2.3).
-pub(crate) fn retry_after_seconds(wait: Duration) -> u64 {
-    let whole = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-    whole.max(1)
 }
 
 async fn answer_redirect<C: ClientSide>(
@@ -246,15 +231,6 @@ async fn answer_respond<C: ClientSide>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn retry_after_is_whole_seconds_at_least_one() {
-        assert_eq!(retry_after_seconds(Duration::ZERO), 1);
-        assert_eq!(retry_after_seconds(Duration::from_millis(1)), 1);
-        assert_eq!(retry_after_seconds(Duration::from_millis(1000)), 1);
-        assert_eq!(retry_after_seconds(Duration::from_millis(1001)), 2);
-        assert_eq!(retry_after_seconds(Duration::from_secs(59)), 59);
-    }
 
     #[test]
     fn addresses_as_keys() {

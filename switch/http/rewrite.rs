@@ -437,7 +437,9 @@ mod tests {
 
     fn actions(remove: &[&str], set: &[(&str, &str)], add: &[(&str, &str)]) -> HeaderActions {
         let owned = |l: &[(&str, &str)]| -> Vec<(String, String)> {
-            l.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()
+            l.iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect()
         };
         let remove: Vec<String> = remove.iter().map(|n| n.to_string()).collect();
         HeaderActions::new(&remove, &owned(set), &owned(add))
@@ -445,7 +447,11 @@ mod tests {
 
     #[test]
     fn rules_change_the_path_and_the_fields_sent_up() {
-        let headers = actions(&["cookie"], &[("X-Pool", "images")], &[("Via", "1.1 tcpvs")]);
+        let headers = actions(
+            &["cookie"],
+            &[("X-Pool", "images")],
+            &[("Via", "1.1 tcpvs")],
+        );
         let edit = RequestEdit {
             path: Some(b"/img/a.png"),
             headers: Some(&headers),
@@ -474,9 +480,19 @@ mod tests {
             edit,
             Scheme::Http,
         );
-        assert_eq!(got, "GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 10.0.0.7\r\n\r\n");
+        assert_eq!(
+            got,
+            "GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 10.0.0.7\r\n\r\n"
+        );
         // Set by the rule: its value alone, and no X-Forwarded-Proto of the switch's.
-        let set = actions(&[], &[("X-Forwarded-For", "1.2.3.4"), ("X-Forwarded-Proto", "http")], &[]);
+        let set = actions(
+            &[],
+            &[
+                ("X-Forwarded-For", "1.2.3.4"),
+                ("X-Forwarded-Proto", "http"),
+            ],
+            &[],
+        );
         let edit = RequestEdit {
             path: None,
             headers: Some(&set),
@@ -501,7 +517,11 @@ mod tests {
             is_connect: false,
         };
         assert!(parse_response(raw, kind, &mut head).unwrap());
-        let headers = actions(&["server"], &[("Strict-Transport-Security", "max-age=60")], &[("X-A", "2")]);
+        let headers = actions(
+            &["server"],
+            &[("Strict-Transport-Security", "max-age=60")],
+            &[("X-A", "2")],
+        );
         let mut out = Vec::new();
         write_response_head(
             &mut out,

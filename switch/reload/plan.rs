@@ -95,8 +95,9 @@ impl Builder {
         })
     }
 
-    /// A limit configured as before keeps its buckets and its counts; any other is built
-    /// anew (and listed as fresh), starting with full buckets.
+    /// A limit whose buckets mean the same (name, key, rate, burst, bound, store) keeps them,
+    /// its counts and its store's task, with the new `status` and `dry_run`; any other is
+    /// built anew (and listed as fresh), starting with full buckets.
     fn limits(
         current: &Generation,
         specs: Vec<LimitSpec>,
@@ -104,13 +105,18 @@ impl Builder {
         let mut fresh = Vec::new();
         let limits = specs
             .into_iter()
-            .map(|spec| match current.limit(&spec.name) {
-                Some(old) if *old.spec() == spec => Arc::clone(old),
-                _ => {
-                    let limiter = Arc::new(Limiter::new(spec));
-                    fresh.push(Arc::clone(&limiter));
-                    limiter
+            .map(|spec| {
+                if let Some(old) = current.limit(&spec.name) {
+                    if *old.spec() == spec {
+                        return Arc::clone(old);
+                    }
+                    if let Some(kept) = old.carry_over(spec.clone()) {
+                        return Arc::new(kept);
+                    }
                 }
+                let limiter = Arc::new(Limiter::new(spec));
+                fresh.push(Arc::clone(&limiter));
+                limiter
             })
             .collect();
         (limits, fresh)
