@@ -1,9 +1,9 @@
-//! The hot path of one request without its I/O: parse the head, route it through 50 rules,
+//! The hot path of one request without its I/O: parse the head, route it through 52 rules,
 //! pick a server, rebuild the head for the server. Reports time per request (criterion) and
 //! heap allocations per steady request (a counting global allocator), for several requests:
-//! one that no rule matches (all 50 rules tried, default pool), and ones matching an early path
-//! rule, a middle one (rule 8 of 50), a host rule, a method + path rule and the header rule;
-//! and, apart, the statistics the admin endpoint reads, as each request records them, and what
+//! one that no rule matches (all 52 rules tried, default pool), and ones matching an early path
+//! rule, a middle one (rule 8 of 50), a host rule, a method + path rule and the header rule,
+//! a rule that sets, adds and removes fields, and one with a rate limit (issue 26); and, apart, the statistics the admin endpoint reads, as each request records them, and what
 //! the access log keeps of each request's head (`access_log_capture/text`: the text and JSON
 //! formats; `/combined`: the combined format, which also copies Referer and User-Agent).
 //!
@@ -134,7 +134,7 @@ fn cases() -> Vec<Case> {
     };
     vec![
         case(
-            "no rule matches (50 tried, default pool)",
+            "no rule matches (52 tried, default pool)",
             "no_rule_matches",
             "",
             "",
