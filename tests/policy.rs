@@ -933,7 +933,7 @@ fn a_rule_with_two_actions_is_refused() {
         (
             "respond and redirect",
             "respond = { status = 403, body = \"forbidden\\n\", content_type = \"text/plain\" }\n",
-            "respond = { status = 403, body = \"forbidden\\n\", content_type = \"text/plain\" }\nredirect = { scheme = \"https\" }\n",
+            "respond = { status = 403, body = \"forbidden\\n\", content_type = \"text/plain\" }\nredirect = { scheme = \"https\", code = 302 }\n",
         ),
     ] {
         assert!(VALID_POLICY.contains(from), "{what}: the case does not apply");
@@ -969,4 +969,80 @@ fn a_rule_with_two_actions_is_refused() {
             c.stderr
         );
     }
+}
+
+// ---------------------------------------------------------------- the access log
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_log_shows_the_target_as_the_client_sent_it() {
+    let app = echo().await;
+    let scratch = Scratch::new("policy-access-log");
+    let log = scratch.0.join("access.log");
+    let rules = format!(
+        "{REWRITES}{RESPONDS}{REDIRECTS}\
+         [[virtual.web.rule]]\npath = \"^/limited\"\npool = \"app\"\nlimit = \"one\"\n\
+         [limit.one]\nkey = \"source\"\nrate = \"1/m\"\nburst = 1\n"
+    );
+    let text = SWITCH
+        .replace(
+            "access_log = false",
+            &format!(
+                "access_log = \"{}\"\naccess_log_format = \"json\"",
+                log.to_str().expect("a UTF-8 path")
+            ),
+        )
+        .replace("{service}", "")
+        .replace("{rules}", &rules)
+        .replace("{app}", &app.addr.to_string());
+    let switch = start_switch(&text, &[]).await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    let sent = [
+        ("/static/a?x=1", 200),
+        ("/images/p.png", 200),
+        ("/secure/p?q", 301),
+        ("/forbidden", 403),
+        ("/limited", 200),
+        ("/limited?again", 429),
+    ];
+    for (target, status) in sent {
+        let r = client.get(target).await;
+        assert_eq!(r.status, status, "GET {target}");
+        if r.header("connection") == Some("close") {
+            client = Client::connect(switch.local_addr("web").unwrap()).await;
+        }
+    }
+    // One line per request; wait (bounded) until all are written.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let lines: Vec<serde_json::Value> = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let complete = text.rfind('\n').map_or("", |end| &text[..=end]);
+        let lines: Vec<serde_json::Value> = complete
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        if lines.len() >= sent.len() {
+            break lines;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} access log lines of {}: {text}",
+            lines.len(),
+            sent.len()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    };
+    let logged: Vec<(String, u64)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["target"].as_str().unwrap_or("").to_string(),
+                l["status"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, u64)> = sent
+        .iter()
+        .map(|(t, s)| (t.to_string(), *s as u64))
+        .collect();
+    assert_eq!(logged, expected, "{lines:#?}");
 }
