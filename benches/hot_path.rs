@@ -25,8 +25,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tcpvs::access_log::{AccessLog, Request};
 use tcpvs::config::{AccessLogFormat, AccessLogTarget, Config};
-use tcpvs::http::rewrite::{forwarded_for, write_request_head, ForwardedFor, Scheme};
+use tcpvs::http::rewrite::{forwarded_for, write_request_head, ForwardedFor, RequestEdit, Scheme};
 use tcpvs::http::{parse_request, RequestHead};
+use tcpvs::policy::limit::{now_micros, Decision, Limiter};
+use tcpvs::policy::Action;
 use tcpvs::state::pool::Pool;
 use tcpvs_modules::{MonotonicClock, RequestView};
 
@@ -63,7 +65,8 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOCATOR: Counting = Counting;
 
 /// 50 rules of the kinds a site uses: 40 path prefixes (rules 1-40), 5 hosts (41-45), 4
-/// methods with an extension (46-49), a header (50).
+/// methods with an extension (46-49), a header (50); then two with policy: field actions (51)
+/// and a rate limit (52).
 fn rules() -> String {
     let mut text =
         String::from("[virtual.web]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"static\"\n");
@@ -83,6 +86,13 @@ fn rules() -> String {
         );
     }
     text += "[[virtual.web.rule]]\nheader = { name = \"X-Pool\", value = \"^images$\" }\npool = \"p1\"\n";
+    // Policy (issue 26): field actions on both sides, and a rate limit whose bucket never
+    // empties here (the check is what is measured, not a refusal).
+    text += "[[virtual.web.rule]]\npath = \"^/policy/headers/\"\npool = \"p2\"\n\
+             request_headers = { set = { \"X-Pool\" = \"images\" }, add = { \"Via\" = \"1.1 tcpvs\" }, remove = [\"Cookie\"] }\n\
+             response_headers = { set = { \"Strict-Transport-Security\" = \"max-age=31536000\" }, remove = [\"Server\"] }\n";
+    text += "[[virtual.web.rule]]\npath = \"^/policy/limit/\"\npool = \"p3\"\nlimit = \"bench\"\n";
+    text += "[limit.bench]\nkey = \"source\"\nrate = \"1000000/s\"\nburst = 1000000\n";
     for p in ["static", "p0", "p1", "p2", "p3", "p4"] {
         text += &format!(
             "[pool.{p}]\nscheduler = \"wlc\"\nservers = [{{ addr = \"10.0.0.1:80\" }}, {{ addr = \"10.0.0.2:80\", weight = 2 }}, {{ addr = \"10.0.0.3:80\" }}]\n"
@@ -165,12 +175,28 @@ fn cases() -> Vec<Case> {
             "Priority: u=5, i\r\nX-Pool: images\r\n",
             Some(50),
         ),
+        case(
+            "rule 51 (fields set, added and removed both ways)",
+            "policy_headers_rule_51",
+            "/static/img/",
+            "/policy/headers/img/",
+            Some(51),
+        ),
+        case(
+            "rule 52 (a rate limit by source)",
+            "policy_limit_rule_52",
+            "/static/img/",
+            "/policy/limit/img/",
+            Some(52),
+        ),
     ]
 }
 
 /// Everything a session keeps from request to request.
 struct HotPath {
     pools: Vec<Pool>,
+    /// The rule file's `[limit.NAME]`, as a generation holds them.
+    limits: Vec<Limiter>,
     config: Config,
     buffer: Vec<u8>,
     head: RequestHead,
@@ -187,8 +213,10 @@ impl HotPath {
             .iter()
             .map(|p| Pool::new(p, Arc::clone(&clock), 1).expect("bench pool"))
             .collect();
+        let limits = config.limits.iter().cloned().map(Limiter::new).collect();
         HotPath {
             pools,
+            limits,
             config,
             buffer: Vec::with_capacity(4096),
             head: RequestHead::default(),
@@ -214,10 +242,23 @@ impl HotPath {
             headers: &headers,
             client: IpAddr::V4(Ipv4Addr::new(198, 51, 100, 7)),
         };
-        let pool_index = self.config.services[0]
+        let matched = self.config.services[0]
             .rules
             .route(&view, None)
-            .expect("a pool");
+            .expect("a rule or the default pool");
+        let (pool_index, edits) = match matched.action {
+            Action::Pool { pool, edits } => (*pool, edits.as_deref()),
+            _ => panic!("the bench's rules all name pools"),
+        };
+        let mut edit = RequestEdit::default();
+        if let Some(edits) = edits {
+            if let Some(limit) = edits.limit {
+                let client = [198, 51, 100, 7];
+                let decision = self.limits[limit].check(&client, now_micros());
+                assert!(matches!(decision, Decision::Allowed));
+            }
+            edit.headers = edits.request_headers.as_ref();
+        }
         let server = self.pools[pool_index].pick(&view, &[]).expect("a server");
         write_request_head(
             &mut self.out,
@@ -226,6 +267,7 @@ impl HotPath {
             self.client.as_bytes(),
             b"10.0.0.1:80",
             Scheme::Http,
+            edit,
         );
         (pool_index, server)
     }
@@ -247,7 +289,7 @@ impl HotPath {
         let rules = &self.config.services[0].rules;
         let rule = rules.rules().iter().position(|r| r.matches(&view, None));
         let expected_pool = match rule {
-            Some(i) => Some(rules.rules()[i].pool),
+            Some(i) => rules.rules()[i].action.pool(),
             None => rules.default_pool(),
         };
         (rule.map(|i| i + 1), expected_pool == Some(pool))

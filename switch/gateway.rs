@@ -79,7 +79,12 @@ impl Switch {
         };
         let builder = Builder::new(workers);
         let plan = builder
-            .plan(&Generation::empty(), config.services, &config.pools)
+            .plan(
+                &Generation::empty(),
+                config.services,
+                &config.pools,
+                config.limits,
+            )
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let admin = match config.admin {
             Some(admin) => {

@@ -23,6 +23,7 @@ pub mod http;
 pub mod import_ktcpvs;
 pub mod limits;
 pub mod listener;
+pub mod policy;
 pub mod recycle;
 pub mod relay;
 pub mod reload;

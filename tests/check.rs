@@ -503,11 +503,11 @@ servers = [{ weight = 1 }]
     let f = c.file.as_str();
     let expected = [
         at(f, text, "workers", 0, "unknown field `workers` at the top of the file: it belongs in [switch]"),
-        at(f, text, "servers]", 0, "unknown table `[servers]` at the top of the file (a rule file has [switch], [admin], [virtual.NAME] and [pool.NAME])"),
+        at(f, text, "servers]", 0, "unknown table `[servers]` at the top of the file (a rule file has [switch], [admin], [virtual.NAME], [pool.NAME] and [limit.NAME])"),
         at(f, text, "[virtual.web]", 0, "[virtual.web] has no `listen`: add the address to accept clients on, like \"127.0.0.1:8080\""),
         at(f, text, "paht", 0, "unknown field `paht` in a rule of [virtual.web]: did you mean `path`?"),
         at(f, text, "{ name", 0, "`header` has no `value`: write { name = \"X-Pool\", value = \"^images$\" }"),
-        at(f, text, "[[virtual.web.rule]]\npath", 0, "a rule of [virtual.web] has no `pool`: name the pool its requests go to"),
+        at(f, text, "[[virtual.web.rule]]\npath", 0, "a rule of [virtual.web] has no `pool`: name the pool its requests go to (or answer them with `redirect` or `respond`)"),
         at(f, text, "schedular", 0, "unknown option `schedular` for scheduler `wlc` (it takes no options): did you mean `scheduler`?"),
         at(f, text, "{ weight", 0, "a server has no `addr`: write it like { addr = \"127.0.0.1:9001\" }"),
     ];
@@ -1063,4 +1063,81 @@ fn secrets_other_users_can_read_and_changes_any_local_user_can_make_are_warnings
     );
     let c = check_mode(&["--strict"], "cookie-600.toml", &text, 0o600);
     assert_eq!((c.code, c.stderr.as_str()), (0, ""));
+}
+
+/// Every mistake in the policy keys of issue 26 at once, each pinned to its place.
+#[test]
+fn policy_mistakes_are_all_named_at_their_place() {
+    let text = r#"[virtual.web]
+listen = "127.0.0.1:8080"
+default_pool = "static"
+
+[[virtual.web.rule]]
+path = "^/old/(.*)/(.*)$"
+redirect = { path = "/new/$3", code = 301 }
+
+[[virtual.web.rule]]
+path = "^/a"
+source = ["10.0.0.0/8", "10.0.0.300/8"]
+pool = "static"
+
+[[virtual.web.rule]]
+path = "^/b"
+pool = "static"
+request_headers = { set = { "X Pool" = "1", "Host" = "other" }, remove = ["Content-Length"] }
+response_headers = { add = { "Transfer-Encoding" = "chunked" } }
+
+[[virtual.web.rule]]
+path = "^/c"
+pool = "static"
+redirect = { scheme = "https" }
+
+[[virtual.web.rule]]
+path = "^/d"
+pool = "static"
+limit = "nosuch"
+
+[[virtual.web.rule]]
+path = "^/e"
+respond = { status = 700 }
+
+[[virtual.web.rule]]
+path = "^/f"
+pool = "static"
+strip_prefix = "images"
+
+[[virtual.web.rule]]
+path = "^/g"
+redirect = { scheme = "gopher", code = 200 }
+
+[limit.api]
+key = "header"
+rate = "20 per second"
+burst = 0
+
+[pool.static]
+servers = [{ addr = "127.0.0.1:9001" }]
+"#;
+    let c = check("policy-mistakes.toml", text);
+    assert_eq!(c.code, 1, "{}", c.stderr);
+    let f = c.file.as_str();
+    let expected = [
+        at(f, text, "$3", 0, "redirect `path`: `$3` names no group: the rule's `path` regex has 2 groups"),
+        at(f, text, "\"10.0.0.300/8\"", 0, "`source`: \"10.0.0.300/8\" is not an address or network like \"10.0.0.0/8\" or \"::1\""),
+        at(f, text, "\"X Pool\"", 0, "`request_headers`: \"X Pool\" cannot be a field name (a token: letters, digits and !#$%&'*+-.^_`|~)"),
+        at(f, text, "\"Host\"", 0, "`request_headers`: rules may not change `Host`: the switch writes the framing and connection fields itself, and Host names the site (use `redirect`, `path_rewrite` or `strip_prefix`)"),
+        at(f, text, "\"Content-Length\"", 0, "`request_headers`: rules may not change `Content-Length`: the switch writes the framing and connection fields itself, and Host names the site (use `redirect`, `path_rewrite` or `strip_prefix`)"),
+        at(f, text, "\"Transfer-Encoding\"", 0, "`response_headers`: rules may not change `Transfer-Encoding`: the switch writes the framing and connection fields itself, and Host names the site (use `redirect`, `path_rewrite` or `strip_prefix`)"),
+        at(f, text, "{ scheme = \"https\" }", 0, "a rule has one action: `pool` and `redirect` exclude each other"),
+        at(f, text, "\"nosuch\"", 0, "unknown limit `nosuch` (limits: api)"),
+        at(f, text, "700", 0, "respond status 700 is out of range 200..=599"),
+        at(f, text, "\"images\"", 0, "strip_prefix \"images\" must be a path of at least one segment, like \"/images\""),
+        at(f, text, "\"gopher\"", 0, "redirect scheme \"gopher\": \"http\" or \"https\""),
+        at(f, text, "200 }", 0, "redirect code 200 is not a redirect: 301, 302, 303, 307 or 308"),
+        at(f, text, "\"header\"", 0, "key = \"header\" needs `header` beside it: the header to count by"),
+        at(f, text, "\"20 per second\"", 0, "rate \"20 per second\": expected N/s, N/m or N/h"),
+        at(f, text, "0\n\n[pool", 0, "burst = 0 is out of range 1..=1000000"),
+    ];
+    let got: Vec<&str> = c.stderr.lines().collect();
+    assert_eq!(got, expected, "\n{}", c.stderr);
 }

@@ -5,7 +5,7 @@
 //! --include-ignored` shows them).
 
 use tcpvs::http::request::TargetForm;
-use tcpvs::http::rewrite::{write_request_head, Scheme};
+use tcpvs::http::rewrite::{write_request_head, RequestEdit, Scheme};
 use tcpvs::http::{parse_request, BodyFraming, HeadError, RequestHead};
 
 const CLIENT: &[u8] = b"192.0.2.7";
@@ -25,7 +25,15 @@ fn rebuilt(raw: &[u8]) -> String {
     let (buf, head, result) = parse(raw);
     assert_eq!(result, Ok(true), "{:?}", String::from_utf8_lossy(raw));
     let mut out = Vec::new();
-    write_request_head(&mut out, &head, &buf, CLIENT, DEFAULT_HOST, Scheme::Http);
+    write_request_head(
+        &mut out,
+        &head,
+        &buf,
+        CLIENT,
+        DEFAULT_HOST,
+        Scheme::Http,
+        RequestEdit::default(),
+    );
     String::from_utf8_lossy(&out).into_owned()
 }
 
@@ -148,6 +156,7 @@ fn f3_client_framing() -> BodyFraming {
         F3_INPUT,
         ClientConnection::Close,
         Version::Http11,
+        None,
     );
     let mut client = ResponseHead::default();
     assert_eq!(parse_response(&out, get, &mut client), Ok(true));
@@ -173,7 +182,15 @@ fn targets_outside_rfc3986_are_forwarded_as_sent_today() {
             continue; // now refused: a decision was taken, update this test
         }
         let mut out = Vec::new();
-        write_request_head(&mut out, &head, &buf, CLIENT, DEFAULT_HOST, Scheme::Http);
+        write_request_head(
+            &mut out,
+            &head,
+            &buf,
+            CLIENT,
+            DEFAULT_HOST,
+            Scheme::Http,
+            RequestEdit::default(),
+        );
         let mut line = b"GET ".to_vec();
         line.extend_from_slice(target);
         line.extend_from_slice(b" HTTP/1.1\r\n");

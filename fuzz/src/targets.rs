@@ -6,7 +6,9 @@ use tcpvs::http::chunked::{check_received, ChunkedDecoder, Decoded};
 use tcpvs::http::fields::{Field, FieldRole};
 use tcpvs::http::request::TargetForm;
 use tcpvs::http::response::RequestKind;
-use tcpvs::http::rewrite::{write_request_head, write_response_head, ClientConnection, Scheme};
+use tcpvs::http::rewrite::{
+    write_request_head, write_response_head, ClientConnection, RequestEdit, Scheme,
+};
 use tcpvs::http::{
     parse_request, parse_response, BodyFraming, RequestHead, ResponseHead, Span, Version,
     MAX_HEAD_BYTES,
@@ -39,7 +41,7 @@ fn span_ok(s: Span, len: usize) -> bool {
 fn rebuild(head: &RequestHead, buf: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     bounded("write_request_head", head_heap_bound(buf.len()), || {
-        write_request_head(&mut out, head, buf, CLIENT, DEFAULT_HOST, Scheme::Http)
+        write_request_head(&mut out, head, buf, CLIENT, DEFAULT_HOST, Scheme::Http, RequestEdit::default())
     });
     out
 }
@@ -464,7 +466,7 @@ pub fn check_response_head(data: &[u8]) {
             ] {
                 for version in [Version::Http10, Version::Http11] {
                     let mut out = Vec::new();
-                    write_response_head(&mut out, &head, buf, connection, version);
+                    write_response_head(&mut out, &head, buf, connection, version, None);
                     let mut again = ResponseHead::default();
                     let r = parse_response(&out, kind, &mut again);
                     assert_eq!(

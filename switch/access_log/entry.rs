@@ -106,6 +106,8 @@ pub struct Entry<'a> {
     pub pool: Option<&'a str>,
     pub server: Option<SocketAddr>,
     pub end: End<'a>,
+    /// The rate limit that refused the request, or under `dry_run` would have.
+    pub limit: Option<&'a str>,
 }
 
 /// The last field of a line.

@@ -9,7 +9,8 @@ use std::time::SystemTime;
 
 /// The text line after its time: `service client "METHOD target" status bytes pool/server
 /// duration`, with `-` for what is missing, and the reason instead of the duration for a
-/// refusal. The request is escaped ([`Quoted`]).
+/// refusal; then `limit=NAME` when a rate limit refused the request (or would have, under
+/// `dry_run`). The request is escaped ([`Quoted`]).
 pub(super) struct Text<'a, 'e>(pub(super) &'a Entry<'e>);
 
 impl fmt::Display for Text<'_, '_> {
@@ -27,8 +28,12 @@ impl fmt::Display for Text<'_, '_> {
             Dash(e.server),
         )?;
         match e.end {
-            End::Took(elapsed) => write!(f, "{}us", elapsed.as_micros()),
-            End::Refused(why) => f.write_str(why),
+            End::Took(elapsed) => write!(f, "{}us", elapsed.as_micros())?,
+            End::Refused(why) => f.write_str(why)?,
+        }
+        match e.limit {
+            Some(limit) => write!(f, " limit={limit}"),
+            None => Ok(()),
         }
     }
 }
@@ -131,6 +136,10 @@ pub(super) fn write_json(out: &mut Vec<u8>, e: &Entry<'_>, now: SystemTime) {
             out.extend_from_slice(b"null,\"error\":");
             json_string(out, why.as_bytes());
         }
+    }
+    if let Some(limit) = e.limit {
+        out.extend_from_slice(b",\"limit\":");
+        json_string(out, limit.as_bytes());
     }
     out.push(b'}');
 }

@@ -99,7 +99,27 @@ fn entry<'a>(request: Option<&'a Request>, end: End<'a>) -> Entry<'a> {
         pool: Some("images"),
         server: Some("10.0.0.1:80".parse().unwrap()),
         end,
+        limit: None,
     }
+}
+
+#[test]
+fn a_limit_is_named_after_the_other_fields() {
+    let get = request(b"GET /api");
+    let mut limited = entry(Some(&get), End::Took(Duration::from_micros(12)));
+    limited.status = 429;
+    limited.limit = Some("per-client");
+    assert_eq!(
+        Text(&limited).to_string(),
+        "web 127.0.0.1:5000 \"GET /api\" 429 120 images/10.0.0.1:80 12us limit=per-client"
+    );
+    let mut json = Vec::new();
+    write_json(&mut json, &limited, std::time::SystemTime::UNIX_EPOCH);
+    let text = String::from_utf8(json).unwrap();
+    assert!(
+        text.ends_with(",\"duration_us\":12,\"limit\":\"per-client\"}"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -10,7 +10,9 @@
 //! `process_resident_memory_bytes`, ...), read from /proc/self at scrape time as the Go and
 //! Python clients read them (see [`ProcessFigures`]).
 
-use crate::state::snapshot::{PoolSnapshot, ServerSnapshot, ServiceSnapshot, Snapshot};
+use crate::state::snapshot::{
+    LimitSnapshot, PoolSnapshot, ServerSnapshot, ServiceSnapshot, Snapshot,
+};
 use crate::state::stats::counters::{server_counters, service_counters};
 use crate::state::stats::latency::PROMETHEUS_BOUNDS;
 use crate::state::stats::LatencySnapshot;
@@ -320,8 +322,32 @@ impl Collector for Scrape {
         self.encode_switch(e)?;
         encode_services(e, &self.snapshot.services)?;
         encode_pools(e, &self.snapshot.pools)?;
-        encode_servers(e, &self.snapshot.servers)
+        encode_servers(e, &self.snapshot.servers)?;
+        encode_limits(e, &self.snapshot.limits)
     }
+}
+
+/// The rate limits (design.md: `tcpvs_limit_allowed_total`, `tcpvs_limit_limited_total`).
+fn encode_limits(e: &mut DescriptorEncoder, limits: &[LimitSnapshot]) -> fmt::Result {
+    let label = |l: &LimitSnapshot| [("limit", l.name.clone())];
+    family(
+        e,
+        "tcpvs_limit_allowed",
+        "Requests a rate limit let through (under dry_run: every request)",
+        limits.iter().map(|l| (label(l), counter(l.allowed))),
+    )?;
+    family(
+        e,
+        "tcpvs_limit_limited",
+        "Requests a rate limit refused (under dry_run: would have refused)",
+        limits.iter().map(|l| (label(l), counter(l.limited))),
+    )?;
+    family(
+        e,
+        "tcpvs_limit_keys",
+        "Keys a rate limit holds now (at most its max_keys)",
+        limits.iter().map(|l| (label(l), gauge(l.keys as i64))),
+    )
 }
 
 impl Scrape {

@@ -5,11 +5,11 @@
 //! fields (an older switch) or more (a newer one).
 
 pub use super::rates::{Rates, ServerRate, ServiceRate};
-use crate::state::snapshot::{ServerSnapshot, ServiceSnapshot, Snapshot};
+use crate::state::snapshot::{LimitSnapshot, ServerSnapshot, ServiceSnapshot, Snapshot};
 use crate::state::stats::counters::{counter_literal, server_counters, service_counters};
 use crate::state::stats::LatencySnapshot;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -24,6 +24,32 @@ pub struct StatsJson {
     pub rule_file: Option<String>,
     pub services: Vec<ServiceJson>,
     pub pools: Vec<PoolJson>,
+    /// `[limit.NAME]` by name (design.md: `{allowed, limited, keys}` each).
+    pub limits: BTreeMap<String, LimitJson>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LimitJson {
+    /// Requests let through; under `dry_run`, every request.
+    pub allowed: u64,
+    /// Requests refused; under `dry_run`, those that would have been.
+    pub limited: u64,
+    /// Keys held now (at most `max_keys`).
+    pub keys: usize,
+    pub dry_run: bool,
+    /// With a `store`: whether it answers (`null` without one).
+    pub store_up: Option<bool>,
+}
+
+fn limit_json(l: &LimitSnapshot) -> LimitJson {
+    LimitJson {
+        allowed: l.allowed,
+        limited: l.limited,
+        keys: l.keys,
+        dry_run: l.dry_run,
+        store_up: l.store_up,
+    }
 }
 
 /// [`ServiceJson`]: its name and address, the counters of the table (under their JSON keys),
@@ -214,6 +240,11 @@ pub fn stats_json(
         rule_file: None,
         services,
         pools,
+        limits: snapshot
+            .limits
+            .iter()
+            .map(|l| (l.name.clone(), limit_json(l)))
+            .collect(),
     }
 }
 

@@ -68,7 +68,12 @@ fn routes_nowhere(raw: &RawFile, sink: &mut ErrorSink<'_>) {
                 named.push(reference.get_ref());
             }
         }
-        let mut quiescent = !named.is_empty();
+        // A rule that answers itself (redirect, respond) routes somewhere of its own.
+        let answers = service
+            .rule
+            .iter()
+            .any(|r| r.get_ref().redirect.is_some() || r.get_ref().respond.is_some());
+        let mut quiescent = !named.is_empty() && !answers;
         for pool_name in &named {
             let Some((_, pool)) = raw.pools.iter().find(|(p, _)| p.get_ref() == pool_name) else {
                 quiescent = false;
@@ -178,6 +183,7 @@ struct Conditions<'a> {
     method: Option<&'a str>,
     header: Option<(String, &'a str)>,
     sni: Option<&'a str>,
+    source: Option<Vec<&'a str>>,
 }
 
 impl<'a> Conditions<'a> {
@@ -187,6 +193,10 @@ impl<'a> Conditions<'a> {
             host: raw.host.as_ref().map(|h| h.get_ref().as_str()),
             method: raw.method.as_ref().map(|m| m.get_ref().as_str()),
             sni: raw.sni.as_ref().map(|m| m.get_ref().as_str()),
+            source: raw
+                .source
+                .as_ref()
+                .map(|s| s.get_ref().iter().map(|e| e.get_ref().as_str()).collect()),
             header: raw.header.as_ref().and_then(|h| {
                 let h = h.get_ref();
                 Some((
@@ -203,6 +213,7 @@ impl<'a> Conditions<'a> {
             || self.method.is_some()
             || self.header.is_some()
             || self.sni.is_some()
+            || self.source.is_some()
         {
             return None;
         }
@@ -256,11 +267,11 @@ fn unused_pools(raw: &RawFile, sink: &mut ErrorSink<'_>) {
             }
             used.push(reference.get_ref());
         }
-        if service
-            .rule
-            .iter()
-            .any(|r| !r.get_ref().whole || r.get_ref().pool.is_none())
-        {
+        if service.rule.iter().any(|r| {
+            let rule = r.get_ref();
+            let answers = rule.redirect.is_some() || rule.respond.is_some();
+            !rule.whole || (rule.pool.is_none() && !answers)
+        }) {
             return;
         }
     }

@@ -9,8 +9,10 @@ pub mod admin;
 mod certificates;
 mod error;
 pub mod health;
+mod limits;
 mod lint;
 mod listen;
+mod policy;
 mod pools;
 mod raw;
 pub mod scheduler;
@@ -130,6 +132,9 @@ pub struct ServiceConfig {
     /// HTTP/2 from clients (`http2`, default `true`): ALPN `h2` on TLS, the prior-knowledge
     /// preface on plain connections (connection/h2/).
     pub http2: bool,
+    /// Client connections open at once per client address (`max_conns_per_source`); 0: no
+    /// cap.
+    pub max_conns_per_source: u32,
     pub mode: ServiceMode,
     /// `tls`: its certificates, read and checked; empty for a service without TLS.
     pub certificates: Vec<crate::edge::tls::Certificate>,
@@ -189,6 +194,8 @@ pub struct Config {
     pub admin: Option<admin::AdminConfig>,
     pub services: Vec<ServiceConfig>,
     pub pools: Vec<PoolConfig>,
+    /// `[limit.NAME]`, in name order (rules name them by index).
+    pub limits: Vec<crate::policy::limit::LimitSpec>,
     /// What is valid but almost surely not meant, in file order: `tcpvs check` prints these,
     /// `tcpvs run` and reloads log them ([`Config::log_warnings`]).
     pub warnings: Vec<ConfigWarning>,
@@ -281,8 +288,20 @@ impl Config {
             .enumerate()
             .map(|(i, p)| (p.name.as_str(), i))
             .collect();
+        let limits = limits::build_limits(&raw.limits, sink);
+        // Every limit by name, those with errors too: a rule naming one is not "unknown".
+        let limit_index: HashMap<&str, usize> = raw
+            .limits
+            .iter()
+            .enumerate()
+            .map(|(i, (name, _))| (name.get_ref().as_str(), i))
+            .collect();
+        let names = policy::Names {
+            pools: &pool_index,
+            limits: &limit_index,
+        };
         let mut listens = ListenRegistry::default();
-        let services = build_services(&raw.services, &pools, &pool_index, &mut listens, file, sink);
+        let services = build_services(&raw.services, &pools, &names, &mut listens, file, sink);
         let admin = raw
             .admin
             .as_ref()
@@ -300,6 +319,8 @@ impl Config {
             admin,
             services,
             pools,
+            // With one missing, the file has errors and is refused.
+            limits: limits.into_iter().flatten().collect(),
             warnings: Vec::new(),
         })
     }

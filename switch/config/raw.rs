@@ -4,12 +4,20 @@
 //! `None` here and already reported, so the checks of `mod.rs` skip it without a second message.
 //! Module options (any other key beside `scheduler` in a pool) are kept for the module to judge.
 
+mod policy;
+mod rule;
+
+use policy::read_limit;
+pub(crate) use policy::{RawHeaderActions, RawLimit, RawRedirect, RawRespond};
+use rule::read_rule;
+pub(crate) use rule::{RawHeaderCondition, RawRule};
+
 use super::error::ErrorSink;
-use super::walk::{self, Scalar, Table, Value};
+use super::walk::{self, Scalar, Table};
 use toml::de::DeTable;
 use toml::Spanned;
 
-pub(crate) const TOP_KEYS: &[&str] = &["switch", "admin", "virtual", "pool"];
+pub(crate) const TOP_KEYS: &[&str] = &["switch", "admin", "virtual", "pool", "limit"];
 pub(crate) const SWITCH_KEYS: &[&str] = &[
     "workers",
     "max_clients",
@@ -36,11 +44,10 @@ const SERVICE_KEYS: &[&str] = &[
     "http2",
     "tls",
     "mode",
+    "max_conns_per_source",
     "rule",
 ];
-const RULE_KEYS: &[&str] = &["path", "host", "method", "header", "sni", "pool"];
 const CERTIFICATE_KEYS: &[&str] = &["cert", "key"];
-const HEADER_KEYS: &[&str] = &["name", "value"];
 const SERVER_KEYS: &[&str] = &["addr", "weight", "max_conns", "backup"];
 /// The switch's own keys of a pool table; any other key is an option of the module.
 pub(crate) const POOL_KEYS: &[&str] = &[
@@ -87,6 +94,8 @@ pub(crate) struct RawFile {
     pub services: Vec<(Spanned<String>, RawService)>,
     /// In name order.
     pub pools: Vec<(Spanned<String>, RawPool)>,
+    /// `[limit.NAME]`, in name order.
+    pub limits: Vec<(Spanned<String>, RawLimit)>,
 }
 
 #[derive(Default)]
@@ -131,6 +140,8 @@ pub(crate) struct RawService {
     /// `tls`: the certificates, in file order; `None` when missing or not a list.
     pub tls: Option<Spanned<Vec<RawCertificate>>>,
     pub mode: Option<Spanned<String>>,
+    /// Client connections open at once per client address; 0: no cap.
+    pub max_conns_per_source: Option<Spanned<i64>>,
     pub rule: Vec<Spanned<RawRule>>,
 }
 
@@ -139,24 +150,6 @@ pub(crate) struct RawCertificate {
     pub span: std::ops::Range<usize>,
     pub cert: Option<Spanned<String>>,
     pub key: Option<Spanned<String>>,
-}
-
-pub(crate) struct RawRule {
-    pub path: Option<Spanned<String>>,
-    pub host: Option<Spanned<String>>,
-    pub method: Option<Spanned<String>>,
-    pub header: Option<Spanned<RawHeaderCondition>>,
-    /// Regex on the TLS server name (SNI).
-    pub sni: Option<Spanned<String>>,
-    pub pool: Option<Spanned<String>>,
-    /// Every key of the rule was known and read: its conditions are the ones meant (a rule
-    /// with a misspelt condition is no catch-all, whatever it looks like without it).
-    pub whole: bool,
-}
-
-pub(crate) struct RawHeaderCondition {
-    pub name: Option<Spanned<String>>,
-    pub value: Option<Spanned<String>>,
 }
 
 pub(crate) struct RawServer {
@@ -240,6 +233,19 @@ pub(crate) fn read(doc: &Spanned<DeTable<'_>>, sink: &mut ErrorSink<'_>) -> RawF
         list.sort_by(|(a, _), (b, _)| a.get_ref().cmp(b.get_ref()));
         file.pools = list;
     }
+    let limits = "rate limits like [limit.per-client]";
+    if let Some(table) = top.table("limit", limits, "[limit]", sink) {
+        let mut list = Vec::new();
+        for (name, value) in table.entries() {
+            let place = format!("[limit.{}]", name.get_ref());
+            let expected = format!("a limit table {place} with `key` and `rate`");
+            if let Some(t) = Table::of(value, name.get_ref(), &expected, place, sink) {
+                list.push((spanned_key(name), read_limit(&t, sink)));
+            }
+        }
+        list.sort_by(|(a, _), (b, _)| a.get_ref().cmp(b.get_ref()));
+        file.limits = list;
+    }
     file
 }
 
@@ -273,7 +279,7 @@ fn check_top_keys(top: &Table<'_, '_>, sink: &mut ErrorSink<'_>) {
             };
             format!(
                 "unknown {what} at the top of the file (a rule file has [switch], [admin], \
-                 [virtual.NAME] and [pool.NAME])"
+                 [virtual.NAME], [pool.NAME] and [limit.NAME])"
             )
         };
         sink.at(key.span(), message);
@@ -372,6 +378,7 @@ fn read_service(name: &str, t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawS
         http2: t.boolean("http2", sink),
         tls,
         mode: t.string("mode", "\"http\" or \"tls-passthrough\"", sink),
+        max_conns_per_source: t.integer("max_conns_per_source", sink),
         rule: rules,
     }
 }
@@ -395,78 +402,6 @@ fn read_certificate(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawCertifica
         cert,
         key,
     }
-}
-
-fn read_rule(
-    service: &str,
-    value: &Value<'_>,
-    sink: &mut ErrorSink<'_>,
-) -> Option<Spanned<RawRule>> {
-    let place = format!("a rule of [virtual.{service}]");
-    let expected = format!("a rule table [[virtual.{service}.rule]]");
-    let t = Table::of(value, "rule", &expected, place, sink)?;
-    let mut whole = t.check_keys(RULE_KEYS, sink);
-    let mut read = |key: &str, got: bool| whole &= got || t.get(key).is_none();
-    let path = t.string("path", REGEX, sink);
-    read("path", path.is_some());
-    let host = t.string("host", "a regex like \"^img\\\\.\"", sink);
-    read("host", host.is_some());
-    let method = t.string("method", "a method like \"GET\"", sink);
-    read("method", method.is_some());
-    let header = t
-        .table(
-            "header",
-            "a table like { name = \"X-Pool\", value = \"^images$\" }",
-            "`header`",
-            sink,
-        )
-        .map(|h| Spanned::new(h.span.clone(), read_header(&h, sink)));
-    read(
-        "header",
-        header
-            .as_ref()
-            .is_some_and(|h| h.get_ref().name.is_some() && h.get_ref().value.is_some()),
-    );
-    let sni = t.string("sni", "a regex like \"^api\\\\.\"", sink);
-    read("sni", sni.is_some());
-    let pool = t.string("pool", POOL_NAME, sink);
-    if t.get("pool").is_none() {
-        sink.at(
-            t.span.clone(),
-            format!(
-                "a rule of [virtual.{service}] has no `pool`: name the pool its requests go to"
-            ),
-        );
-    }
-    Some(Spanned::new(
-        t.span.clone(),
-        RawRule {
-            path,
-            host,
-            method,
-            header,
-            sni,
-            pool,
-            whole,
-        },
-    ))
-}
-
-fn read_header(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawHeaderCondition {
-    t.check_keys(HEADER_KEYS, sink);
-    let name = t.string("name", "a header name like \"X-Pool\"", sink);
-    let value = t.string("value", REGEX, sink);
-    for (key, got) in [("name", t.get("name")), ("value", t.get("value"))] {
-        if got.is_none() {
-            sink.at(
-                t.span.clone(),
-                format!(
-                    "`header` has no `{key}`: write {{ name = \"X-Pool\", value = \"^images$\" }}"
-                ),
-            );
-        }
-    }
-    RawHeaderCondition { name, value }
 }
 
 fn read_pool(name: &str, t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawPool {

@@ -5,6 +5,7 @@ use super::certificates::load_certificates;
 use super::error::ErrorSink;
 use super::health::CheckKind;
 use super::listen::{parse_listen, ListenRegistry};
+use super::policy::{build_action, build_source, Names};
 use super::raw::{RawHeaderCondition, RawRule, RawService};
 use super::{valid_name, PoolConfig, ServiceConfig, ServiceMode};
 use crate::rules::{HeaderCondition, Rule, RuleSet};
@@ -16,11 +17,12 @@ use toml::Spanned;
 pub(super) fn build_services(
     raw: &[(Spanned<String>, RawService)],
     pool_configs: &[PoolConfig],
-    pools: &HashMap<&str, usize>,
+    names: &Names<'_>,
     listens: &mut ListenRegistry,
     file: &str,
     sink: &mut ErrorSink<'_>,
 ) -> Vec<ServiceConfig> {
+    let pools = names.pools;
     // In file order, so that "already used" points at the later address.
     let mut services = Vec::with_capacity(raw.len());
     let mut protocols = PoolProtocols::default();
@@ -46,7 +48,7 @@ pub(super) fn build_services(
         let default_pool = service
             .default_pool
             .as_ref()
-            .and_then(|p| resolve_pool(p, pools, sink));
+            .and_then(|p| names.pool(p, sink));
         let mode = build_mode(service, sink);
         let certificates = match (&service.tls, mode) {
             (Some(list), ServiceMode::TlsPassthrough) => {
@@ -68,8 +70,25 @@ pub(super) fn build_services(
         let rules = service
             .rule
             .iter()
-            .filter_map(|r| build_rule(r, pools, sees, sink))
+            .filter_map(|r| build_rule(r, names, sees, sink))
             .collect();
+        let max_conns_per_source =
+            service
+                .max_conns_per_source
+                .as_ref()
+                .and_then(|m| match u32::try_from(*m.get_ref()) {
+                    Ok(n) if n <= 1_000_000 => Some(n),
+                    _ => {
+                        sink.at(
+                            m.span(),
+                            format!(
+                                "max_conns_per_source = {} is out of range 0..=1000000 (0: no cap)",
+                                m.get_ref()
+                            ),
+                        );
+                        None
+                    }
+                });
         if let Some((listen, listen_span)) = listen {
             services.push(ServiceConfig {
                 name: service_name.clone(),
@@ -79,6 +98,7 @@ pub(super) fn build_services(
                 proxy_protocol: service.proxy_protocol.unwrap_or(false),
                 connect: service.connect.unwrap_or(false),
                 http2: service.http2.unwrap_or(true),
+                max_conns_per_source: max_conns_per_source.unwrap_or(0),
                 mode,
                 certificates,
                 rules: RuleSet::new(rules, default_pool),
@@ -86,30 +106,6 @@ pub(super) fn build_services(
         }
     }
     services
-}
-
-fn resolve_pool(
-    name: &Spanned<String>,
-    pools: &HashMap<&str, usize>,
-    sink: &mut ErrorSink<'_>,
-) -> Option<usize> {
-    match pools.get(name.get_ref().as_str()) {
-        Some(&i) => Some(i),
-        None => {
-            let mut known: Vec<&str> = pools.keys().copied().collect();
-            known.sort_unstable();
-            let known = if known.is_empty() {
-                "none defined".to_string()
-            } else {
-                known.join(", ")
-            };
-            sink.at(
-                name.span(),
-                format!("unknown pool `{}` (pools: {known})", name.get_ref()),
-            );
-            None
-        }
-    }
 }
 
 /// Which protocol each pool's servers are spoken to in, by the first service that uses it:
@@ -243,15 +239,22 @@ struct Sees {
 
 fn build_rule(
     rule: &Spanned<RawRule>,
-    pools: &HashMap<&str, usize>,
+    names: &Names<'_>,
     sees: Sees,
     sink: &mut ErrorSink<'_>,
 ) -> Option<Rule> {
     let raw = rule.get_ref();
     refuse_unseen_conditions(raw, sees, sink);
     let sni = raw.sni.as_ref().and_then(|p| compile(p, true, sink));
-    let pool = raw.pool.as_ref().and_then(|p| resolve_pool(p, pools, sink));
     let path = raw.path.as_ref().and_then(|p| compile(p, false, sink));
+    // A path that did not compile: its `$N` are not judged (no second message).
+    let path_groups = path.as_ref().map(|p| p.captures_len() - 1);
+    let action = if raw.path.is_some() && path.is_none() {
+        None
+    } else {
+        build_action(raw, path_groups, names, sink)
+    };
+    let source = raw.source.as_ref().and_then(|s| build_source(s, sink));
     let host = raw.host.as_ref().and_then(|h| compile(h, true, sink));
     let method = raw.method.as_ref().and_then(|m| build_method(m, sink));
     let header = raw.header.as_ref().and_then(|h| build_header(h, sink));
@@ -259,7 +262,8 @@ fn build_rule(
         && raw.host.is_some() == host.is_some()
         && raw.method.is_some() == method.is_some()
         && raw.header.is_some() == header.is_some()
-        && raw.sni.is_some() == sni.is_some();
+        && raw.sni.is_some() == sni.is_some()
+        && raw.source.is_some() == source.is_some();
     if !conditions_ok {
         return None;
     }
@@ -269,7 +273,8 @@ fn build_rule(
         method,
         header,
         sni,
-        pool: pool?,
+        source,
+        action: action?,
     })
 }
 
@@ -282,6 +287,19 @@ fn refuse_unseen_conditions(raw: &RawRule, sees: Sees, sink: &mut ErrorSink<'_>)
             ("host", raw.host.as_ref().map(Spanned::span)),
             ("method", raw.method.as_ref().map(Spanned::span)),
             ("header", raw.header.as_ref().map(Spanned::span)),
+            ("redirect", raw.redirect.as_ref().map(Spanned::span)),
+            ("respond", raw.respond.as_ref().map(Spanned::span)),
+            ("path_rewrite", raw.path_rewrite.as_ref().map(Spanned::span)),
+            ("strip_prefix", raw.strip_prefix.as_ref().map(Spanned::span)),
+            (
+                "request_headers",
+                raw.request_headers.as_ref().map(Spanned::span),
+            ),
+            (
+                "response_headers",
+                raw.response_headers.as_ref().map(Spanned::span),
+            ),
+            ("limit", raw.limit.as_ref().map(Spanned::span)),
         ];
         for (key, span) in http_conditions {
             if let Some(span) = span {
@@ -289,7 +307,7 @@ fn refuse_unseen_conditions(raw: &RawRule, sees: Sees, sink: &mut ErrorSink<'_>)
                     span,
                     format!(
                         "`{key}`: a tls-passthrough service sees no HTTP request (it does not \
-                         decrypt): route by `sni`"
+                         decrypt): route by `sni` and `source`"
                     ),
                 );
             }

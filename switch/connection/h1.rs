@@ -231,6 +231,7 @@ impl Connection {
             pool: None,
             server: None,
             end: access_log::End::Refused(why),
+            limit: None,
         });
     }
 }

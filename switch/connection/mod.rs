@@ -28,13 +28,18 @@ use crate::config::ServiceMode;
 use crate::edge::client_stream::ClientStream;
 use crate::exchange::account::{account, Outcome};
 use crate::exchange::{Buffers, Context};
+use crate::http::rewrite::ClientConnection;
 use crate::http::rewrite::{forwarded_for, ForwardedFor};
+use crate::http::status::write_error;
 use crate::http::RequestHead;
+use crate::policy::source_conns::SourceGuard;
 use crate::recycle;
 use crate::relay::RelaySettings;
 use crate::shared::Shared;
 use crate::socket::Socket;
 use crate::state::generation::{Generation, Service};
+use crate::state::stats;
+use crate::stream::{write_all, Limit};
 use crate::timeouts::Slot;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -77,6 +82,8 @@ pub(crate) struct Connection {
     /// after it): nothing is sent until our side shuts down or closes (see `linger`).
     response_corked: bool,
     relay: RelaySettings,
+    /// Counts this connection against its client's `max_conns_per_source` while it lives.
+    _source: Option<SourceGuard>,
 }
 
 /// A closed connection's request memory goes back to the thread's free lists too: with a new
@@ -125,6 +132,7 @@ impl Connection {
             unread_input: false,
             response_corked: false,
             relay,
+            _source: None,
         }
     }
 
@@ -174,6 +182,10 @@ impl Connection {
                 return;
             }
         }
+        if !self.count_source() {
+            Box::pin(self.refuse_source()).await;
+            return;
+        }
         if self.service().mode == ServiceMode::TlsPassthrough {
             Box::pin(self.pass_through(connection_deadline)).await;
             return;
@@ -189,6 +201,42 @@ impl Connection {
             }
         }
         self.serve_h1(connection_deadline).await;
+    }
+
+    /// Counts the connection against `max_conns_per_source`; `false`: its client has that
+    /// many open already.
+    fn count_source(&mut self) -> bool {
+        let service = &self.generation.services[self.service];
+        let cap = service.max_conns_per_source;
+        if cap == 0 {
+            return true;
+        }
+        self._source = service.source_conns.enter(self.peer.ip(), cap);
+        self._source.is_some()
+    }
+
+    /// A connection over `max_conns_per_source`: 503 and closed. A TLS client gets no
+    /// plain-text answer it could not read: the connection is closed, as at `max_clients`.
+    async fn refuse_source(&mut self) {
+        let service = &self.generation.services[self.service];
+        stats::bump(&service.stats.source_refused);
+        tracing::debug!(client = %self.peer, service = %service.name, "max_conns_per_source reached; refused");
+        if service.tls.is_some() || service.mode == ServiceMode::TlsPassthrough {
+            return;
+        }
+        let mut out = Vec::new();
+        write_error(
+            &mut out,
+            503,
+            "too many connections from your address",
+            ClientConnection::Close,
+            true,
+        );
+        let limit = Limit::Idle(std::time::Duration::from_secs(2));
+        let _ = write_all(&self.client, &out, limit).await;
+        // Whatever request it sent is unread: closing must not reset the answer away.
+        self.unread_input = true;
+        self.linger().await;
     }
 
     /// Counts the request and writes its access-log line.

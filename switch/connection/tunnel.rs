@@ -103,7 +103,8 @@ impl Connection {
             sni: sni.as_deref(),
         };
         // No HTTP request: the rules and the module see an empty head and the server name.
-        let Some(pool_index) = route(&cx, (head, inbuf.filled())) else {
+        let routed = route(&cx, (head, inbuf.filled())).and_then(|m| m.action.pool());
+        let Some(pool_index) = routed else {
             tracing::debug!(client = %cx.peer, sni = ?cx.sni, "TLS passthrough: no pool for this server name; closed");
             stats::bump(&cx.service.stats.local_errors);
             return Outcome::local(0, 0, false, None);
@@ -144,6 +145,7 @@ impl Connection {
             keep_client: false,
             pool: Some(pool_index),
             server: Some(backend.addr),
+            limited: None,
         }
     }
 }

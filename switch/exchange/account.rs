@@ -15,6 +15,9 @@ pub(crate) struct Outcome {
     pub keep_client: bool,
     pub pool: Option<usize>,
     pub server: Option<SocketAddr>,
+    /// The limit (an index into the generation's) that refused the request, or would have
+    /// under `dry_run`: the access log names it.
+    pub limited: Option<usize>,
 }
 
 impl Outcome {
@@ -31,6 +34,7 @@ impl Outcome {
             keep_client,
             pool,
             server: None,
+            limited: None,
         }
     }
 }
@@ -59,5 +63,9 @@ pub(crate) fn account(
         pool: outcome.pool.map(|p| cx.generation.pools[p].name.as_str()),
         server: outcome.server,
         end: access_log::End::Took(elapsed),
+        limit: outcome
+            .limited
+            .and_then(|l| cx.generation.limits.get(l))
+            .map(|l| l.spec().name.as_str()),
     });
 }

@@ -4,7 +4,7 @@
 //! a 101 or a 2xx to CONNECT turns the connection into a tunnel.
 
 use super::account::Outcome;
-use super::client::{BodySource, ClientSide};
+use super::client::{BodySource, ClientSide, ResponseEdit};
 use super::failure::{body_incomplete, request_body_error, timeout_evidence, ExchangeError};
 use super::{Buffers, Exchange};
 use crate::http::response::RequestKind;
@@ -18,7 +18,6 @@ use crate::state::stats::{self, RelayingBody};
 use crate::stream::{write_both, Limit, Then};
 use std::future::Future;
 use std::pin::{pin, Pin};
-use tcpvs_modules::ResponseField;
 
 /// What went up with the request head.
 pub(super) struct Sent {
@@ -67,8 +66,8 @@ pub(super) struct Attempt<'x, S> {
     pub relay: RelaySettings,
     pub kind: RequestKind,
     pub reused: bool,
-    /// A field the pool's module adds to the response.
-    pub response_field: Option<&'x ResponseField>,
+    /// What the response gets besides the server's fields.
+    pub response_edit: ResponseEdit<'x>,
 }
 
 /// The request body on its way up, polled beside the response.
@@ -226,7 +225,10 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             relay,
             kind,
             reused: sent.reused,
-            response_field: self.response_field.as_ref(),
+            response_edit: ResponseEdit {
+                field: self.response_field.as_ref(),
+                headers: self.edits.and_then(|e| e.response_headers.as_ref()),
+            },
         };
         attempt
             .await_response_head(&mut upload, sent.answered, &meters.up)

@@ -11,7 +11,10 @@
 
 use super::Buffers;
 use crate::edge::proxy_protocol;
+use crate::http::rewrite::RequestEdit;
+use crate::http::status::Answer;
 use crate::http::{RequestHead, ResponseHead};
+use crate::policy::headers::HeaderActions;
 use crate::relay::{Meter, RelayError, RelaySettings, TunnelEnd};
 use crate::socket::Socket;
 use std::future::Future;
@@ -33,8 +36,9 @@ pub(crate) trait ClientSide {
     fn release_head(&mut self);
 
     /// Writes the request head as the server gets it (rewrite.rs: X-Forwarded-For, Host,
-    /// framing), with `host_field` when the request has no Host of its own.
-    fn write_server_head(&self, out: &mut Vec<u8>, host_field: &[u8]);
+    /// framing), with `host_field` when the request has no Host of its own, and what the
+    /// rule changes (`edit`).
+    fn write_server_head(&self, out: &mut Vec<u8>, host_field: &[u8], edit: RequestEdit<'_>);
 
     /// A PROXY protocol header naming the client and the address it connected to.
     fn write_proxy_header(&self, out: &mut Vec<u8>, version: proxy_protocol::Version);
@@ -58,6 +62,15 @@ pub(crate) trait ClientSide {
         why: &str,
     ) -> impl Future<Output = (u64, bool)> + Send;
 
+    /// Answers the request with what a rule says (a redirect, `respond`, a limit's refusal),
+    /// written in `out`. Returns the bytes sent and whether the client may send another
+    /// request.
+    fn answer(
+        &mut self,
+        out: &mut Vec<u8>,
+        answer: &Answer<'_>,
+    ) -> impl Future<Output = (u64, bool)> + Send;
+
     /// After a 101 (or a 2xx to CONNECT) in `work.response`: sends that head, then joins the
     /// client and `server` both ways until the tunnel ends. Returns the head's size and how
     /// the tunnel ended; `Err`: the head could not be sent.
@@ -74,6 +87,15 @@ pub(crate) trait ClientSide {
 
     /// The last response went out held back for the FIN (the connection closes after it).
     fn held_for_close(&mut self, held: bool);
+}
+
+/// What the response gets on its way to the client besides the server's fields.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct ResponseEdit<'e> {
+    /// The field the pool's module adds (a persistence cookie).
+    pub field: Option<&'e ResponseField>,
+    /// The rule's `response_headers`.
+    pub headers: Option<&'e HeaderActions>,
 }
 
 /// The request body, sent to the server.
@@ -100,15 +122,15 @@ pub(crate) trait ResponseSink {
         raw: &[u8],
     ) -> impl Future<Output = io::Result<()>> + Send;
 
-    /// Writes the final response head for the client into `out` (with the module's `field`),
-    /// and decides the connection's fate: `true` when the client may send another request
-    /// (`upload_complete`: the request body is all in).
+    /// Writes the final response head for the client into `out` (with the module's field and
+    /// the rule's field actions: `edit`), and decides the connection's fate: `true` when the
+    /// client may send another request (`upload_complete`: the request body is all in).
     fn start_response(
         &mut self,
         out: &mut Vec<u8>,
         response: &ResponseHead,
         raw: &[u8],
-        field: Option<&ResponseField>,
+        edit: ResponseEdit<'_>,
         upload_complete: bool,
     ) -> bool;
 

@@ -2,7 +2,8 @@
 //! today) hands over a request head and a body source, and gets its response head and body
 //! through a sink ([`client::ClientSide`]). The steps, in the order a request takes them:
 //!
-//! [`route`] (the service's rules pick the pool) -> [`pick`] (the pool's module picks a server;
+//! [`route`] (the service's rules pick the pool) -> [`policy`] (the rule's redirect, answer,
+//! rate limit, path edit) -> [`pick`] (the pool's module picks a server;
 //! backups, the pool's queue; an idle connection to it reused) -> [`connect`] (else a new one) ->
 //! [`attempt`] (the head goes up, the body while the response head is awaited:
 //! [`response_head`]) -> [`response`] (the response relayed, or a tunnel after 101; the server
@@ -16,6 +17,7 @@ pub(crate) mod client;
 mod connect;
 mod failure;
 mod pick;
+mod policy;
 mod response;
 mod response_head;
 pub(crate) mod route;
@@ -25,7 +27,9 @@ use client::ClientSide;
 use failure::{short_reason, ExchangeError, Verdict};
 
 use crate::buffer::IoBuf;
+use crate::http::rewrite::RequestEdit;
 use crate::http::ResponseHead;
+use crate::policy::{Action, Edits};
 use crate::recycle;
 use crate::relay::RelaySettings;
 use crate::shared::Shared;
@@ -66,6 +70,8 @@ pub(crate) struct Buffers {
     pub response: ResponseHead,
     /// Rebuilt response heads, error responses and chunk output.
     pub out: Vec<u8>,
+    /// The path a rule rewrote, a redirect's location, a limit's answer (policy.rs).
+    pub path: Vec<u8>,
 }
 
 impl Buffers {
@@ -75,6 +81,7 @@ impl Buffers {
             server_buf: IoBuf::unallocated(),
             response: ResponseHead::default(),
             out: Vec::new(),
+            path: Vec::new(),
         }
     }
 
@@ -99,6 +106,7 @@ impl Buffers {
         recycle::give_fields(&mut self.response.fields);
         recycle::give_bytes(&mut self.upstream_head);
         recycle::give_bytes(&mut self.out);
+        self.path = Vec::new();
     }
 }
 
@@ -149,9 +157,12 @@ pub(crate) struct Exchange<'a, C: ClientSide> {
     started: Instant,
     /// A field the pool's module adds to the current response.
     response_field: Option<ResponseField>,
+    /// What the rule changes on the way (policy.rs); `None` on the plain path.
+    edits: Option<&'a Edits>,
 }
 
-/// Carries out the request whose head `client` holds: routes it, then runs its [`Exchange`].
+/// Carries out the request whose head `client` holds: routes it, applies the rule's policy,
+/// then runs its [`Exchange`].
 /// `tried` and `work` are the connection's, reused from request to request.
 pub(crate) async fn serve<C: ClientSide>(
     cx: Context<'_>,
@@ -160,12 +171,24 @@ pub(crate) async fn serve<C: ClientSide>(
     tried: &mut Vec<usize>,
     started: Instant,
 ) -> Outcome {
-    let pool_index = match route::admit(&cx, client.request()) {
-        Ok(pool_index) => pool_index,
+    let matched = match route::admit(&cx, client.request()) {
+        Ok(matched) => matched,
         Err((status, why)) => {
             client.release_head();
             return answer_locally(&cx, &mut client, &mut work.out, status, why, None).await;
         }
+    };
+    let (pool_index, edits, would_limit) = match matched.action {
+        // The plain path: a pool and nothing else to do.
+        Action::Pool { pool, edits: None } => (*pool, None, None),
+        _ => match policy::apply(&cx, matched, &mut client, work).await {
+            policy::Step::Pool {
+                pool,
+                edits,
+                would_limit,
+            } => (pool, edits, would_limit),
+            policy::Step::Answered(outcome) => return outcome,
+        },
     };
     let mut exchange = Exchange {
         picker: Picker::new(cx, pool_index, tried),
@@ -173,8 +196,11 @@ pub(crate) async fn serve<C: ClientSide>(
         work,
         started,
         response_field: None,
+        edits,
     };
-    exchange.run().await
+    let mut outcome = exchange.run().await;
+    outcome.limited = would_limit;
+    outcome
 }
 
 /// Answers the request with an error from the switch itself.
@@ -227,8 +253,15 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             self.response_field = response_field;
             if !head_written {
                 let host_field = &lease.backend().host_field;
+                let edit = match self.edits {
+                    None => RequestEdit::default(),
+                    Some(edits) => RequestEdit {
+                        path: edits.path.as_ref().map(|_| &self.work.path[..]),
+                        headers: edits.request_headers.as_ref(),
+                    },
+                };
                 self.client
-                    .write_server_head(&mut self.work.upstream_head, host_field);
+                    .write_server_head(&mut self.work.upstream_head, host_field, edit);
                 self.client.release_head();
                 head_written = true;
             }
@@ -302,6 +335,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
                     keep_client: false,
                     pool: Some(pool_index),
                     server: Some(backend.addr),
+                    limited: None,
                 });
             }
             Verdict::Answer { status, why, blame } => {

@@ -30,7 +30,7 @@ impl<S: ResponseSink> Attempt<'_, S> {
             &mut work.out,
             &work.response,
             work.server_buf.filled(),
-            self.response_field,
+            self.response_edit,
             upload.complete,
         );
         let head_bytes = work.out.len() as u64;
@@ -106,6 +106,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             keep_client,
             pool: None,
             server: Some(backend.addr),
+            limited: None,
         })
     }
 
@@ -136,6 +137,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             keep_client: false,
             pool: None,
             server: Some(backend.addr),
+            limited: None,
         })
     }
 }

@@ -4,14 +4,15 @@
 use super::Context;
 use crate::config::ServiceMode;
 use crate::http::RequestHead;
+use crate::rules::Matched;
 use tcpvs_modules::{HeaderLookup, RequestView};
 
-/// The pool for a request the service admits: a refusal (status, reason) for a CONNECT the
+/// The rule for a request the service admits: a refusal (status, reason) for a CONNECT the
 /// service does not allow, or for a request no rule and no default pool takes.
-pub(crate) fn admit(
-    cx: &Context<'_>,
+pub(crate) fn admit<'a>(
+    cx: &Context<'a>,
     (head, buf): (&RequestHead, &[u8]),
-) -> Result<usize, (u16, &'static str)> {
+) -> Result<Matched<'a>, (u16, &'static str)> {
     if head.is_connect && !cx.service.connect {
         // A tunnel would carry any bytes to the chosen server past routing,
         // X-Forwarded-For and framing checks (design.md, "Decided"): only by choice.
@@ -20,9 +21,12 @@ pub(crate) fn admit(
     route(cx, (head, buf)).ok_or((503, "no pool for this request"))
 }
 
-/// The pool for the request, by the service's rules (a passthrough connection has no head:
-/// its `sni` rules see the server name).
-pub(crate) fn route(cx: &Context<'_>, (head, buf): (&RequestHead, &[u8])) -> Option<usize> {
+/// The rule for the request, by the service's rules (a passthrough connection has no head:
+/// its `sni` and `source` rules see the server name and the client).
+pub(crate) fn route<'a>(
+    cx: &Context<'a>,
+    (head, buf): (&RequestHead, &[u8]),
+) -> Option<Matched<'a>> {
     let headers = head.lookup(buf);
     let view = request_view(cx, head, buf, &headers);
     let sni = cx.sni.map(str::as_bytes);

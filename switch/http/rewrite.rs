@@ -6,8 +6,18 @@ use super::fields::{list_items, Field, FieldRole, Version};
 use super::request::{RequestHead, TargetForm};
 use super::response::ResponseHead;
 use super::BodyFraming;
+use crate::policy::headers::HeaderActions;
 use std::io::Write;
 use std::net::IpAddr;
+
+/// What the matched rule changes in the request sent to the server (policy/): its path (the
+/// query stays), its fields. `Default`: nothing, the plain path.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RequestEdit<'e> {
+    /// The path to send instead of the client's.
+    pub path: Option<&'e [u8]>,
+    pub headers: Option<&'e HeaderActions>,
+}
 
 /// How the client's request reached the switch, for X-Forwarded-Proto.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,7 +33,10 @@ pub enum Scheme {
 ///
 /// The request always goes out as HTTP/1.1 so the server connection can be kept alive.
 /// `client` is the client's address as X-Forwarded-For shows it (see [`forwarded_for`]);
-/// `default_host` fills in Host for an HTTP/1.0 request that had none.
+/// `default_host` fills in Host for an HTTP/1.0 request that had none. `edit` is what the
+/// rule changes: fields it removes or sets are left out (X-Forwarded-For among them: the
+/// client's address then starts a new one), its own follow the request's, and the switch
+/// writes no X-Forwarded-For or X-Forwarded-Proto of its own where the rule writes one.
 pub fn write_request_head(
     out: &mut Vec<u8>,
     head: &RequestHead,
@@ -31,18 +44,20 @@ pub fn write_request_head(
     client: &[u8],
     default_host: &[u8],
     scheme: Scheme,
+    edit: RequestEdit<'_>,
 ) {
     out.clear();
-    put_request_line(out, head, buf);
+    put_request_line(out, head, buf, edit.path);
     let mut fields = ServerFields {
         head,
         buf,
         client,
         scheme,
-        last_forwarded_for: head
-            .fields
-            .iter()
-            .rposition(|f| f.role == FieldRole::ForwardedFor),
+        headers: edit.headers,
+        last_forwarded_for: head.fields.iter().rposition(|f| {
+            f.role == FieldRole::ForwardedFor
+                && !edit.headers.is_some_and(|h| h.drops(f.name.get(buf)))
+        }),
         wrote_length: false,
         wrote_host: false,
         wrote_coding: false,
@@ -55,10 +70,19 @@ pub fn write_request_head(
 }
 
 /// The request line as the server gets it: an absolute-form target in origin form, always
-/// HTTP/1.1.
-fn put_request_line(out: &mut Vec<u8>, head: &RequestHead, buf: &[u8]) {
+/// HTTP/1.1; `path`, when a rule rewrote it, with the client's query.
+fn put_request_line(out: &mut Vec<u8>, head: &RequestHead, buf: &[u8], path: Option<&[u8]>) {
     out.extend_from_slice(head.method.get(buf));
     out.push(b' ');
+    if let Some(path) = path {
+        out.extend_from_slice(path);
+        if let Some(query) = head.query {
+            out.push(b'?');
+            out.extend_from_slice(query.get(buf));
+        }
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+        return;
+    }
     match head.target_form {
         TargetForm::Origin | TargetForm::Asterisk | TargetForm::Authority => {
             out.extend_from_slice(head.target.get(buf))
@@ -85,6 +109,8 @@ struct ServerFields<'a> {
     buf: &'a [u8],
     client: &'a [u8],
     scheme: Scheme,
+    /// The rule's field actions, if any.
+    headers: Option<&'a HeaderActions>,
     /// The X-Forwarded-For field the client's address is appended to.
     last_forwarded_for: Option<usize>,
     wrote_length: bool,
@@ -99,6 +125,10 @@ impl ServerFields<'_> {
         let (head, buf) = (self.head, self.buf);
         let name = field.name.get(buf);
         let value = field.value.get(buf);
+        // Rules never name the framing, connection or Host fields (policy/headers.rs).
+        if self.headers.is_some_and(|h| h.drops(name)) {
+            return;
+        }
         match field.role {
             FieldRole::Forward => put_field(out, name, value),
             FieldRole::ForwardedProto => {
@@ -149,11 +179,17 @@ impl ServerFields<'_> {
                 .map_or(default_host, |a| a.get(self.buf));
             put_field(out, b"Host", host);
         }
-        if self.last_forwarded_for.is_none() {
+        let rule_writes = |name: &[u8]| self.headers.is_some_and(|h| h.writes(name));
+        if self.last_forwarded_for.is_none() && !rule_writes(b"x-forwarded-for") {
             put_field(out, b"X-Forwarded-For", self.client);
         }
-        if self.scheme == Scheme::Https {
+        if self.scheme == Scheme::Https && !rule_writes(b"x-forwarded-proto") {
             out.extend_from_slice(b"X-Forwarded-Proto: https\r\n");
+        }
+        if let Some(headers) = self.headers {
+            for (name, value) in headers.appended() {
+                put_field(out, name, value);
+            }
         }
         if self.head.upgrade {
             out.extend_from_slice(b"Connection: upgrade\r\n");
@@ -236,7 +272,8 @@ impl ClientConnection {
     }
 }
 
-/// Writes the response head for the client into `out` (appending).
+/// Writes the response head for the client into `out` (appending), with the rule's field
+/// actions (`headers`) applied.
 ///
 /// An HTTP/1.0 client never sees Transfer-Encoding (RFC 9112 section 6.1): a chunked body
 /// reaches it decoded and delimited by closing the connection, and a head without body (HEAD,
@@ -247,6 +284,7 @@ pub fn write_response_head(
     buf: &[u8],
     connection: ClientConnection,
     client: Version,
+    headers: Option<&HeaderActions>,
 ) {
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(itoa::Buffer::new().format(head.status).as_bytes());
@@ -264,6 +302,9 @@ pub fn write_response_head(
     for field in &head.fields {
         let name = field.name.get(buf);
         let value = field.value.get(buf);
+        if headers.is_some_and(|h| h.drops(name)) {
+            continue;
+        }
         match field.role {
             FieldRole::Forward
             | FieldRole::Host
@@ -287,6 +328,11 @@ pub fn write_response_head(
                     put_length(out, name, head.content_length.unwrap_or(0));
                 }
             }
+        }
+    }
+    if let Some(headers) = headers {
+        for (name, value) in headers.appended() {
+            put_field(out, name, value);
         }
     }
     out.extend_from_slice(connection.field());
@@ -366,6 +412,7 @@ mod tests {
             client.as_bytes(),
             b"127.0.0.1:9001",
             Scheme::Http,
+            RequestEdit::default(),
         );
         String::from_utf8(out).unwrap()
     }
@@ -376,6 +423,117 @@ mod tests {
         assert_eq!(
             got,
             "GET /a?b=%20c HTTP/1.1\r\nHost: x\r\nAccept: */*\r\nX-Forwarded-For: 10.0.0.7\r\n\r\n"
+        );
+    }
+
+    fn upstream_edited(raw: &[u8], edit: RequestEdit<'_>, scheme: Scheme) -> String {
+        let mut head = RequestHead::default();
+        assert!(parse_request(&mut raw.to_vec(), &mut head).unwrap());
+        let mut out = Vec::new();
+        let client = forwarded_for(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7)));
+        write_request_head(&mut out, &head, raw, client.as_bytes(), b"h", scheme, edit);
+        String::from_utf8(out).unwrap()
+    }
+
+    fn actions(remove: &[&str], set: &[(&str, &str)], add: &[(&str, &str)]) -> HeaderActions {
+        let owned = |l: &[(&str, &str)]| -> Vec<(String, String)> {
+            l.iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect()
+        };
+        let remove: Vec<String> = remove.iter().map(|n| n.to_string()).collect();
+        HeaderActions::new(&remove, &owned(set), &owned(add))
+    }
+
+    #[test]
+    fn rules_change_the_path_and_the_fields_sent_up() {
+        let headers = actions(
+            &["cookie"],
+            &[("X-Pool", "images")],
+            &[("Via", "1.1 tcpvs")],
+        );
+        let edit = RequestEdit {
+            path: Some(b"/img/a.png"),
+            headers: Some(&headers),
+        };
+        let got = upstream_edited(
+            b"GET /images/a.png?s=1 HTTP/1.1\r\nHost: x\r\nCookie: a=1\r\nX-Pool: old\r\nx-pool: older\r\nVia: 1.0 cdn\r\n\r\n",
+            edit,
+            Scheme::Http,
+        );
+        assert_eq!(
+            got,
+            "GET /img/a.png?s=1 HTTP/1.1\r\nHost: x\r\nVia: 1.0 cdn\r\nX-Forwarded-For: 10.0.0.7\r\nX-Pool: images\r\nVia: 1.1 tcpvs\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn forwarded_fields_follow_the_rule() {
+        // Removed: the client's list goes, the switch starts a new one.
+        let remove = actions(&["X-Forwarded-For"], &[], &[]);
+        let edit = RequestEdit {
+            path: None,
+            headers: Some(&remove),
+        };
+        let got = upstream_edited(
+            b"GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n",
+            edit,
+            Scheme::Http,
+        );
+        assert_eq!(
+            got,
+            "GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 10.0.0.7\r\n\r\n"
+        );
+        // Set by the rule: its value alone, and no X-Forwarded-Proto of the switch's.
+        let set = actions(
+            &[],
+            &[
+                ("X-Forwarded-For", "1.2.3.4"),
+                ("X-Forwarded-Proto", "http"),
+            ],
+            &[],
+        );
+        let edit = RequestEdit {
+            path: None,
+            headers: Some(&set),
+        };
+        let got = upstream_edited(
+            b"GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n",
+            edit,
+            Scheme::Https,
+        );
+        assert_eq!(
+            got,
+            "GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Proto: http\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn rules_change_the_fields_sent_down() {
+        let raw = b"HTTP/1.1 200 OK\r\nServer: apache\r\nContent-Length: 2\r\nX-A: 1\r\n\r\n";
+        let mut head = ResponseHead::default();
+        let kind = RequestKind {
+            is_head: false,
+            is_connect: false,
+        };
+        assert!(parse_response(raw, kind, &mut head).unwrap());
+        let headers = actions(
+            &["server"],
+            &[("Strict-Transport-Security", "max-age=60")],
+            &[("X-A", "2")],
+        );
+        let mut out = Vec::new();
+        write_response_head(
+            &mut out,
+            &head,
+            raw,
+            ClientConnection::Persistent,
+            Version::Http11,
+            Some(&headers),
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-A: 1\r\nStrict-Transport-Security: max-age=60\r\nX-A: 2\r\n\r\n"
         );
     }
 
@@ -457,7 +615,7 @@ mod tests {
         };
         assert!(parse_response(raw, kind, &mut head).unwrap());
         let mut out = Vec::new();
-        write_response_head(&mut out, &head, raw, connection, version);
+        write_response_head(&mut out, &head, raw, connection, version, None);
         String::from_utf8(out).unwrap()
     }
 

@@ -1,10 +1,29 @@
-//! The switch's own responses: short plain-text errors.
+//! The switch's own responses: short plain-text errors, and the answers rules give
+//! (redirects, `respond`, refusals by a rate limit).
 
 use super::rewrite::ClientConnection;
 use std::io::Write;
 
 pub fn reason_phrase(status: u16) -> &'static str {
     match status {
+        200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        204 => "No Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        304 => "Not Modified",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        410 => "Gone",
+        418 => "I'm a teapot",
+        429 => "Too Many Requests",
+        451 => "Unavailable For Legal Reasons",
+        500 => "Internal Server Error",
         400 => "Bad Request",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
@@ -41,6 +60,41 @@ pub fn write_error(
         return;
     }
     write_error_body(out, status, detail);
+}
+
+/// An answer a rule gives: its status, its fields, its body.
+pub struct Answer<'a> {
+    pub status: u16,
+    /// Fields besides Content-Length and Connection, which the writer adds.
+    pub fields: &'a [(&'a [u8], &'a [u8])],
+    pub body: &'a [u8],
+}
+
+/// Appends `answer` as an HTTP/1.1 response to `out`; a response to HEAD (`with_body`
+/// false) keeps its Content-Length but sends no body. 204 and 304 frame nothing.
+pub fn write_answer(
+    out: &mut Vec<u8>,
+    answer: &Answer<'_>,
+    connection: ClientConnection,
+    with_body: bool,
+) {
+    let status = answer.status;
+    let _ = write!(out, "HTTP/1.1 {status} {}\r\n", reason_phrase(status));
+    for (name, value) in answer.fields {
+        out.extend_from_slice(name);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    let frames_content = !matches!(status, 204 | 304);
+    if frames_content {
+        let _ = write!(out, "Content-Length: {}\r\n", answer.body.len());
+    }
+    out.extend_from_slice(connection.field());
+    out.extend_from_slice(b"\r\n");
+    if with_body && frames_content {
+        out.extend_from_slice(answer.body);
+    }
 }
 
 /// The body of a response the switch makes itself: `STATUS REASON: detail` and a newline

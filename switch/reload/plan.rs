@@ -5,7 +5,8 @@
 
 use crate::config::{PoolConfig, ServiceConfig};
 use crate::edge::tls::ResumptionByService;
-use crate::state::generation::{Generation, Service};
+use crate::policy::limit::{LimitSpec, Limiter};
+use crate::state::generation::{Generation, Kept, Service};
 use crate::state::pool::Pool;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -35,6 +36,8 @@ pub struct Plan {
     pub fresh: Vec<Arc<Pool>>,
     /// Kept servers whose line in the rule file changed: the new pool and the server's index.
     pub lines_changed: Vec<(Arc<Pool>, usize)>,
+    /// Limits built anew: their shared stores (Redis) start at the commit.
+    pub fresh_limits: Vec<Arc<Limiter>>,
 }
 
 impl Builder {
@@ -54,9 +57,11 @@ impl Builder {
         current: &Generation,
         services: Vec<ServiceConfig>,
         pools: &[PoolConfig],
+        limits: Vec<LimitSpec>,
     ) -> Result<Plan, String> {
         let services = self.services(current, services)?;
         let pools = self.pools(current, pools)?;
+        let (limits, fresh_limits) = Self::limits(current, limits);
         let fresh: Vec<Arc<Pool>> = pools
             .iter()
             .filter(|pool| !current.pools.iter().any(|old| Arc::ptr_eq(old, pool)))
@@ -80,12 +85,41 @@ impl Builder {
                 number: current.number + 1,
                 services,
                 pools,
+                limits,
             },
             listen,
             unlisten,
             fresh,
             lines_changed,
+            fresh_limits,
         })
+    }
+
+    /// A limit whose buckets mean the same (name, key, rate, burst, bound, store) keeps them,
+    /// its counts and its store's task, with the new `status` and `dry_run`; any other is
+    /// built anew (and listed as fresh), starting with full buckets.
+    fn limits(
+        current: &Generation,
+        specs: Vec<LimitSpec>,
+    ) -> (Box<[Arc<Limiter>]>, Vec<Arc<Limiter>>) {
+        let mut fresh = Vec::new();
+        let limits = specs
+            .into_iter()
+            .map(|spec| {
+                if let Some(old) = current.limit(&spec.name) {
+                    if *old.spec() == spec {
+                        return Arc::clone(old);
+                    }
+                    if let Some(kept) = old.carry_over(spec.clone()) {
+                        return Arc::new(kept);
+                    }
+                }
+                let limiter = Arc::new(Limiter::new(spec));
+                fresh.push(Arc::clone(&limiter));
+                limiter
+            })
+            .collect();
+        (limits, fresh)
     }
 
     /// Services keep their counters by name, and the listener (its bound address) while their
@@ -105,12 +139,17 @@ impl Builder {
                     .services
                     .iter()
                     .find(|o| o.listen == s.listen && (s.listen.port() != 0 || o.name == s.name));
-                let stats = previous.map(|p| Arc::clone(&p.stats)).unwrap_or_default();
+                let kept = previous
+                    .map(|p| Kept {
+                        stats: Arc::clone(&p.stats),
+                        source_conns: Arc::clone(&p.source_conns),
+                    })
+                    .unwrap_or_default();
                 let bound = kept_listen
                     .map(|o| Arc::clone(&o.bound))
                     .unwrap_or_default();
                 let resumes = self.resumption.of(&s.name);
-                Service::new(s, stats, bound, &resumes)
+                Service::new(s, kept, bound, &resumes)
             })
             .collect()
     }

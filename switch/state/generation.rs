@@ -7,6 +7,8 @@
 
 use crate::config::{ServiceConfig, ServiceMode};
 use crate::edge::tls;
+use crate::policy::limit::Limiter;
+use crate::policy::source_conns::SourceConns;
 use crate::rules::RuleSet;
 use crate::state::pool::Pool;
 use crate::state::stats::ServiceStats;
@@ -23,6 +25,8 @@ pub struct Service {
     /// Where its listen address is written (`FILE:LINE:COL`).
     pub listen_at: String,
     pub defer_accept: bool,
+    /// Client connections open at once per client address; 0: no cap.
+    pub max_conns_per_source: u32,
     /// Connections start with a PROXY protocol header (edge/proxy_protocol.rs).
     pub proxy_protocol: bool,
     /// CONNECT requests may be tunnelled to the routed pool (`connect = true`).
@@ -35,6 +39,8 @@ pub struct Service {
     pub rules: RuleSet,
     /// Its counters, kept across reloads while the service keeps its name.
     pub stats: Arc<ServiceStats>,
+    /// Its client connections by address (`max_conns_per_source`), kept as its counters are.
+    pub source_conns: Arc<SourceConns>,
 }
 
 impl Service {
@@ -42,7 +48,7 @@ impl Service {
     /// follows (or new ones), and TLS resuming the process's sessions.
     pub fn new(
         config: ServiceConfig,
-        stats: Arc<ServiceStats>,
+        kept: Kept,
         bound: Arc<OnceLock<SocketAddr>>,
         resumption: &tls::Resumption,
     ) -> Result<Service, String> {
@@ -59,15 +65,24 @@ impl Service {
             bound,
             listen_at: config.listen_at,
             defer_accept: config.defer_accept,
+            max_conns_per_source: config.max_conns_per_source,
             proxy_protocol: config.proxy_protocol,
             connect: config.connect,
             http2: config.http2,
             mode: config.mode,
             tls,
             rules: config.rules,
-            stats,
+            stats: kept.stats,
+            source_conns: kept.source_conns,
         })
     }
+}
+
+/// What a service keeps from the one of its name in the generation before.
+#[derive(Default)]
+pub struct Kept {
+    pub stats: Arc<ServiceStats>,
+    pub source_conns: Arc<SourceConns>,
 }
 
 #[derive(Debug)]
@@ -77,6 +92,9 @@ pub struct Generation {
     pub services: Box<[Service]>,
     /// Shared with the next generation when the pool's configuration did not change.
     pub pools: Box<[Arc<Pool>]>,
+    /// `[limit.NAME]` in name order (rules name them by index); a limit whose buckets stay
+    /// the same is shared with the next generation, its counts kept.
+    pub limits: Box<[Arc<Limiter>]>,
 }
 
 impl Generation {
@@ -87,6 +105,7 @@ impl Generation {
             number: 0,
             services: Box::default(),
             pools: Box::default(),
+            limits: Box::default(),
         }
     }
 
@@ -104,6 +123,10 @@ impl Generation {
         self.services
             .iter()
             .position(|s| s.bound.get() == Some(&bound))
+    }
+
+    pub fn limit(&self, name: &str) -> Option<&Arc<Limiter>> {
+        self.limits.iter().find(|l| l.spec().name == name)
     }
 
     pub fn pool(&self, name: &str) -> Option<&Arc<Pool>> {

@@ -34,12 +34,25 @@ pub fn take(generation: &Generation, clients: &AtomicUsize) -> Snapshot {
             servers.push(server_snapshot(pool, state, backend));
         }
     }
+    let limits = generation
+        .limits
+        .iter()
+        .map(|limiter| LimitSnapshot {
+            name: limiter.spec().name.clone(),
+            allowed: limiter.allowed(),
+            limited: limiter.limited(),
+            keys: limiter.keys(),
+            dry_run: limiter.spec().dry_run,
+            store_up: limiter.store_up(),
+        })
+        .collect();
     Snapshot {
         generation: generation.number,
         clients: clients.load(Ordering::Relaxed),
         services,
         pools,
         servers,
+        limits,
     }
 }
 
@@ -180,6 +193,23 @@ pub struct Snapshot {
     pub pools: Vec<PoolSnapshot>,
     /// Every pool's servers, in pool order.
     pub servers: Vec<ServerSnapshot>,
+    /// `[limit.NAME]`, in name order.
+    pub limits: Vec<LimitSnapshot>,
+}
+
+/// A rate limit's counts (policy/limit/).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LimitSnapshot {
+    pub name: String,
+    /// Requests let through (under `dry_run`: every request).
+    pub allowed: u64,
+    /// Requests refused (under `dry_run`: those that would have been).
+    pub limited: u64,
+    /// Keys held now (at most `max_keys`).
+    pub keys: usize,
+    pub dry_run: bool,
+    /// With a `store`: whether it answers now.
+    pub store_up: Option<bool>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

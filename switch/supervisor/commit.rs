@@ -27,6 +27,7 @@ impl Running {
             unlisten,
             fresh,
             lines_changed,
+            fresh_limits,
         } = plan;
         for (pool, server) in &lines_changed {
             control::apply(pool, *server, Change::LineChanged);
@@ -61,6 +62,9 @@ impl Running {
         // The checks run beside the first worker's sessions, off their path; the tasks of the
         // pools replaced end on their own.
         let _entered = self.workers.first().runtime.enter();
+        for limiter in &fresh_limits {
+            limiter.start_store();
+        }
         crate::health::spawn(shared, &fresh)
     }
 }

@@ -133,7 +133,7 @@ impl Supervisor {
         let current = self.shared.generation.load_full();
         let plan = running
             .builder
-            .plan(&current, config.services, &config.pools)
+            .plan(&current, config.services, &config.pools, config.limits)
             .map_err(|e| ReloadError::Invalid(vec![e]))?;
         let services = &plan.generation.services;
         let workers = &running.workers;

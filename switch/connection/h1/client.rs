@@ -8,13 +8,13 @@ use crate::connection::proxy_header::write_proxy_header;
 use crate::connection::Connection;
 use crate::edge::client_stream::ClientStream;
 use crate::edge::proxy_protocol;
-use crate::exchange::client::{BodySource, ClientSide, ResponseSink};
+use crate::exchange::client::{BodySource, ClientSide, ResponseEdit, ResponseSink};
 use crate::exchange::{Buffers, Context};
 use crate::http::rewrite::{
     add_field_to_head, client_connection, write_request_head, write_response_head,
-    ClientConnection, ForwardedFor, Scheme,
+    ClientConnection, ForwardedFor, RequestEdit, Scheme,
 };
-use crate::http::status::write_error;
+use crate::http::status::{write_answer, write_error, Answer};
 use crate::http::{BodyFraming, RequestHead, ResponseHead, Version};
 use crate::relay::{tunnel, BodyRelay, ChunkedOutput, Meter, RelayError, RelaySettings, TunnelEnd};
 use crate::socket::Socket;
@@ -23,7 +23,6 @@ use crate::timeouts::Slot;
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
-use tcpvs_modules::ResponseField;
 
 /// A body at most this large that came whole with its head goes up in the same write.
 const EARLY_BODY_BYTES: u64 = 64 * 1024;
@@ -118,7 +117,7 @@ impl<'c> ClientSide for H1Client<'c> {
         self.head.len = 0;
     }
 
-    fn write_server_head(&self, out: &mut Vec<u8>, host_field: &[u8]) {
+    fn write_server_head(&self, out: &mut Vec<u8>, host_field: &[u8], edit: RequestEdit<'_>) {
         let scheme = match self.body.stream.tls() {
             None => Scheme::Http,
             Some(_) => Scheme::Https,
@@ -130,6 +129,7 @@ impl<'c> ClientSide for H1Client<'c> {
             self.client_text.as_bytes(),
             host_field,
             scheme,
+            edit,
         );
     }
 
@@ -167,6 +167,18 @@ impl<'c> ClientSide for H1Client<'c> {
         (out.len() as u64, keep && sent.is_ok())
     }
 
+    async fn answer(&mut self, out: &mut Vec<u8>, answer: &Answer<'_>) -> (u64, bool) {
+        // As an error: the client goes on only if no unread request body is left.
+        let head = &*self.head;
+        let keep = head.keep_alive && !head.has_body() && !self.sink.timer.stopping();
+        *self.unread_input |= head.has_body();
+        out.clear();
+        let connection = client_connection(head.version, keep);
+        write_answer(out, answer, connection, !head.is_head);
+        let sent = write_all(self.body.stream, out, Limit::Idle(self.sink.idle)).await;
+        (out.len() as u64, keep && sent.is_ok())
+    }
+
     async fn tunnel(
         &mut self,
         work: &mut Buffers,
@@ -185,6 +197,7 @@ impl<'c> ClientSide for H1Client<'c> {
             work.server_buf.filled(),
             connection,
             self.head.version,
+            None,
         );
         work.server_buf.consume(work.response.len);
         let head_bytes = work.out.len() as u64;
@@ -283,7 +296,7 @@ impl ResponseSink for H1Sink<'_> {
         }
         out.clear();
         let connection = ClientConnection::Persistent;
-        write_response_head(out, response, raw, connection, Version::Http11);
+        write_response_head(out, response, raw, connection, Version::Http11, None);
         write_all(self.stream, out, Limit::Idle(self.idle)).await
     }
 
@@ -292,7 +305,7 @@ impl ResponseSink for H1Sink<'_> {
         out: &mut Vec<u8>,
         response: &ResponseHead,
         raw: &[u8],
-        field: Option<&ResponseField>,
+        edit: ResponseEdit<'_>,
         upload_complete: bool,
     ) -> bool {
         let framing = response.framing;
@@ -309,8 +322,8 @@ impl ResponseSink for H1Sink<'_> {
             ClientConnection::Close
         };
         out.clear();
-        write_response_head(out, response, raw, connection, self.version);
-        if let Some(field) = field {
+        write_response_head(out, response, raw, connection, self.version, edit.headers);
+        if let Some(field) = edit.field {
             add_field_to_head(out, field.name.as_bytes(), field.value.as_bytes());
         }
         self.framing = framing;

@@ -10,10 +10,10 @@
 
 use super::error::h2_error;
 use crate::buffer::IoBuf;
-use crate::exchange::client::ResponseSink;
+use crate::exchange::client::{ResponseEdit, ResponseSink};
 use crate::http::chunked::{for_each_trailer, may_be_trailer, ChunkedDecoder, Decoded};
 use crate::http::fields::FieldRole;
-use crate::http::status::write_error_body;
+use crate::http::status::{write_error_body, Answer};
 use crate::http::{BodyFraming, ResponseHead};
 use crate::relay::{Meter, RelayError, RelaySettings};
 use crate::socket::Socket;
@@ -26,7 +26,6 @@ use http::{HeaderMap, Response, StatusCode};
 use std::future::poll_fn;
 use std::io;
 use std::time::Duration;
-use tcpvs_modules::ResponseField;
 
 /// Decoded chunks are sent once this much has gathered (or the server pauses).
 const CHUNK_SEND_BYTES: usize = 32 * 1024;
@@ -60,6 +59,38 @@ impl H2Sink {
         idle: Duration,
     ) -> u64 {
         send_local(&mut self.respond, out, status, why, self.is_head, idle).await
+    }
+
+    /// Answers with what a rule says (a redirect, `respond`, a limit's refusal); returns the
+    /// body bytes sent.
+    pub(super) async fn answer(&mut self, answer: &Answer<'_>, idle: Duration) -> u64 {
+        let mut head = Response::new(());
+        *head.status_mut() =
+            StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let fields = head.headers_mut();
+        for (name, value) in answer.fields {
+            append(fields, name, value);
+        }
+        let frames_content = !matches!(answer.status, 204 | 304);
+        if frames_content {
+            fields.insert(
+                http::header::CONTENT_LENGTH,
+                HeaderValue::from(answer.body.len()),
+            );
+        }
+        let no_body = self.is_head || !frames_content || answer.body.is_empty();
+        let Ok(mut send) = self.respond.send_response(head, no_body) else {
+            return 0;
+        };
+        if no_body {
+            return 0;
+        }
+        let body = Bytes::copy_from_slice(answer.body);
+        let n = body.len() as u64;
+        match send_data(&mut send, body, true, Limit::Idle(idle)).await {
+            Ok(()) => n,
+            Err(_) => 0,
+        }
     }
 }
 
@@ -108,7 +139,7 @@ impl ResponseSink for H2Sink {
         response: &ResponseHead,
         raw: &[u8],
     ) -> io::Result<()> {
-        let head = response_head(response, raw, None);
+        let head = response_head(response, raw, ResponseEdit::default());
         self.respond.send_informational(head).map_err(h2_error)
     }
 
@@ -117,11 +148,11 @@ impl ResponseSink for H2Sink {
         out: &mut Vec<u8>,
         response: &ResponseHead,
         raw: &[u8],
-        field: Option<&ResponseField>,
+        edit: ResponseEdit<'_>,
         upload_complete: bool,
     ) -> bool {
         out.clear();
-        self.head = Some(response_head(response, raw, field));
+        self.head = Some(response_head(response, raw, edit));
         self.framing = response.framing;
         upload_complete
     }
@@ -157,12 +188,8 @@ impl ResponseSink for H2Sink {
 }
 
 /// The server's response head for an HTTP/2 client: its status and end-to-end fields, with
-/// the field the pool's module adds.
-fn response_head(
-    response: &ResponseHead,
-    raw: &[u8],
-    field: Option<&ResponseField>,
-) -> Response<()> {
+/// the field the pool's module adds and the rule's field actions.
+fn response_head(response: &ResponseHead, raw: &[u8], edit: ResponseEdit<'_>) -> Response<()> {
     let mut head = Response::new(());
     *head.status_mut() = StatusCode::from_u16(response.status).unwrap_or(StatusCode::BAD_GATEWAY);
     let fields = head.headers_mut();
@@ -170,6 +197,9 @@ fn response_head(
     // 1xx and 204 frame no content (RFC 9110 sections 8.6, 15.2, 15.3.5).
     let frames_content = response.status >= 200 && response.status != 204;
     for f in &response.fields {
+        if edit.headers.is_some_and(|h| h.drops(f.name.get(raw))) {
+            continue;
+        }
         match f.role {
             FieldRole::Forward
             | FieldRole::Host
@@ -184,7 +214,12 @@ fn response_head(
     if let (true, Some(length)) = (frames_content, response.content_length) {
         fields.insert(http::header::CONTENT_LENGTH, HeaderValue::from(length));
     }
-    if let Some(field) = field {
+    if let Some(headers) = edit.headers {
+        for (name, value) in headers.appended() {
+            append(fields, name, value);
+        }
+    }
+    if let Some(field) = edit.field {
         append(fields, field.name.as_bytes(), field.value.as_bytes());
     }
     head

@@ -13,7 +13,8 @@ use crate::edge::proxy_protocol;
 use crate::exchange::account::{account, Outcome};
 use crate::exchange::client::{BodySource, ClientSide};
 use crate::exchange::{self, Buffers, Context};
-use crate::http::rewrite::{write_request_head, ForwardedFor, Scheme};
+use crate::http::rewrite::{write_request_head, ForwardedFor, RequestEdit, Scheme};
+use crate::http::status::Answer;
 use crate::http::{parse_request, BodyFraming, RequestHead};
 use crate::recycle;
 use crate::relay::{push_hex, Meter, RelayError, RelaySettings, TunnelEnd};
@@ -218,7 +219,7 @@ impl ClientSide for H2Client<'_> {
     /// The head has a buffer of its own, which the body does not share: nothing to release.
     fn release_head(&mut self) {}
 
-    fn write_server_head(&self, out: &mut Vec<u8>, host_field: &[u8]) {
+    fn write_server_head(&self, out: &mut Vec<u8>, host_field: &[u8], edit: RequestEdit<'_>) {
         let client = self.link.client_text.as_bytes();
         write_request_head(
             out,
@@ -227,6 +228,7 @@ impl ClientSide for H2Client<'_> {
             client,
             host_field,
             self.link.scheme,
+            edit,
         );
     }
 
@@ -248,6 +250,12 @@ impl ClientSide for H2Client<'_> {
     async fn respond_locally(&mut self, out: &mut Vec<u8>, status: u16, why: &str) -> (u64, bool) {
         let idle = self.link.relay.idle;
         let sent = self.sink.respond_locally(out, status, why, idle).await;
+        (sent, true)
+    }
+
+    async fn answer(&mut self, _out: &mut Vec<u8>, answer: &Answer<'_>) -> (u64, bool) {
+        let idle = self.link.relay.idle;
+        let sent = self.sink.answer(answer, idle).await;
         (sent, true)
     }
 

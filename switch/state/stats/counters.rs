@@ -112,6 +112,23 @@ macro_rules! service_counters {
                     json: "h2_goaways_sent",
                     metric: Counter "tcpvs_service_h2_goaways_sent" "GOAWAY frames sent to HTTP/2 clients",
                 }
+                /// Requests a rule answered with a redirect (`redirect`).
+                redirects {
+                    json: "redirects",
+                    metric: Counter "tcpvs_service_redirects" "Requests answered with a rule's redirect",
+                }
+                /// Requests a rule answered itself (`respond`).
+                responds {
+                    json: "responds",
+                    metric: Counter "tcpvs_service_responds" "Requests answered by a rule's respond",
+                }
+                /// Connections closed at once because their client had `max_conns_per_source`
+                /// open already.
+                source_refused {
+                    json: "source_refused",
+                    metric: Counter "tcpvs_service_source_refused"
+                        "Client connections turned away at max_conns_per_source",
+                }
                 /// Responses the switch produced itself (4xx refusals, 502, 503, 504).
                 local_errors {
                     json: "local_errors",

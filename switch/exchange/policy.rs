@@ -1,0 +1,263 @@
+//! Policy: what the matched rule does before a server is picked (policy/ holds the rules'
+//! actions, config/policy.rs reads them). A redirect or a `respond` answers here; a rate limit
+//! counts the request and may refuse it; a path edit writes the path the server gets. What
+//! goes on to the pool is the rule's [`Edits`], which the head writers apply on both sides.
+
+use super::account::Outcome;
+use super::client::ClientSide;
+use super::route::request_view;
+use super::{Buffers, Context};
+use crate::http::fields::FieldRole;
+use crate::http::status::Answer;
+use crate::http::RequestHead;
+use crate::policy::limit::{now_micros, retry_after_seconds, Decision, LimitKey, Limiter};
+use crate::policy::redirect::{Origin, Redirect};
+use crate::policy::respond::Respond;
+use crate::policy::{Action, Edits};
+use crate::rules::Matched;
+use crate::state::stats;
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// What the rule leaves to the exchange.
+pub(super) enum Step<'a> {
+    /// On to the pool, with the rule's edits (the new path, if any, is in the buffers).
+    Pool {
+        pool: usize,
+        edits: Option<&'a Edits>,
+        /// A dry-run limit would have refused the request (named in the access log).
+        would_limit: Option<usize>,
+    },
+    /// Answered by the switch.
+    Answered(Outcome),
+}
+
+/// Applies the rule `matched` to the request `client` holds.
+pub(super) async fn apply<'a, C: ClientSide>(
+    cx: &Context<'a>,
+    matched: Matched<'a>,
+    client: &mut C,
+    work: &mut Buffers,
+) -> Step<'a> {
+    let (pool, edits) = match matched.action {
+        Action::Pool { pool, edits } => (*pool, edits.as_deref()),
+        Action::Redirect(redirect) => {
+            return Step::Answered(answer_redirect(cx, matched, redirect, client, work).await)
+        }
+        Action::Respond(respond) => {
+            return Step::Answered(answer_respond(cx, respond, client, work).await)
+        }
+    };
+    let Some(edits) = edits else {
+        return Step::Pool {
+            pool,
+            edits: None,
+            would_limit: None,
+        };
+    };
+    let mut would_limit = None;
+    if let Some(index) = edits.limit {
+        let limiter = &cx.generation.limits[index];
+        match check_limit(cx, limiter, client.request()) {
+            Decision::Allowed => {}
+            Decision::WouldLimit { .. } => would_limit = Some(index),
+            Decision::Limited { retry_after } => {
+                let mut outcome = refuse(cx, limiter, retry_after, client, work).await;
+                outcome.pool = Some(pool);
+                outcome.limited = Some(index);
+                return Step::Answered(outcome);
+            }
+        }
+    }
+    if let Some(path_edit) = &edits.path {
+        let (head, buf) = client.request();
+        let path = head.path.get(buf);
+        let captures = match (path_edit.uses_groups(), matched.path) {
+            (true, Some(regex)) => regex.captures(path),
+            _ => None,
+        };
+        path_edit.apply(path, captures.as_ref(), &mut work.path);
+    }
+    Step::Pool {
+        pool,
+        edits: Some(edits),
+        would_limit,
+    }
+}
+
+/// A limit's key longer than this is held as its SHA-256 (in 65 bytes, a length no key held
+/// as it is has): a path or a header value may be up to 64 KiB, and `max_keys` of those would
+/// be gigabytes. A digest cannot collide by chance nor be made to collide with another client's
+/// key (a second preimage), and every instance sharing a store names the key alike. A client
+/// whose key is this long pays for the digest (about a microsecond per KiB).
+const LONGEST_KEY: usize = 64;
+
+/// Counts the request against `limiter` by its key; a request without the key's field is
+/// not limited (design.md) and counts as allowed.
+fn check_limit(
+    cx: &Context<'_>,
+    limiter: &Limiter,
+    (head, buf): (&RequestHead, &[u8]),
+) -> Decision {
+    let decide = |key: Option<&[u8]>| match key {
+        Some(key) if key.len() > LONGEST_KEY => {
+            // The digest in a key one byte longer than any key held as it is, so that no
+            // short key can be made to equal it.
+            let mut held = [0u8; LONGEST_KEY + 1];
+            let digest = ring::digest::digest(&ring::digest::SHA256, key);
+            held[..digest.as_ref().len()].copy_from_slice(digest.as_ref());
+            limiter.check(&held, now_micros())
+        }
+        Some(key) => limiter.check(key, now_micros()),
+        None => {
+            limiter.pass();
+            Decision::Allowed
+        }
+    };
+    let mut address = [0u8; 16];
+    match &limiter.spec().key {
+        LimitKey::Source => decide(Some(address_key(cx.peer.ip(), &mut address))),
+        LimitKey::Host => decide(head.host.map(|h| h.get(buf))),
+        LimitKey::Path => decide(Some(head.path.get(buf))),
+        LimitKey::Header(name) => decide(
+            head.fields
+                .iter()
+                .find(|f| f.name.get(buf).eq_ignore_ascii_case(name.as_bytes()))
+                .map(|f| f.value.get(buf)),
+        ),
+        LimitKey::Cookie(name) => {
+            let headers = head.lookup(buf);
+            let view = request_view(cx, head, buf, &headers);
+            decide(tcpvs_modules::key::cookie_value(&view, name))
+        }
+    }
+}
+
+/// The client's address as a key: 4 bytes for IPv4 (mapped or not), 16 for IPv6.
+fn address_key(ip: IpAddr, out: &mut [u8; 16]) -> &[u8] {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => {
+            out[..4].copy_from_slice(&v4.octets());
+            &out[..4]
+        }
+        IpAddr::V6(v6) => {
+            *out = v6.octets();
+            &out[..]
+        }
+    }
+}
+
+/// The limit's refusal: its status with `Retry-After` (whole seconds, at least 1) and the
+/// IETF RateLimit fields.
+async fn refuse<C: ClientSide>(
+    cx: &Context<'_>,
+    limiter: &Limiter,
+    retry_after: Duration,
+    client: &mut C,
+    work: &mut Buffers,
+) -> Outcome {
+    let spec = limiter.spec();
+    let seconds = retry_after_seconds(retry_after);
+    let mut seconds_text = itoa::Buffer::new();
+    let seconds_text = seconds_text.format(seconds).as_bytes();
+    let mut ratelimit = Vec::with_capacity(2);
+    limiter.write_refusal_fields(&mut ratelimit, retry_after);
+    let mut fields: Vec<(&[u8], &[u8])> = vec![
+        (b"Content-Type", b"text/plain"),
+        (b"Retry-After", seconds_text),
+    ];
+    fields.extend(ratelimit.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())));
+    work.path.clear();
+    crate::http::status::write_error_body(&mut work.path, spec.status, "rate limit exceeded");
+    let answer = Answer {
+        status: spec.status,
+        fields: &fields,
+        body: &work.path,
+    };
+    client.release_head();
+    let (bytes_out, keep_client) = client.answer(&mut work.out, &answer).await;
+    stats::bump(&cx.service.stats.local_errors);
+    Outcome::local(spec.status, bytes_out, keep_client, None)
+}
+
+async fn answer_redirect<C: ClientSide>(
+    cx: &Context<'_>,
+    matched: Matched<'_>,
+    redirect: &Redirect,
+    client: &mut C,
+    work: &mut Buffers,
+) -> Outcome {
+    {
+        let (head, buf) = client.request();
+        let path = head.path.get(buf);
+        let authority = head.authority.or_else(|| {
+            head.fields
+                .iter()
+                .find(|f| f.role == FieldRole::Host)
+                .map(|f| f.value)
+        });
+        let origin = Origin {
+            https: cx.service.tls.is_some(),
+            authority: authority.map(|a| a.get(buf)),
+            path,
+            query: head.query.map(|q| q.get(buf)),
+        };
+        let captures = match (redirect.uses_groups(), matched.path) {
+            (true, Some(regex)) => regex.captures(path),
+            _ => None,
+        };
+        redirect.write_location(&origin, captures.as_ref(), &mut work.path);
+    }
+    let fields: [(&[u8], &[u8]); 1] = [(b"Location", &work.path)];
+    let answer = Answer {
+        status: redirect.code,
+        fields: &fields,
+        body: b"",
+    };
+    client.release_head();
+    let (bytes_out, keep_client) = client.answer(&mut work.out, &answer).await;
+    stats::bump(&cx.service.stats.redirects);
+    Outcome::local(redirect.code, bytes_out, keep_client, None)
+}
+
+async fn answer_respond<C: ClientSide>(
+    cx: &Context<'_>,
+    respond: &Respond,
+    client: &mut C,
+    work: &mut Buffers,
+) -> Outcome {
+    let content_type = respond.content_type.as_deref().unwrap_or("");
+    let fields: [(&[u8], &[u8]); 1] = [(b"Content-Type", content_type.as_bytes())];
+    let answer = Answer {
+        status: respond.status,
+        fields: if content_type.is_empty() {
+            &[]
+        } else {
+            &fields
+        },
+        body: &respond.body,
+    };
+    client.release_head();
+    let (bytes_out, keep_client) = client.answer(&mut work.out, &answer).await;
+    stats::bump(&cx.service.stats.responds);
+    Outcome::local(respond.status, bytes_out, keep_client, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_as_keys() {
+        let mut buf = [0u8; 16];
+        assert_eq!(
+            address_key("10.0.0.1".parse().unwrap(), &mut buf),
+            &[10, 0, 0, 1]
+        );
+        assert_eq!(
+            address_key("::ffff:10.0.0.1".parse().unwrap(), &mut buf),
+            &[10, 0, 0, 1]
+        );
+        assert_eq!(address_key("::1".parse().unwrap(), &mut buf).len(), 16);
+    }
+}

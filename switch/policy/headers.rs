@@ -1,0 +1,172 @@
+//! `request_headers` and `response_headers`: fields a rule removes, sets and adds, applied in
+//! that order (design.md): `remove` drops every field of a name, `set` drops them too and
+//! writes its one field, `add` appends beside whatever remains. Names compare without case.
+//!
+//! The rewriting itself is the head writer's (http/rewrite.rs, connection/h2/response.rs):
+//! each field of the message is asked [`HeaderActions::drops`], and [`HeaderActions::appended`]
+//! follows the message's own fields. A rule without header actions passes `None` and costs
+//! nothing per field.
+
+/// Field names no rule may set, add or remove: they frame the message or manage the
+/// connection, which the switch rebuilds itself (RFC 9110 section 7.6.1, RFC 9112 sections 6
+/// and 7), and `Host` decides which site a server serves (a rule changes the path or redirects
+/// instead).
+pub const RESERVED: &[&str] = &[
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "upgrade",
+    "te",
+    "trailer",
+    "keep-alive",
+];
+
+/// A field a rule writes: its name and value.
+type Field = (Box<[u8]>, Box<[u8]>);
+
+/// What one rule does to a message's fields.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeaderActions {
+    /// The names `remove` and `set` take away from the message, lower-cased.
+    dropped: Vec<Box<[u8]>>,
+    /// `set`'s fields, then `add`'s, in file order, as written after the message's own.
+    appended: Vec<Field>,
+}
+
+impl HeaderActions {
+    /// `remove`, `set` and `add` as the rule file has them (names already checked).
+    pub fn new(remove: &[String], set: &[(String, String)], add: &[(String, String)]) -> Self {
+        let mut dropped: Vec<Box<[u8]>> = Vec::new();
+        for name in remove.iter().chain(set.iter().map(|(name, _)| name)) {
+            let lower: Box<[u8]> = name.to_ascii_lowercase().into_bytes().into();
+            if !dropped.contains(&lower) {
+                dropped.push(lower);
+            }
+        }
+        let appended = set
+            .iter()
+            .chain(add)
+            .map(|(name, value)| {
+                (
+                    name.as_bytes().to_vec().into_boxed_slice(),
+                    value.as_bytes().to_vec().into_boxed_slice(),
+                )
+            })
+            .collect();
+        HeaderActions { dropped, appended }
+    }
+
+    /// Whether the message's own field named `name` is left out.
+    #[inline]
+    pub fn drops(&self, name: &[u8]) -> bool {
+        self.dropped.iter().any(|d| d.eq_ignore_ascii_case(name))
+    }
+
+    /// The fields written after the message's own, in order.
+    pub fn appended(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.appended.iter().map(|(n, v)| (&**n, &**v))
+    }
+
+    /// Whether the rule writes a field named `name` itself (`set` or `add`): the switch then
+    /// writes none of its own by that name (X-Forwarded-For, X-Forwarded-Proto).
+    pub fn writes(&self, name: &[u8]) -> bool {
+        self.appended
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case(name))
+    }
+}
+
+/// Why `name` cannot be a field a rule handles: `None` when it can.
+pub fn refusal(name: &str) -> Option<String> {
+    if name.is_empty() || !name.bytes().all(crate::http::fields::is_token_byte) {
+        return Some(format!(
+            "{name:?} cannot be a field name (a token: letters, digits and !#$%&'*+-.^_`|~)"
+        ));
+    }
+    let lower = name.to_ascii_lowercase();
+    if RESERVED.contains(&lower.as_str()) {
+        return Some(format!(
+            "rules may not change `{name}`: the switch writes the framing and connection fields \
+             itself, and Host names the site (use `redirect`, `path_rewrite` or `strip_prefix`)"
+        ));
+    }
+    None
+}
+
+/// Why `value` cannot be a field value: `None` when it can (visible ASCII, spaces and tabs
+/// inside, nothing around; no CR, LF or NUL: RFC 9110 section 5.5).
+pub fn value_refusal(value: &str) -> Option<String> {
+    let bytes = value.as_bytes();
+    if bytes.iter().any(|&b| b < 0x20 && b != b'\t' || b == 0x7f) {
+        return Some(format!(
+            "{value:?} cannot be a field value: no control characters (CR, LF, NUL)"
+        ));
+    }
+    if bytes.first().is_some_and(|b| matches!(b, b' ' | b'\t'))
+        || bytes.last().is_some_and(|b| matches!(b, b' ' | b'\t'))
+    {
+        return Some(format!(
+            "{value:?}: a field value has no white space around it"
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn remove_then_set_then_add() {
+        let actions = HeaderActions::new(
+            &strings(&["Cookie"]),
+            &pairs(&[("X-Pool", "images")]),
+            &pairs(&[("Via", "1.1 tcpvs"), ("x-pool", "second")]),
+        );
+        assert!(actions.drops(b"cookie"));
+        assert!(actions.drops(b"X-POOL"));
+        assert!(!actions.drops(b"Via"));
+        let appended: Vec<_> = actions.appended().collect();
+        assert_eq!(
+            appended,
+            vec![
+                (&b"X-Pool"[..], &b"images"[..]),
+                (&b"Via"[..], &b"1.1 tcpvs"[..]),
+                (&b"x-pool"[..], &b"second"[..]),
+            ]
+        );
+        assert!(actions.writes(b"via"));
+        assert!(!actions.writes(b"cookie"));
+    }
+
+    #[test]
+    fn reserved_and_malformed_names() {
+        for name in [
+            "Host",
+            "content-length",
+            "Transfer-Encoding",
+            "TE",
+            "Keep-Alive",
+        ] {
+            assert!(refusal(name).is_some(), "{name}");
+        }
+        for name in ["", "X Pool", "X-Pool:", "Ünï"] {
+            assert!(refusal(name).is_some(), "{name:?}");
+        }
+        assert_eq!(refusal("Strict-Transport-Security"), None);
+        assert!(value_refusal("a\r\nInjected: 1").is_some());
+        assert!(value_refusal(" padded").is_some());
+        assert_eq!(value_refusal("max-age=31536000; includeSubDomains"), None);
+    }
+}
