@@ -618,6 +618,10 @@ async fn two_instances_share_a_limit_through_redis_and_survive_its_restart() {
 
     // Shared: together they admit what one limit admits, not twice that.
     let round = alternate(both, "shared-1", Duration::from_secs(3)).await;
+    eprintln!(
+        "shared: {round:?}, one limit admits {:.1}",
+        round.expected()
+    );
     let expected = round.expected();
     let admitted = round.admitted() as f64;
     assert!(
@@ -636,6 +640,10 @@ async fn two_instances_share_a_limit_through_redis_and_survive_its_restart() {
     // Redis gone: both still answer, each on its own limits (fail open, never unlimited).
     redis.kill();
     let round = alternate(both, "down-1", Duration::from_secs(2)).await;
+    eprintln!(
+        "Redis down: {round:?}, one limit admits {:.1}",
+        round.expected()
+    );
     assert!(
         round.admitted[0] > 0 && round.admitted[1] > 0,
         "with Redis down both instances still admit: {round:?}"
@@ -660,6 +668,10 @@ async fn two_instances_share_a_limit_through_redis_and_survive_its_restart() {
     let mut shared_again = false;
     for i in 0..10 {
         let round = alternate(both, &format!("back-{i}"), Duration::from_secs(3)).await;
+        eprintln!(
+            "Redis back, try {i}: {round:?}, one limit admits {:.1}",
+            round.expected()
+        );
         let expected = round.expected();
         let admitted = round.admitted() as f64;
         let shared = admitted >= 0.75 * expected
