@@ -13,6 +13,8 @@
 //! token back after `Retry-After`, the rate two instances admit together), with wide margins.
 
 mod common;
+#[path = "common/h2.rs"]
+mod h2c;
 #[path = "common/policy.rs"]
 mod policy_common;
 #[path = "common/redis.rs"]
@@ -690,4 +692,47 @@ async fn two_instances_share_a_limit_through_redis_and_survive_its_restart() {
          3 s: {tries:#?}"
     );
     drop(app);
+}
+
+/// HTTP/2 streams of one connection are one client: they share its bucket, and the refusal is
+/// an HTTP/2 answer with the same fields. Under `dry_run` nothing is refused but every stream
+/// past the burst is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_streams_share_the_clients_bucket() {
+    let s = limited("api", "key = \"source\"\nrate = \"1/m\"\nburst = 2").await;
+    let h2 = h2c::H2::plain(s.web).await;
+    let mut got = Vec::new();
+    for i in 0..4 {
+        got.push(h2.get("test", &format!("/limited/{i}")).await);
+    }
+    let statuses: Vec<u16> = got.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [200, 200, 429, 429]);
+    let refused = &got[2];
+    let seconds: u64 = refused
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .expect("a whole number of seconds in retry-after");
+    assert!((1..=60).contains(&seconds), "retry-after {seconds} at 1/m");
+    assert_eq!(refused.header("ratelimit-policy"), Some("\"api\";q=1;w=60"));
+    assert_eq!(
+        refused.header("ratelimit"),
+        Some(format!("\"api\";r=0;t={seconds}").as_str())
+    );
+    // HTTP/1.1 from the same address finds the bucket as the streams left it.
+    let r = exchange(s.web, &get_request("/limited/h1", &[])).await;
+    assert_eq!(r.status, 429);
+    assert_eq!(s.app.requests(), 2, "a refused stream reaches no server");
+    wait_for_limit(s.admin, "api", 2, 3, 1).await;
+
+    let dry = limited(
+        "trial",
+        "key = \"source\"\nrate = \"1/m\"\nburst = 1\ndry_run = true",
+    )
+    .await;
+    let h2 = h2c::H2::plain(dry.web).await;
+    for i in 0..3 {
+        assert_eq!(h2.get("test", &format!("/limited/{i}")).await.status, 200);
+    }
+    // allowed counts every request under dry_run, limited those that would have been refused.
+    wait_for_limit(dry.admin, "trial", 3, 2, 1).await;
 }
