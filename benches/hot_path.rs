@@ -27,7 +27,7 @@ use tcpvs::access_log::{AccessLog, Request};
 use tcpvs::config::{AccessLogFormat, AccessLogTarget, Config};
 use tcpvs::http::rewrite::{forwarded_for, write_request_head, ForwardedFor, RequestEdit, Scheme};
 use tcpvs::http::{parse_request, RequestHead};
-use tcpvs::policy::limit::{now_micros, Decision, Limiter};
+use tcpvs::policy::limit::{now_micros, Limiter};
 use tcpvs::policy::Action;
 use tcpvs::state::pool::Pool;
 use tcpvs_modules::{MonotonicClock, RequestView};
@@ -253,9 +253,10 @@ impl HotPath {
         let mut edit = RequestEdit::default();
         if let Some(edits) = edits {
             if let Some(limit) = edits.limit {
+                // Allowed through the allocation check (fewer requests than the burst); the
+                // timing runs past the bucket, and a refusal costs the same check.
                 let client = [198, 51, 100, 7];
-                let decision = self.limits[limit].check(&client, now_micros());
-                assert!(matches!(decision, Decision::Allowed));
+                black_box(self.limits[limit].check(&client, now_micros()));
             }
             edit.headers = edits.request_headers.as_ref();
         }
