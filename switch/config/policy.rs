@@ -219,7 +219,18 @@ fn build_template(
     sink: &mut ErrorSink<'_>,
 ) -> Option<Template> {
     match Template::parse(text.get_ref(), path_groups) {
-        Ok(template) => Some(template),
+        Ok(template) => {
+            if Template::looks_like_a_named_group(text.get_ref()) {
+                sink.warn(
+                    text.span(),
+                    format!(
+                        "{place}: a `$` before a name is taken as it is: only `$1`, `$2`, ... \
+                         name the path regex's groups (write `$$` for a `$`)"
+                    ),
+                );
+            }
+            Some(template)
+        }
         Err(missing) => {
             let why = match path_groups {
                 None => "the rule has no `path` regex to take it from".to_string(),

@@ -39,10 +39,11 @@ use crate::shared::Shared;
 use crate::socket::Socket;
 use crate::state::generation::{Generation, Service};
 use crate::state::stats;
-use crate::stream::{write_all, Limit};
+use crate::stream::{read_some, write_all, Io, Limit};
 use crate::timeouts::Slot;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::time::Instant;
 
 pub(crate) struct Connection {
@@ -217,7 +218,12 @@ impl Connection {
 
     /// A connection over `max_conns_per_source`: 503 and closed. A TLS client gets no
     /// plain-text answer it could not read: the connection is closed, as at `max_clients`.
+    /// Quickly, since the refused connection holds a client slot meanwhile (an address opening
+    /// hundreds a second must not fill `max_clients` with them): what the client sent already
+    /// (`TCP_DEFER_ACCEPT` hands a connection over with its first bytes) is dropped without
+    /// waiting, the answer goes with the FIN, and what comes after is read for a moment only.
     async fn refuse_source(&mut self) {
+        const DRAIN: Duration = Duration::from_millis(200);
         let service = &self.generation.services[self.service];
         stats::bump(&service.stats.source_refused);
         tracing::debug!(client = %self.peer, service = %service.name, "max_conns_per_source reached; refused");
@@ -232,11 +238,22 @@ impl Connection {
             ClientConnection::Close,
             true,
         );
-        let limit = Limit::Idle(std::time::Duration::from_secs(2));
-        let _ = write_all(&self.client, &out, limit).await;
-        // Whatever request it sent is unread: closing must not reset the answer away.
-        self.unread_input = true;
-        self.linger().await;
+        let deadline = Instant::now() + DRAIN;
+        let mut scratch = IoBuf::with_capacity(4096);
+        while matches!(self.client.try_recv(scratch.spare()), Ok(n) if n > 0) {}
+        if write_all(&self.client, &out, Limit::Until(deadline))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let _ = self.client.shutdown_write().await;
+        while let Ok(n) = read_some(&self.client, &mut scratch, Limit::Until(deadline)).await {
+            if n == 0 {
+                break;
+            }
+            scratch.consume(n);
+        }
     }
 
     /// Counts the request and writes its access-log line.

@@ -71,7 +71,7 @@ pub(crate) struct Buffers {
     /// Rebuilt response heads, error responses and chunk output.
     pub out: Vec<u8>,
     /// The path a rule rewrote, a redirect's location, a limit's answer (policy.rs).
-    pub path: Vec<u8>,
+    pub policy_bytes: Vec<u8>,
 }
 
 impl Buffers {
@@ -81,7 +81,7 @@ impl Buffers {
             server_buf: IoBuf::unallocated(),
             response: ResponseHead::default(),
             out: Vec::new(),
-            path: Vec::new(),
+            policy_bytes: Vec::new(),
         }
     }
 
@@ -106,7 +106,7 @@ impl Buffers {
         recycle::give_fields(&mut self.response.fields);
         recycle::give_bytes(&mut self.upstream_head);
         recycle::give_bytes(&mut self.out);
-        self.path = Vec::new();
+        self.policy_bytes = Vec::new();
     }
 }
 
@@ -256,7 +256,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
                 let edit = match self.edits {
                     None => RequestEdit::default(),
                     Some(edits) => RequestEdit {
-                        path: edits.path.as_ref().map(|_| &self.work.path[..]),
+                        path: edits.path.as_ref().map(|_| &self.work.policy_bytes[..]),
                         headers: edits.request_headers.as_ref(),
                     },
                 };

@@ -5,11 +5,11 @@
 
 use super::account::Outcome;
 use super::client::ClientSide;
-use super::route::request_view;
 use super::{Buffers, Context};
-use crate::http::fields::FieldRole;
+use crate::http::fields::{trim_ows, FieldRole};
 use crate::http::status::Answer;
 use crate::http::RequestHead;
+use crate::policy::headers::same_name;
 use crate::policy::limit::{now_micros, retry_after_seconds, Decision, LimitKey, Limiter};
 use crate::policy::redirect::{Origin, Redirect};
 use crate::policy::respond::Respond;
@@ -76,7 +76,7 @@ pub(super) async fn apply<'a, C: ClientSide>(
             (true, Some(regex)) => regex.captures(path),
             _ => None,
         };
-        path_edit.apply(path, captures.as_ref(), &mut work.path);
+        path_edit.apply(path, captures.as_ref(), &mut work.policy_bytes);
     }
     Step::Pool {
         pool,
@@ -92,44 +92,124 @@ pub(super) async fn apply<'a, C: ClientSide>(
 /// whose key is this long pays for the digest (about a microsecond per KiB).
 const LONGEST_KEY: usize = 64;
 
-/// Counts the request against `limiter` by its key; a request without the key's field is
-/// not limited (design.md) and counts as allowed.
+/// Counts the request against `limiter` by its key. A request without the key's field is not
+/// limited (design.md) and counts as allowed. A request that carries the key more than once
+/// (two `X-Api-Key` fields, an `X_Api_Key` beside it, two `session` cookies) is counted under
+/// each and refused if any is: servers differ on which one they read (the first, the last,
+/// `_` as `-`), so a junk value first cannot shield the real one.
 fn check_limit(
     cx: &Context<'_>,
     limiter: &Limiter,
     (head, buf): (&RequestHead, &[u8]),
 ) -> Decision {
-    let decide = |key: Option<&[u8]>| match key {
-        Some(key) if key.len() > LONGEST_KEY => {
-            // The digest in a key one byte longer than any key held as it is, so that no
-            // short key can be made to equal it.
-            let mut held = [0u8; LONGEST_KEY + 1];
-            let digest = ring::digest::digest(&ring::digest::SHA256, key);
-            held[..digest.as_ref().len()].copy_from_slice(digest.as_ref());
-            limiter.check(&held, now_micros())
-        }
-        Some(key) => limiter.check(key, now_micros()),
-        None => {
-            limiter.pass();
-            Decision::Allowed
-        }
-    };
-    let mut address = [0u8; 16];
+    let now = now_micros();
     match &limiter.spec().key {
-        LimitKey::Source => decide(Some(address_key(cx.peer.ip(), &mut address))),
-        LimitKey::Host => decide(head.host.map(|h| h.get(buf))),
-        LimitKey::Path => decide(Some(head.path.get(buf))),
-        LimitKey::Header(name) => decide(
-            head.fields
-                .iter()
-                .find(|f| f.name.get(buf).eq_ignore_ascii_case(name.as_bytes()))
-                .map(|f| f.value.get(buf)),
-        ),
-        LimitKey::Cookie(name) => {
-            let headers = head.lookup(buf);
-            let view = request_view(cx, head, buf, &headers);
-            decide(tcpvs_modules::key::cookie_value(&view, name))
+        LimitKey::Source => {
+            let mut address = [0u8; 16];
+            check_value(limiter, address_key(cx.peer.ip(), &mut address), now)
         }
+        LimitKey::Path => check_value(limiter, head.path.get(buf), now),
+        // Hosts are case-insensitive: `SHOP.example` is `shop.example`'s bucket.
+        LimitKey::Host => check_each(limiter, head.host.map(|h| h.get(buf)), now, check_host),
+        LimitKey::Header(name) => {
+            let values = head
+                .fields
+                .iter()
+                .filter(|f| same_name(f.name.get(buf), name.as_bytes()))
+                .map(|f| f.value.get(buf));
+            check_each(limiter, values, now, check_value)
+        }
+        LimitKey::Cookie(name) => {
+            check_each(limiter, cookie_values(head, buf, name), now, check_value)
+        }
+    }
+}
+
+/// The stricter verdict of every key in `keys`, each checked by `check`; none: not limited.
+fn check_each<'k>(
+    limiter: &Limiter,
+    keys: impl IntoIterator<Item = &'k [u8]>,
+    now: u64,
+    check: fn(&Limiter, &[u8], u64) -> Decision,
+) -> Decision {
+    let verdict = keys
+        .into_iter()
+        .map(|key| check(limiter, key, now))
+        .reduce(stricter);
+    verdict.unwrap_or_else(|| {
+        limiter.pass();
+        Decision::Allowed
+    })
+}
+
+/// One key's verdict; a key longer than [`LONGEST_KEY`] is held as its digest.
+fn check_value(limiter: &Limiter, key: &[u8], now: u64) -> Decision {
+    if key.len() <= LONGEST_KEY {
+        return limiter.check(key, now);
+    }
+    // The digest in a key one byte longer than any key held as it is, so that no short key
+    // can be made to equal it.
+    let mut held = [0u8; LONGEST_KEY + 1];
+    let digest = ring::digest::digest(&ring::digest::SHA256, key);
+    held[..digest.as_ref().len()].copy_from_slice(digest.as_ref());
+    limiter.check(&held, now)
+}
+
+/// The host as its key, in lower case (copied only when it has upper case).
+fn check_host(limiter: &Limiter, host: &[u8], now: u64) -> Decision {
+    if !host.iter().any(u8::is_ascii_uppercase) {
+        return check_value(limiter, host, now);
+    }
+    let mut lower = [0u8; LONGEST_KEY];
+    match lower.get_mut(..host.len()) {
+        Some(key) => {
+            key.copy_from_slice(host);
+            key.make_ascii_lowercase();
+            check_value(limiter, key, now)
+        }
+        None => check_value(limiter, &host.to_ascii_lowercase(), now),
+    }
+}
+
+/// The value of every cookie `name` in every Cookie field (`a=1; a=2`), surrounding quotes
+/// taken off as servers take them off.
+fn cookie_values<'b>(
+    head: &'b RequestHead,
+    buf: &'b [u8],
+    name: &'b str,
+) -> impl Iterator<Item = &'b [u8]> + 'b {
+    head.fields
+        .iter()
+        .filter(|f| f.name.get(buf).eq_ignore_ascii_case(b"cookie"))
+        .flat_map(move |f| f.value.get(buf).split(|&b| b == b';'))
+        .filter_map(move |crumb| {
+            let (key, value) = crumb.split_at(crumb.iter().position(|&b| b == b'=')?);
+            (trim_ows(key) == name.as_bytes()).then(|| {
+                let value = trim_ows(&value[1..]);
+                match value {
+                    [b'"', inner @ .., b'"'] => inner,
+                    _ => value,
+                }
+            })
+        })
+}
+
+/// The stricter of two verdicts: a refusal over a dry run's note over a pass; of two
+/// refusals, the later retry.
+fn stricter(a: Decision, b: Decision) -> Decision {
+    use Decision::{Allowed, Limited, WouldLimit};
+    match (a, b) {
+        (Limited { retry_after: x }, Limited { retry_after: y }) => Limited {
+            retry_after: x.max(y),
+        },
+        (Limited { .. }, _) => a,
+        (_, Limited { .. }) => b,
+        (WouldLimit { retry_after: x }, WouldLimit { retry_after: y }) => WouldLimit {
+            retry_after: x.max(y),
+        },
+        (WouldLimit { .. }, _) => a,
+        (_, WouldLimit { .. }) => b,
+        (Allowed, Allowed) => Allowed,
     }
 }
 
@@ -167,12 +247,16 @@ async fn refuse<C: ClientSide>(
         (b"Retry-After", seconds_text),
     ];
     fields.extend(ratelimit.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())));
-    work.path.clear();
-    crate::http::status::write_error_body(&mut work.path, spec.status, "rate limit exceeded");
+    work.policy_bytes.clear();
+    crate::http::status::write_error_body(
+        &mut work.policy_bytes,
+        spec.status,
+        "rate limit exceeded",
+    );
     let answer = Answer {
         status: spec.status,
         fields: &fields,
-        body: &work.path,
+        body: &work.policy_bytes,
     };
     client.release_head();
     let (bytes_out, keep_client) = client.answer(&mut work.out, &answer).await;
@@ -206,9 +290,9 @@ async fn answer_redirect<C: ClientSide>(
             (true, Some(regex)) => regex.captures(path),
             _ => None,
         };
-        redirect.write_location(&origin, captures.as_ref(), &mut work.path);
+        redirect.write_location(&origin, captures.as_ref(), &mut work.policy_bytes);
     }
-    let fields: [(&[u8], &[u8]); 1] = [(b"Location", &work.path)];
+    let fields: [(&[u8], &[u8]); 1] = [(b"Location", &work.policy_bytes)];
     let answer = Answer {
         status: redirect.code,
         fields: &fields,
@@ -246,6 +330,35 @@ async fn answer_respond<C: ClientSide>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_cookie_of_the_name_is_a_key() {
+        let raw = b"GET / HTTP/1.1\r\nHost: x\r\nCookie: a=1; session=junk; b=2\r\ncookie: session=\"real\"; sessionx=no\r\n\r\n";
+        let mut buf = raw.to_vec();
+        let mut head = RequestHead::default();
+        assert!(crate::http::parse_request(&mut buf, &mut head).unwrap());
+        let values: Vec<&[u8]> = cookie_values(&head, &buf, "session").collect();
+        assert_eq!(values, [&b"junk"[..], &b"real"[..]]);
+        assert_eq!(cookie_values(&head, &buf, "none").count(), 0);
+    }
+
+    #[test]
+    fn the_stricter_verdict_wins() {
+        let limited = |s| Decision::Limited {
+            retry_after: Duration::from_secs(s),
+        };
+        let would = Decision::WouldLimit {
+            retry_after: Duration::from_secs(1),
+        };
+        assert_eq!(stricter(Decision::Allowed, limited(2)), limited(2));
+        assert_eq!(stricter(limited(3), limited(2)), limited(3));
+        assert_eq!(stricter(would, Decision::Allowed), would);
+        assert_eq!(stricter(would, limited(1)), limited(1));
+        assert_eq!(
+            stricter(Decision::Allowed, Decision::Allowed),
+            Decision::Allowed
+        );
+    }
 
     #[test]
     fn addresses_as_keys() {

@@ -57,10 +57,12 @@ impl HeaderActions {
         HeaderActions { dropped, appended }
     }
 
-    /// Whether the message's own field named `name` is left out.
+    /// Whether the message's own field named `name` is left out: the names compare without
+    /// case, and `_` as `-`, so that a client's `X_User` does not ride beside the `X-User` a
+    /// rule set (CGI, PHP and WSGI servers read both as `HTTP_X_USER`).
     #[inline]
     pub fn drops(&self, name: &[u8]) -> bool {
-        self.dropped.iter().any(|d| d.eq_ignore_ascii_case(name))
+        self.dropped.iter().any(|d| same_name(d, name))
     }
 
     /// The fields written after the message's own, in order.
@@ -75,6 +77,18 @@ impl HeaderActions {
             .iter()
             .any(|(n, _)| n.eq_ignore_ascii_case(name))
     }
+}
+
+/// Field names equal without case, `_` and `-` alike.
+pub fn same_name(a: &[u8], b: &[u8]) -> bool {
+    let fold = |c: u8| {
+        if c == b'_' {
+            b'-'
+        } else {
+            c.to_ascii_lowercase()
+        }
+    };
+    a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| fold(x) == fold(y))
 }
 
 /// Why `name` cannot be a field a rule handles: `None` when it can.
@@ -136,6 +150,8 @@ mod tests {
         );
         assert!(actions.drops(b"cookie"));
         assert!(actions.drops(b"X-POOL"));
+        assert!(actions.drops(b"X_Pool"), "an underscore look-alike");
+        assert!(!actions.drops(b"X-Poo"));
         assert!(!actions.drops(b"Via"));
         let appended: Vec<_> = actions.appended().collect();
         assert_eq!(

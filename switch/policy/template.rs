@@ -72,6 +72,23 @@ impl Template {
         Ok(Template { parts })
     }
 
+    /// Whether `text` has a `$` before a name or a brace (`$name`, `${1}`), which is taken
+    /// literally, though it was likely meant as a group (named groups are not supported).
+    pub fn looks_like_a_named_group(text: &str) -> bool {
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        while i + 1 < bytes.len() {
+            match (bytes[i], bytes[i + 1]) {
+                (b'$', b'$') => i += 2,
+                (b'$', next) if next.is_ascii_alphabetic() || next == b'{' || next == b'_' => {
+                    return true
+                }
+                _ => i += 1,
+            }
+        }
+        false
+    }
+
     /// Whether any part is a `$N` (the request's path must then be matched for captures).
     pub fn uses_groups(&self) -> bool {
         self.parts.iter().any(|p| matches!(p, Part::Group(_)))
@@ -128,6 +145,14 @@ mod tests {
     fn dollars_that_are_not_groups() {
         assert_eq!(expand("/a$$1", "^/(x)", b"/x"), "/a$1");
         assert_eq!(expand("/a$b$", "^/(x)", b"/x"), "/a$b$");
+    }
+
+    #[test]
+    fn named_groups_are_noticed() {
+        assert!(Template::looks_like_a_named_group("/x/$name"));
+        assert!(Template::looks_like_a_named_group("/x/${1}"));
+        assert!(!Template::looks_like_a_named_group("/x/$1/$$name"));
+        assert!(!Template::looks_like_a_named_group("/x/$"));
     }
 
     #[test]
