@@ -1046,3 +1046,38 @@ async fn the_access_log_shows_the_target_as_the_client_sent_it() {
         .collect();
     assert_eq!(logged, expected, "{lines:#?}");
 }
+
+/// The forms of one path that servers take for the same resource meet the rules as one: an
+/// allow-list on `/admin` holds against `//admin`, `/x/../admin`, `/%61dmin` (the attack round
+/// of issue 26 reached the default pool with each); the server still gets the path as sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rules_see_the_path_in_its_normal_form() {
+    let app = echo().await;
+    let switch = policy_switch(app.addr, ADMIN_ONLY).await;
+    let addr = switch.local_addr("web").unwrap();
+    let outsider = IpAddr::from([127, 0, 0, 2]);
+    let insider = IpAddr::from([127, 0, 0, 1]);
+    for path in [
+        "//admin/x",
+        "/./admin/x",
+        "/public/../admin/x",
+        "/%61dmin/x",
+        "/%2e%2E/admin/x",
+        "/admin//x",
+    ] {
+        let r = exchange_from(outsider, addr, &get_request(path, &[])).await;
+        assert_eq!(r.status, 403, "{path} from outside");
+        let r = exchange_from(insider, addr, &get_request(path, &[])).await;
+        assert_eq!(r.status, 200, "{path} from inside");
+        assert_eq!(
+            request_line(&r.text()),
+            format!("GET {path} HTTP/1.1"),
+            "the server gets the path as sent"
+        );
+    }
+    // A reserved character stays encoded: `/admin%2Fx` is not `/admin/x`, and `^/admin`
+    // still holds for it.
+    let r = exchange_from(outsider, addr, &get_request("/admin%2Fx", &[])).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(app.requests(), 6);
+}

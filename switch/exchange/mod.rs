@@ -27,6 +27,7 @@ use client::ClientSide;
 use failure::{short_reason, ExchangeError, Verdict};
 
 use crate::buffer::IoBuf;
+use crate::http::path::normalize;
 use crate::http::rewrite::RequestEdit;
 use crate::http::ResponseHead;
 use crate::policy::{Action, Edits};
@@ -72,6 +73,8 @@ pub(crate) struct Buffers {
     pub out: Vec<u8>,
     /// The path a rule rewrote, a redirect's location, a limit's answer (policy.rs).
     pub policy_bytes: Vec<u8>,
+    /// The request's path in its normal form, when it differs (http/path.rs).
+    pub normal_path: Vec<u8>,
 }
 
 impl Buffers {
@@ -82,6 +85,7 @@ impl Buffers {
             response: ResponseHead::default(),
             out: Vec::new(),
             policy_bytes: Vec::new(),
+            normal_path: Vec::new(),
         }
     }
 
@@ -107,6 +111,7 @@ impl Buffers {
         recycle::give_bytes(&mut self.upstream_head);
         recycle::give_bytes(&mut self.out);
         self.policy_bytes = Vec::new();
+        self.normal_path = Vec::new();
     }
 }
 
@@ -171,24 +176,17 @@ pub(crate) async fn serve<C: ClientSide>(
     tried: &mut Vec<usize>,
     started: Instant,
 ) -> Outcome {
-    let matched = match route::admit(&cx, client.request()) {
-        Ok(matched) => matched,
-        Err((status, why)) => {
-            client.release_head();
-            return answer_locally(&cx, &mut client, &mut work.out, status, why, None).await;
-        }
-    };
-    let (pool_index, edits, would_limit) = match matched.action {
-        // The plain path: a pool and nothing else to do.
-        Action::Pool { pool, edits: None } => (*pool, None, None),
-        _ => match policy::apply(&cx, matched, &mut client, work).await {
-            policy::Step::Pool {
-                pool,
-                edits,
-                would_limit,
-            } => (pool, edits, would_limit),
-            policy::Step::Answered(outcome) => return outcome,
-        },
+    // The rules see the path in its normal form; the buffer is lent out while they do.
+    let mut normal_path = std::mem::take(&mut work.normal_path);
+    let step = decide(&cx, &mut client, work, &mut normal_path).await;
+    work.normal_path = normal_path;
+    let (pool_index, edits, would_limit) = match step {
+        policy::Step::Pool {
+            pool,
+            edits,
+            would_limit,
+        } => (pool, edits, would_limit),
+        policy::Step::Answered(outcome) => return outcome,
     };
     let mut exchange = Exchange {
         picker: Picker::new(cx, pool_index, tried),
@@ -201,6 +199,36 @@ pub(crate) async fn serve<C: ClientSide>(
     let mut outcome = exchange.run().await;
     outcome.limited = would_limit;
     outcome
+}
+
+/// Routes the request on its normal path and applies the rule's policy: on to a pool (with
+/// the rule's edits), or answered here.
+async fn decide<'a, C: ClientSide>(
+    cx: &Context<'a>,
+    client: &mut C,
+    work: &mut Buffers,
+    normal_path: &mut Vec<u8>,
+) -> policy::Step<'a> {
+    let (head, buf) = client.request();
+    let normal = normalize(head.path.get(buf), normal_path);
+    let path = normal.unwrap_or(head.path.get(buf));
+    let matched = match route::admit(cx, client.request(), path) {
+        Ok(matched) => matched,
+        Err((status, why)) => {
+            client.release_head();
+            let outcome = answer_locally(cx, client, &mut work.out, status, why, None).await;
+            return policy::Step::Answered(outcome);
+        }
+    };
+    match matched.action {
+        // The plain path: a pool and nothing else to do.
+        Action::Pool { pool, edits: None } => policy::Step::Pool {
+            pool: *pool,
+            edits: None,
+            would_limit: None,
+        },
+        _ => policy::apply(cx, matched, normal, client, work).await,
+    }
 }
 
 /// Answers the request with an error from the switch itself.

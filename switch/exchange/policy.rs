@@ -32,17 +32,20 @@ pub(super) enum Step<'a> {
     Answered(Outcome),
 }
 
-/// Applies the rule `matched` to the request `client` holds.
+/// Applies the rule `matched` to the request `client` holds; `normal` is its path in normal
+/// form when that differs (the path the rules saw, http/path.rs).
 pub(super) async fn apply<'a, C: ClientSide>(
     cx: &Context<'a>,
     matched: Matched<'a>,
+    normal: Option<&[u8]>,
     client: &mut C,
     work: &mut Buffers,
 ) -> Step<'a> {
     let (pool, edits) = match matched.action {
         Action::Pool { pool, edits } => (*pool, edits.as_deref()),
         Action::Redirect(redirect) => {
-            return Step::Answered(answer_redirect(cx, matched, redirect, client, work).await)
+            let answered = answer_redirect(cx, matched, normal, redirect, client, work).await;
+            return Step::Answered(answered);
         }
         Action::Respond(respond) => {
             return Step::Answered(answer_respond(cx, respond, client, work).await)
@@ -58,7 +61,7 @@ pub(super) async fn apply<'a, C: ClientSide>(
     let mut would_limit = None;
     if let Some(index) = edits.limit {
         let limiter = &cx.generation.limits[index];
-        match check_limit(cx, limiter, client.request()) {
+        match check_limit(cx, limiter, client.request(), normal) {
             Decision::Allowed => {}
             Decision::WouldLimit { .. } => would_limit = Some(index),
             Decision::Limited { retry_after } => {
@@ -71,7 +74,7 @@ pub(super) async fn apply<'a, C: ClientSide>(
     }
     if let Some(path_edit) = &edits.path {
         let (head, buf) = client.request();
-        let path = head.path.get(buf);
+        let path = normal.unwrap_or(head.path.get(buf));
         let captures = match (path_edit.uses_groups(), matched.path) {
             (true, Some(regex)) => regex.captures(path),
             _ => None,
@@ -101,6 +104,7 @@ fn check_limit(
     cx: &Context<'_>,
     limiter: &Limiter,
     (head, buf): (&RequestHead, &[u8]),
+    normal: Option<&[u8]>,
 ) -> Decision {
     let now = now_micros();
     match &limiter.spec().key {
@@ -108,7 +112,8 @@ fn check_limit(
             let mut address = [0u8; 16];
             check_value(limiter, address_key(cx.peer.ip(), &mut address), now)
         }
-        LimitKey::Path => check_value(limiter, head.path.get(buf), now),
+        // `/api//login` is `/api/login`'s bucket.
+        LimitKey::Path => check_value(limiter, normal.unwrap_or(head.path.get(buf)), now),
         // Hosts are case-insensitive: `SHOP.example` is `shop.example`'s bucket.
         LimitKey::Host => check_each(limiter, head.host.map(|h| h.get(buf)), now, check_host),
         LimitKey::Header(name) => {
@@ -267,13 +272,14 @@ async fn refuse<C: ClientSide>(
 async fn answer_redirect<C: ClientSide>(
     cx: &Context<'_>,
     matched: Matched<'_>,
+    normal: Option<&[u8]>,
     redirect: &Redirect,
     client: &mut C,
     work: &mut Buffers,
 ) -> Outcome {
     {
         let (head, buf) = client.request();
-        let path = head.path.get(buf);
+        let path = normal.unwrap_or(head.path.get(buf));
         let authority = head.authority.or_else(|| {
             head.fields
                 .iter()

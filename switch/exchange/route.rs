@@ -8,17 +8,26 @@ use crate::rules::Matched;
 use tcpvs_modules::{HeaderLookup, RequestView};
 
 /// The rule for a request the service admits: a refusal (status, reason) for a CONNECT the
-/// service does not allow, or for a request no rule and no default pool takes.
+/// service does not allow, or for a request no rule and no default pool takes. `path` is the
+/// path the rules see: the request's in its normal form (http/path.rs).
 pub(crate) fn admit<'a>(
     cx: &Context<'a>,
     (head, buf): (&RequestHead, &[u8]),
+    path: &[u8],
 ) -> Result<Matched<'a>, (u16, &'static str)> {
     if head.is_connect && !cx.service.connect {
         // A tunnel would carry any bytes to the chosen server past routing,
         // X-Forwarded-For and framing checks (design.md, "Decided"): only by choice.
         return Err((405, "CONNECT is not allowed on this service"));
     }
-    route(cx, (head, buf)).ok_or((503, "no pool for this request"))
+    let headers = head.lookup(buf);
+    let mut view = request_view(cx, head, buf, &headers);
+    view.path = path;
+    let sni = cx.sni.map(str::as_bytes);
+    cx.service
+        .rules
+        .route(&view, sni)
+        .ok_or((503, "no pool for this request"))
 }
 
 /// The rule for the request, by the service's rules (a passthrough connection has no head:
