@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tcpvs::access_log::{AccessLog, Request};
 use tcpvs::config::{AccessLogFormat, AccessLogTarget, Config};
+use tcpvs::http::path::normalize;
 use tcpvs::http::rewrite::{forwarded_for, write_request_head, ForwardedFor, RequestEdit, Scheme};
 use tcpvs::http::{parse_request, RequestHead};
 use tcpvs::policy::limit::{now_micros, Limiter};
@@ -197,6 +198,8 @@ struct HotPath {
     pools: Vec<Pool>,
     /// The rule file's `[limit.NAME]`, as a generation holds them.
     limits: Vec<Limiter>,
+    /// A path in normal form, when the request's is not (http/path.rs).
+    normal_path: Vec<u8>,
     config: Config,
     buffer: Vec<u8>,
     head: RequestHead,
@@ -217,6 +220,7 @@ impl HotPath {
         HotPath {
             pools,
             limits,
+            normal_path: Vec::new(),
             config,
             buffer: Vec::with_capacity(4096),
             head: RequestHead::default(),
@@ -234,9 +238,12 @@ impl HotPath {
         assert!(complete);
         let buf = &self.buffer[..];
         let headers = self.head.lookup(buf);
+        // The rules see the path in its normal form (exchange/mod.rs `decide`).
+        let raw_path = self.head.path.get(buf);
+        let path = normalize(raw_path, &mut self.normal_path).unwrap_or(raw_path);
         let view = RequestView {
             method: self.head.method(buf),
-            path: self.head.path.get(buf),
+            path,
             query: self.head.query.map(|q| q.get(buf)),
             host: self.head.host.map(|h| h.get(buf)),
             headers: &headers,
