@@ -21,6 +21,13 @@ listen = "127.0.0.1:0"
 [virtual.web]
 listen = "127.0.0.1:0"
 default_pool = "p"
+[[virtual.web.rule]]
+path = "^/limited"
+pool = "p"
+limit = "api"
+[limit.api]
+key = "source"
+rate = "10/s"
 [pool.p]
 servers = [{ addr = "{a}" }]
 "#;
