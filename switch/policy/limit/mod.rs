@@ -25,8 +25,10 @@
 //!   instance keeps its local buckets (a request never waits for Redis) and a task exchanges,
 //!   every 2 ms at most and only for the keys checked since, the requests admitted here
 //!   against the shared `tat` of each key; each instance then takes the later of its own and
-//!   the shared one. Redis down, refusing or slow: every instance goes on with its own
-//!   buckets (fail open to a per-instance limit), a warning said once per outage, and a new
+//!   the shared one (believed up to `burst * T + 1 s` ahead of now: a store that is wrong
+//!   makes a key wait `T + 1 s` at most). Redis down, refusing or slow: every instance goes
+//!   on with its own buckets (fail open to a per-instance limit), a warning said once per
+//!   outage (which ends only when a call succeeds, not when a connection is made), and a new
 //!   try every second.
 //!
 //! One mutex per limit guards its keys and counts: a check holds it for a lookup and a few
@@ -339,8 +341,8 @@ impl Limiter {
         }
     }
 
-    /// Whether the store is reachable now: `None` without a store, `Some(false)` before the
-    /// first connection and during an outage.
+    /// Whether the store works now: `None` without a store, `Some(false)` until it has first
+    /// worked (connected, the script loaded and run, writing) and during an outage.
     pub fn store_up(&self) -> Option<bool> {
         self.spec
             .store
