@@ -38,7 +38,6 @@ impl Gcra {
     }
 
     /// How far ahead of now `tat` may be for a request to be admitted.
-    #[cfg(test)]
     pub fn tolerance(&self) -> Nanos {
         self.tolerance
     }

@@ -8,22 +8,27 @@
 //!   ([`Decision::Limited`]'s `retry_after`; `Retry-After` is that in whole seconds, at least
 //!   1: [`retry_after_seconds`]).
 //! - **Bounded memory** (`keys.rs`): at most `max_keys` keys are held, in an LRU. The least
-//!   recently used key is evicted to make room, and its `tat` is kept in one of 4096 overflow
-//!   slots (by a keyed hash of the key; `max(slot, tat)`). A key that is not held starts from
-//!   its slot. So an evicted key gets **no free burst** when it comes back: it resumes at
-//!   least where it was, and a client cannot reset its bucket by pushing itself out of the
-//!   table with a stream of made-up keys (nor profit from others doing so). A key sharing a
-//!   slot with evicted keys can only be stricter than it would be alone, never freer, and only
-//!   until that slot's time has passed (at most `burst` intervals after its last key left); a
-//!   key evicted with a full bucket leaves nothing behind. Memory per limit: about 120 bytes
-//!   per key held (measured with 16-byte keys: the key's allocation, the LRU's node and its
-//!   map slot), so 12 MB at the default `max_keys` of 100000, plus 32 KiB of slots.
+//!   recently used key is evicted to make room, and unless its bucket is full again its `tat`
+//!   is kept in an overflow slot beside a fingerprint of the key (sets of 4 slots chosen by a
+//!   keyed hash, `max(4096, max_keys / 2)` slots). A key that is not held starts from the slot
+//!   carrying its own fingerprint, if any, else with a full bucket. So a key seen for the
+//!   first time gets its full `burst` whatever other keys did (their history reaches it with
+//!   a chance of 4 in 2^32), and an evicted key gets **no free burst** when it comes back: it
+//!   resumes where it was, and a client cannot reset its bucket by pushing itself out of the
+//!   table with a stream of made-up keys. Its slot is lost only when 4 other evicted keys of
+//!   its set have used more of their buckets and are not full again yet: a client able to
+//!   bring that about with its own keys has as many fresh bursts anyway (`keys.rs`). Memory
+//!   per limit: about 120 bytes per key held (measured with 16-byte keys: the key's
+//!   allocation, the LRU's node and its map slot) plus 8 for its share of the slots (16 bytes
+//!   each), so 12.8 MB at the default `max_keys` of 100000 (64 KiB of slots at least).
 //! - **Shared counters** (`store.rs`, `touched.rs`): with `store = "redis://..."` each
 //!   instance keeps its local buckets (a request never waits for Redis) and a task exchanges,
 //!   every 2 ms at most and only for the keys checked since, the requests admitted here
 //!   against the shared `tat` of each key; each instance then takes the later of its own and
-//!   the shared one. Redis down, refusing or slow: every instance goes on with its own
-//!   buckets (fail open to a per-instance limit), a warning said once per outage, and a new
+//!   the shared one (believed up to `burst * T + 1 s` ahead of now: a store that is wrong
+//!   makes a key wait `T + 1 s` at most). Redis down, refusing or slow: every instance goes
+//!   on with its own buckets (fail open to a per-instance limit), a warning said once per
+//!   outage (which ends only when a call succeeds, not when a connection is made), and a new
 //!   try every second.
 //!
 //! One mutex per limit guards its keys and counts: a check holds it for a lookup and a few
@@ -259,7 +264,7 @@ impl Limiter {
             let mut guard = self.shared.lock();
             let state = &mut *guard;
             let (counts, touched) = (&mut state.counts, &mut state.touched);
-            state.table.visit(key, |entry| {
+            state.table.visit(key, now, |entry| {
                 let verdict = gcra.admit(&mut entry.tat, now);
                 let wake = touched.note(key, entry, verdict.is_ok());
                 (count(counts, verdict, dry_run), wake)
@@ -336,8 +341,8 @@ impl Limiter {
         }
     }
 
-    /// Whether the store is reachable now: `None` without a store, `Some(false)` before the
-    /// first connection and during an outage.
+    /// Whether the store works now: `None` without a store, `Some(false)` until it has first
+    /// worked (connected, the script loaded and run, writing) and during an outage.
     pub fn store_up(&self) -> Option<bool> {
         self.spec
             .store
