@@ -38,7 +38,7 @@ pub struct LimitJson {
     /// Keys held now (at most `max_keys`).
     pub keys: usize,
     pub dry_run: bool,
-    /// With a `store`: whether it answers (`null` without one).
+    /// With a `store`: whether it works now (`null` without one).
     pub store_up: Option<bool>,
 }
 

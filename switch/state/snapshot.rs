@@ -208,7 +208,7 @@ pub struct LimitSnapshot {
     /// Keys held now (at most `max_keys`).
     pub keys: usize,
     pub dry_run: bool,
-    /// With a `store`: whether it answers now.
+    /// With a `store`: whether it works now (its last call through the script succeeded).
     pub store_up: Option<bool>,
 }
 
