@@ -39,7 +39,7 @@ use crate::shared::Shared;
 use crate::socket::Socket;
 use crate::state::generation::{Generation, Service};
 use crate::state::stats;
-use crate::stream::{read_some, write_all, Io, Limit};
+use crate::stream::{write_all, Io, Limit};
 use crate::timeouts::Slot;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -218,12 +218,14 @@ impl Connection {
 
     /// A connection over `max_conns_per_source`: 503 and closed. A TLS client gets no
     /// plain-text answer it could not read: the connection is closed, as at `max_clients`.
-    /// Quickly, since the refused connection holds a client slot meanwhile (an address opening
-    /// hundreds a second must not fill `max_clients` with them): what the client sent already
-    /// (`TCP_DEFER_ACCEPT` hands a connection over with its first bytes) is dropped without
-    /// waiting, the answer goes with the FIN, and what comes after is read for a moment only.
+    /// At once, since the refused connection holds a client slot meanwhile (an address opening
+    /// hundreds a second must not fill `max_clients` with them; lingering 2 s, then 200 ms,
+    /// let one address do it): what the client sent already (`TCP_DEFER_ACCEPT` hands a
+    /// connection over with its first bytes) is dropped without waiting, so that the close
+    /// does not reset the answer away, and the answer leaves with the FIN if the socket takes
+    /// it at once. A client that sends its request later may see a reset instead.
     async fn refuse_source(&mut self) {
-        const DRAIN: Duration = Duration::from_millis(200);
+        const SEND: Duration = Duration::from_millis(20);
         let service = &self.generation.services[self.service];
         stats::bump(&service.stats.source_refused);
         tracing::debug!(client = %self.peer, service = %service.name, "max_conns_per_source reached; refused");
@@ -238,21 +240,10 @@ impl Connection {
             ClientConnection::Close,
             true,
         );
-        let deadline = Instant::now() + DRAIN;
         let mut scratch = IoBuf::with_capacity(4096);
         while matches!(self.client.try_recv(scratch.spare()), Ok(n) if n > 0) {}
-        if write_all(&self.client, &out, Limit::Until(deadline))
-            .await
-            .is_err()
-        {
-            return;
-        }
-        let _ = self.client.shutdown_write().await;
-        while let Ok(n) = read_some(&self.client, &mut scratch, Limit::Until(deadline)).await {
-            if n == 0 {
-                break;
-            }
-            scratch.consume(n);
+        if write_all(&self.client, &out, Limit::Idle(SEND)).await.is_ok() {
+            let _ = self.client.shutdown_write().await;
         }
     }
 
