@@ -100,19 +100,7 @@ pub(super) fn build_source(
 
 /// The keys that go beside `pool` only.
 fn refuse_pool_edits(raw: &RawRule, action: &str, sink: &mut ErrorSink<'_>) {
-    let beside_pool = [
-        ("path_rewrite", raw.path_rewrite.as_ref().map(Spanned::span)),
-        ("strip_prefix", raw.strip_prefix.as_ref().map(Spanned::span)),
-        (
-            "request_headers",
-            raw.request_headers.as_ref().map(Spanned::span),
-        ),
-        (
-            "response_headers",
-            raw.response_headers.as_ref().map(Spanned::span),
-        ),
-        ("limit", raw.limit.as_ref().map(Spanned::span)),
-    ];
+    let beside_pool = raw.pool_edits();
     for (key, span) in beside_pool {
         if let Some(span) = span {
             sink.at(

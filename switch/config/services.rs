@@ -289,19 +289,8 @@ fn refuse_unseen_conditions(raw: &RawRule, sees: Sees, sink: &mut ErrorSink<'_>)
             ("header", raw.header.as_ref().map(Spanned::span)),
             ("redirect", raw.redirect.as_ref().map(Spanned::span)),
             ("respond", raw.respond.as_ref().map(Spanned::span)),
-            ("path_rewrite", raw.path_rewrite.as_ref().map(Spanned::span)),
-            ("strip_prefix", raw.strip_prefix.as_ref().map(Spanned::span)),
-            (
-                "request_headers",
-                raw.request_headers.as_ref().map(Spanned::span),
-            ),
-            (
-                "response_headers",
-                raw.response_headers.as_ref().map(Spanned::span),
-            ),
-            ("limit", raw.limit.as_ref().map(Spanned::span)),
         ];
-        for (key, span) in http_conditions {
+        for (key, span) in http_conditions.into_iter().chain(raw.pool_edits()) {
             if let Some(span) = span {
                 sink.at(
                     span,

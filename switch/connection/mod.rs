@@ -242,7 +242,10 @@ impl Connection {
         );
         let mut scratch = IoBuf::with_capacity(4096);
         while matches!(self.client.try_recv(scratch.spare()), Ok(n) if n > 0) {}
-        if write_all(&self.client, &out, Limit::Idle(SEND)).await.is_ok() {
+        if write_all(&self.client, &out, Limit::Idle(SEND))
+            .await
+            .is_ok()
+        {
             let _ = self.client.shutdown_write().await;
         }
     }

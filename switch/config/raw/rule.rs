@@ -52,6 +52,31 @@ pub(crate) struct RawHeaderCondition {
     pub value: Option<Spanned<String>>,
 }
 
+impl RawRule {
+    /// The keys that go beside `pool` only, with the spans of those given.
+    pub(crate) fn pool_edits(&self) -> [(&'static str, Option<std::ops::Range<usize>>); 5] {
+        [
+            (
+                "path_rewrite",
+                self.path_rewrite.as_ref().map(Spanned::span),
+            ),
+            (
+                "strip_prefix",
+                self.strip_prefix.as_ref().map(Spanned::span),
+            ),
+            (
+                "request_headers",
+                self.request_headers.as_ref().map(Spanned::span),
+            ),
+            (
+                "response_headers",
+                self.response_headers.as_ref().map(Spanned::span),
+            ),
+            ("limit", self.limit.as_ref().map(Spanned::span)),
+        ]
+    }
+}
+
 pub(super) fn read_rule(
     service: &str,
     value: &Value<'_>,
