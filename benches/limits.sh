@@ -17,7 +17,8 @@
 #        binary whose `tcpvs check` refuses `limit`, the tcpvs rows are skipped)
 # Env: RATE (1000), BURST (20), DUR (10), SKIP (2), ROUNDS (3), CLIENTS (10), COST_ROUNDS (5),
 #      COST_DUR (5), CONNS (50), PORT_BASE (18400), KEEP=1 keeps the work directory,
-#      WAIT_QUIET=1 waits up to 20 min for a load average below 1.5 before starting.
+#      WAIT_QUIET=1 waits up to 20 min for a load average below 1.5 before starting;
+#      ACCURACY=0 or COST_RUNS=0 leaves that part out.
 # Needs: apt-get install -y haproxy nginx nghttp2-client wrk curl
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -199,21 +200,25 @@ for t in "${ACC[@]}"; do
 done
 
 # --- 1. accuracy ----------------------------------------------------------------------------
-# run_accuracy NAME ADDR MULT ROUND ATTEMPT: one h2load run; prints one row.
+# run_accuracy NAME ADDR PID MULT ROUND ATTEMPT: one h2load run; prints one row.
 run_accuracy() {
-  local name=$1 addr=$2 mult=$3 round=$4 log="$D/acc-$1-$3-$4-$5.log" per_client
+  local name=$1 addr=$2 pid=$3 mult=$4 round=$5 log="$D/acc-$1-$4-$5-$6.log" per_client t0 t1
   per_client=$((RATE * mult / CLIENTS))
   # The limiter's memory of the previous run (a bucket, HAProxy's two 1 s periods) drains first.
   sleep 3
+  t0=$(cpu_ticks "$pid")
   taskset -c 1 timeout $((DUR + 30)) h2load --h1 -c "$CLIENTS" --rps "$per_client" -D "$DUR" \
     --log-file "$log" "http://$addr/small.html" >"${log%.log}.out" 2>&1 || true
+  t1=$(cpu_ticks "$pid")
   # Log columns: start (µs since epoch), status, duration (µs). The steady window starts SKIP s
   # after the first request and ends DUR s after it. sent_min/sent_max: the fewest and most
   # requests sent in one second of the run ÷ the offered rate. A limiter can only be judged on a
   # load that reached it at a constant rate: when CPU 0 or 1 stalls (a compiler of another job),
   # h2load sends its backlog at once after the stall, and a bucket rightly admits only its burst of
   # it, so such a run is marked steady=no and run again.
-  sort -n "$log" | awk -v r="$RATE" -v dur="$DUR" -v skip="$SKIP" -v name="$name" -v m="$mult" -v round="$round" '
+  # cpu_us_per_answer: the proxy's CPU over the run ÷ every answer it gave (admitted or refused).
+  sort -n "$log" | awk -v r="$RATE" -v dur="$DUR" -v skip="$SKIP" -v name="$name" -v m="$mult" -v round="$round" \
+    -v ticks=$((t1 - t0)) -v hz="$hz" -v total="$(wc -l < "$log")" '
     NR == 1 { t0 = $1 }
     { rel = ($1 - t0) / 1e6; if (rel >= dur) next
       sent[int(rel)]++
@@ -222,18 +227,21 @@ run_accuracy() {
     END { w = dur - skip; lo = 1e18; hi = 0
       for (b = 0; b < dur; b++) { c = sent[b] + 0; if (c < lo) lo = c; if (c > hi) hi = c }
       lo /= r * m; hi /= r * m
-      printf "round=%d target=%s load=%dx offered_per_s=%.0f admitted_per_s=%.1f steady_ratio=%.3f whole_ratio=%.3f answers=%d admitted=%d refused=%d other=%d sent_min=%.2f sent_max=%.2f steady=%s\n",
+      printf "round=%d target=%s load=%dx offered_per_s=%.0f admitted_per_s=%.1f steady_ratio=%.3f whole_ratio=%.3f answers=%d admitted=%d refused=%d other=%d sent_min=%.2f sent_max=%.2f cpu_us_per_answer=%.2f steady=%s\n",
         round, name, m, sall / w, sadm / w, sadm / w / r, adm / dur / r, all, adm, ref, other, lo, hi,
+        (total > 0 ? ticks * 1e6 / hz / total : 0),
         (lo >= 0.9 && hi <= 1.1 && other == 0) ? "yes" : "no" }'
 }
+hz=$(getconf CLK_TCK)
 rows_acc="$D/rows-acc"
 : > "$rows_acc"
+[ "${ACCURACY:-1}" = 0 ] && ACC=()
 for round in $(seq "$ROUNDS"); do
   for mult in 2 10; do
     for t in "${ACC[@]}"; do
-      IFS='=' read -r name addr _ <<<"$t"
+      IFS='=' read -r name addr pid <<<"$t"
       for attempt in 1 2 3; do
-        row=$(run_accuracy "$name" "$addr" "$mult" "$round" "$attempt")
+        row=$(run_accuracy "$name" "$addr" "$pid" "$mult" "$round" "$attempt")
         echo "$row attempt=$attempt" >&2
         case $row in *steady=yes*) break ;; esac
       done
@@ -244,8 +252,8 @@ done
 
 # --- 2. cost --------------------------------------------------------------------------------
 rows_cost="$D/rows-cost"
-hz=$(getconf CLK_TCK)
 : > "$rows_cost"
+[ "${COST_RUNS:-1}" = 0 ] && COST_ROUNDS=0
 for round in $(seq "$COST_ROUNDS"); do
   for t in "${COST[@]}"; do
     IFS='=' read -r name addr pid <<<"$t"
@@ -294,25 +302,26 @@ echo "the first second's $RATE. haproxy-gpc0_rate counts admitted requests only 
 echo "HAProxy's rate is a sliding-window estimate: the current 1 s period plus the previous one weighted by"
 echo "the part of it still inside the window; nginx and tcpvs meter with buckets (burst, then the rate)."
 echo
-echo "| proxy | how it meters | offered 2x /s | admitted ÷ rate at 2x | offered 10x /s | admitted ÷ rate at 10x |"
-echo "|---|---|---:|---:|---:|---:|"
+echo "| proxy | how it meters | offered 2x /s | admitted ÷ rate at 2x | offered 10x /s | admitted ÷ rate at 10x | CPU µs per answer at 10x |"
+echo "|---|---|---:|---:|---:|---:|---:|"
 for t in "${ACC[@]}"; do
   name=${t%%=*}
   o2=$(field "$rows_acc" "$name" 2x offered_per_s | med); s2=$(field "$rows_acc" "$name" 2x steady_ratio | med)
   w2=$(field "$rows_acc" "$name" 2x whole_ratio | med)
   o10=$(field "$rows_acc" "$name" 10x offered_per_s | med); s10=$(field "$rows_acc" "$name" 10x steady_ratio | med)
   w10=$(field "$rows_acc" "$name" 10x whole_ratio | med)
+  c10=$(field "$rows_acc" "$name" 10x cpu_us_per_answer | med)
   unsteady=$(awk -v n="target=$name" '$2 == n && /steady=no/' "$rows_acc" | wc -l)
   [ "$unsteady" -gt 0 ] && name="$name ($unsteady runs of unsteady load kept)"
-  echo "| $name | $(meter "${name%% *}") | $o2 | $s2 ($w2) | $o10 | $s10 ($w10) |"
+  echo "| $name | $(meter "${name%% *}") | $o2 | $s2 ($w2) | $o10 | $s10 ($w10) | $c10 |"
 done
-[ -n "$tcpvs_note" ] && echo "| tcpvs | $tcpvs_note | | | | |"
+[ -n "$tcpvs_note" ] && echo "| tcpvs | $tcpvs_note | | | | | |"
 echo
 echo "CPU µs per request (proxy user+system ÷ requests), wrk -t1 -c$CONNS ${COST_DUR}s /small.html keep-alive,"
 echo "medians of $COST_ROUNDS rounds, targets in turn; \"with\" = the same limit at $HUGE req/s (never refuses)."
 echo
-echo "| proxy | req/s without | req/s with | µs/req without | µs/req with | with ÷ without |"
-echo "|---|---:|---:|---:|---:|---:|"
+echo "| proxy | req/s without | req/s with | µs/req without | µs/req with | with ÷ without | per-round ratios |"
+echo "|---|---:|---:|---:|---:|---:|---|"
 for p in haproxy nginx tcpvs; do
   grep -q "target=$p-without " "$rows_cost" || continue
   rw=$(awk -v n="target=$p-without" '$2 == n {sub("rps=", "", $3); print $3}' "$rows_cost" | med)
@@ -320,8 +329,12 @@ for p in haproxy nginx tcpvs; do
   cw=$(awk -v n="target=$p-without" '$2 == n {sub("cpu_us_per_req=", "", $4); print $4}' "$rows_cost" | med)
   cl=$(awk -v n="target=$p-with" '$2 == n {sub("cpu_us_per_req=", "", $4); print $4}' "$rows_cost" | med)
   ratio=$(awk -v a="$cl" -v b="$cw" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "nan" }')
-  echo "| $p | $rw | $rl | $cw | $cl | $ratio |"
+  # Each round's with ÷ without (the two ran one after the other): the spread the median hides.
+  per_round=$(awk -v a="target=$p-with" -v b="target=$p-without" '
+    { sub("cpu_us_per_req=", "", $4) } $2 == a { w[$1] = $4 } $2 == b { o[$1] = $4 }
+    END { for (r = 1; ("round=" r) in o; r++) printf "%s%.2f", (r > 1 ? " " : ""), w["round=" r] / o["round=" r] }' "$rows_cost")
+  echo "| $p | $rw | $rl | $cw | $cl | $ratio | $per_round |"
 done
-[ -n "$tcpvs_note" ] && echo "| tcpvs | $tcpvs_note | | | | |"
+[ -n "$tcpvs_note" ] && echo "| tcpvs | $tcpvs_note | | | | | |"
 echo
 echo "Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
