@@ -215,20 +215,21 @@ run_accuracy() {
   # requests sent in one second of the run ÷ the offered rate. A limiter can only be judged on a
   # load that reached it at a constant rate: when CPU 0 or 1 stalls (a compiler of another job),
   # h2load sends its backlog at once after the stall, and a bucket rightly admits only its burst of
-  # it, so such a run is marked steady=no and run again.
+  # it, so such a run is marked steady=no and run again. max_ms, the slowest answer, shows a stall
+  # of the proxy itself (then the bucket loses what would have come in the stall beyond its burst).
   # cpu_us_per_answer: the proxy's CPU over the run ÷ every answer it gave (admitted or refused).
   sort -n "$log" | awk -v r="$RATE" -v dur="$DUR" -v skip="$SKIP" -v name="$name" -v m="$mult" -v round="$round" \
     -v ticks=$((t1 - t0)) -v hz="$hz" -v total="$(wc -l < "$log")" '
     NR == 1 { t0 = $1 }
     { rel = ($1 - t0) / 1e6; if (rel >= dur) next
-      sent[int(rel)]++
+      sent[int(rel)]++; if ($3 > maxlat) maxlat = $3
       all++; if ($2 == 200) adm++; else if ($2 == 429 || $2 == 503) ref++; else other++
       if (rel >= skip) { sall++; if ($2 == 200) sadm++ } }
     END { w = dur - skip; lo = 1e18; hi = 0
       for (b = 0; b < dur; b++) { c = sent[b] + 0; if (c < lo) lo = c; if (c > hi) hi = c }
       lo /= r * m; hi /= r * m
-      printf "round=%d target=%s load=%dx offered_per_s=%.0f admitted_per_s=%.1f steady_ratio=%.3f whole_ratio=%.3f answers=%d admitted=%d refused=%d other=%d sent_min=%.2f sent_max=%.2f cpu_us_per_answer=%.2f steady=%s\n",
-        round, name, m, sall / w, sadm / w, sadm / w / r, adm / dur / r, all, adm, ref, other, lo, hi,
+      printf "round=%d target=%s load=%dx offered_per_s=%.0f admitted_per_s=%.1f steady_ratio=%.3f whole_ratio=%.3f answers=%d admitted=%d refused=%d other=%d sent_min=%.2f sent_max=%.2f max_ms=%.1f cpu_us_per_answer=%.2f steady=%s\n",
+        round, name, m, sall / w, sadm / w, sadm / w / r, adm / dur / r, all, adm, ref, other, lo, hi, maxlat / 1000,
         (total > 0 ? ticks * 1e6 / hz / total : 0),
         (lo >= 0.9 && hi <= 1.1 && other == 0) ? "yes" : "no" }'
 }
@@ -255,7 +256,13 @@ rows_cost="$D/rows-cost"
 : > "$rows_cost"
 [ "${COST_RUNS:-1}" = 0 ] && COST_ROUNDS=0
 for round in $(seq "$COST_ROUNDS"); do
-  for t in "${COST[@]}"; do
+  # Odd rounds run the targets in order, even rounds backwards: "with" is not always the one that
+  # follows "without" (a machine whose other load changes from run to run favours one place).
+  order=("${COST[@]}")
+  if [ $((round % 2)) -eq 0 ]; then
+    order=(); for ((i = ${#COST[@]} - 1; i >= 0; i--)); do order+=("${COST[i]}"); done
+  fi
+  for t in "${order[@]}"; do
     IFS='=' read -r name addr pid <<<"$t"
     # A refused or failed request costs less than a served one, and a stall of the machine shows as
     # socket timeouts: such a run is done again, at most twice.
@@ -318,7 +325,9 @@ done
 [ -n "$tcpvs_note" ] && echo "| tcpvs | $tcpvs_note | | | | | |"
 echo
 echo "CPU µs per request (proxy user+system ÷ requests), wrk -t1 -c$CONNS ${COST_DUR}s /small.html keep-alive,"
-echo "medians of $COST_ROUNDS rounds, targets in turn; \"with\" = the same limit at $HUGE req/s (never refuses)."
+echo "medians of $COST_ROUNDS rounds, targets in turn (backwards in even rounds); \"with\" = the same limit at $HUGE"
+echo "req/s (never refuses; nginx's with burst 100000, its millisecond clock refusing a burst of one event loop"
+echo "turn otherwise). Per-round ratios: each round's with ÷ without."
 echo
 echo "| proxy | req/s without | req/s with | µs/req without | µs/req with | with ÷ without | per-round ratios |"
 echo "|---|---:|---:|---:|---:|---:|---|"
