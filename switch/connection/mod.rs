@@ -39,7 +39,7 @@ use crate::shared::Shared;
 use crate::socket::Socket;
 use crate::state::generation::{Generation, Service};
 use crate::state::stats;
-use crate::stream::{write_all, Io, Limit};
+use crate::stream::{read_some, write_all, Io, Limit};
 use crate::timeouts::Slot;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -218,14 +218,16 @@ impl Connection {
 
     /// A connection over `max_conns_per_source`: 503 and closed. A TLS client gets no
     /// plain-text answer it could not read: the connection is closed, as at `max_clients`.
-    /// At once, since the refused connection holds a client slot meanwhile (an address opening
+    /// Quickly, since the refused connection holds a client slot meanwhile (an address opening
     /// hundreds a second must not fill `max_clients` with them; lingering 2 s, then 200 ms,
     /// let one address do it): what the client sent already (`TCP_DEFER_ACCEPT` hands a
-    /// connection over with its first bytes) is dropped without waiting, so that the close
-    /// does not reset the answer away, and the answer leaves with the FIN if the socket takes
-    /// it at once. A client that sends its request later may see a reset instead.
+    /// connection over with its first bytes) is dropped without waiting, and the answer leaves
+    /// with the FIN. Only a client that has sent nothing yet (`defer_accept = false`) is waited
+    /// for, briefly, so that its request arriving after the close does not reset the answer
+    /// away.
     async fn refuse_source(&mut self) {
         const SEND: Duration = Duration::from_millis(20);
+        const FIRST_BYTES: Duration = Duration::from_millis(200);
         let service = &self.generation.services[self.service];
         stats::bump(&service.stats.source_refused);
         tracing::debug!(client = %self.peer, service = %service.name, "max_conns_per_source reached; refused");
@@ -241,12 +243,20 @@ impl Connection {
             true,
         );
         let mut scratch = IoBuf::with_capacity(4096);
-        while matches!(self.client.try_recv(scratch.spare()), Ok(n) if n > 0) {}
+        let mut received = false;
+        while let Ok(n @ 1..) = self.client.try_recv(scratch.spare()) {
+            received |= n > 0;
+        }
         if write_all(&self.client, &out, Limit::Idle(SEND))
             .await
-            .is_ok()
+            .is_err()
         {
-            let _ = self.client.shutdown_write().await;
+            return;
+        }
+        let _ = self.client.shutdown_write().await;
+        if !received {
+            let limit = Limit::Until(Instant::now() + FIRST_BYTES);
+            let _ = read_some(&self.client, &mut scratch, limit).await;
         }
     }
 
