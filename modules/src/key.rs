@@ -189,7 +189,15 @@ fn host_hash(host: &[u8]) -> u64 {
 /// `a=1; b=2`).
 pub fn cookie_value<'a>(request: &RequestView<'a>, name: &str) -> Option<&'a [u8]> {
     let field = request.headers.header("cookie")?;
-    field.split(|&b| b == b';').find_map(|pair| {
+    cookies_named(field, name).next()
+}
+
+/// The value of every cookie `name` in one Cookie field's value (`a=1; b=2; a=3`), in order.
+pub fn cookies_named<'a, 'n>(
+    field: &'a [u8],
+    name: &'n str,
+) -> impl Iterator<Item = &'a [u8]> + use<'a, 'n> {
+    field.split(|&b| b == b';').filter_map(move |pair| {
         let pair = trim(pair);
         let eq = pair.iter().position(|&b| b == b'=')?;
         (trim(&pair[..eq]) == name.as_bytes()).then(|| trim(&pair[eq + 1..]))

@@ -103,7 +103,7 @@ impl Connection {
             sni: sni.as_deref(),
         };
         // No HTTP request: the rules and the module see an empty head and the server name.
-        let routed = route(&cx, (head, inbuf.filled())).and_then(|m| m.action.pool());
+        let routed = route(&cx, (head, inbuf.filled()), None).and_then(|m| m.action.pool());
         let Some(pool_index) = routed else {
             tracing::debug!(client = %cx.peer, sni = ?cx.sni, "TLS passthrough: no pool for this server name; closed");
             stats::bump(&cx.service.stats.local_errors);

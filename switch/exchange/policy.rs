@@ -6,7 +6,7 @@
 use super::account::Outcome;
 use super::client::ClientSide;
 use super::{Buffers, Context};
-use crate::http::fields::{trim_ows, FieldRole};
+use crate::http::fields::FieldRole;
 use crate::http::status::Answer;
 use crate::http::RequestHead;
 use crate::policy::headers::same_name;
@@ -18,6 +18,7 @@ use crate::rules::Matched;
 use crate::state::stats;
 use std::net::IpAddr;
 use std::time::Duration;
+use tcpvs_modules::key::cookies_named;
 
 /// What the rule leaves to the exchange.
 pub(super) enum Step<'a> {
@@ -186,16 +187,10 @@ fn cookie_values<'b>(
     head.fields
         .iter()
         .filter(|f| f.name.get(buf).eq_ignore_ascii_case(b"cookie"))
-        .flat_map(move |f| f.value.get(buf).split(|&b| b == b';'))
-        .filter_map(move |crumb| {
-            let (key, value) = crumb.split_at(crumb.iter().position(|&b| b == b'=')?);
-            (trim_ows(key) == name.as_bytes()).then(|| {
-                let value = trim_ows(&value[1..]);
-                match value {
-                    [b'"', inner @ .., b'"'] => inner,
-                    _ => value,
-                }
-            })
+        .flat_map(move |f| cookies_named(f.value.get(buf), name))
+        .map(|value| match value {
+            [b'"', inner @ .., b'"'] => inner,
+            _ => value,
         })
 }
 

@@ -20,24 +20,22 @@ pub(crate) fn admit<'a>(
         // X-Forwarded-For and framing checks (design.md, "Decided"): only by choice.
         return Err((405, "CONNECT is not allowed on this service"));
     }
-    let headers = head.lookup(buf);
-    let mut view = request_view(cx, head, buf, &headers);
-    view.path = path;
-    let sni = cx.sni.map(str::as_bytes);
-    cx.service
-        .rules
-        .route(&view, sni)
-        .ok_or((503, "no pool for this request"))
+    route(cx, (head, buf), Some(path)).ok_or((503, "no pool for this request"))
 }
 
-/// The rule for the request, by the service's rules (a passthrough connection has no head:
-/// its `sni` and `source` rules see the server name and the client).
+/// The rule for the request, by the service's rules, on `path` instead of the head's when
+/// given (a passthrough connection has no head: its `sni` and `source` rules see the server
+/// name and the client).
 pub(crate) fn route<'a>(
     cx: &Context<'a>,
     (head, buf): (&RequestHead, &[u8]),
+    path: Option<&[u8]>,
 ) -> Option<Matched<'a>> {
     let headers = head.lookup(buf);
-    let view = request_view(cx, head, buf, &headers);
+    let mut view = request_view(cx, head, buf, &headers);
+    if let Some(path) = path {
+        view.path = path;
+    }
     let sni = cx.sni.map(str::as_bytes);
     cx.service.rules.route(&view, sni)
 }

@@ -52,10 +52,3 @@ pub struct Edits {
     /// An index into the generation's limits.
     pub limit: Option<usize>,
 }
-
-impl Edits {
-    /// Whether the path regex must be run for its captures.
-    pub fn uses_groups(&self) -> bool {
-        self.path.as_ref().is_some_and(PathEdit::uses_groups)
-    }
-}

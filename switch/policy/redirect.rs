@@ -6,6 +6,7 @@
 //! The query goes on unless the new path carries one of its own.
 
 use super::template::Template;
+use crate::http::host::host_without_port;
 
 /// The redirect statuses a rule may answer with.
 pub const CODES: &[u16] = &[301, 302, 303, 307, 308];
@@ -121,29 +122,15 @@ impl Redirect {
     }
 }
 
-/// Host and port of an authority (`[::1]:8080`, `example.org:81`, `example.org`).
+/// Host and port of an authority (`[::1]:8080`, `example.org:81`, `example.org`), by the
+/// host syntax requests are read with (http/host.rs); `None`s for one that is not well formed.
 fn split_authority(authority: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
-    if authority.is_empty() {
-        return (None, None);
-    }
-    if authority.starts_with(b"[") {
-        return match authority.iter().position(|&b| b == b']') {
-            Some(end) => {
-                let port = authority[end + 1..].strip_prefix(b":");
-                (Some(&authority[..=end]), port.filter(|p| !p.is_empty()))
-            }
-            None => (Some(authority), None),
-        };
-    }
-    match authority.iter().rposition(|&b| b == b':') {
-        Some(colon) => {
-            let port = &authority[colon + 1..];
-            (
-                Some(&authority[..colon]),
-                (!port.is_empty()).then_some(port),
-            )
+    match host_without_port(authority) {
+        Some(host) if !host.is_empty() => {
+            let port = authority[host.len()..].strip_prefix(b":");
+            (Some(host), port.filter(|p| !p.is_empty()))
         }
-        None => (Some(authority), None),
+        _ => (None, None),
     }
 }
 

@@ -41,7 +41,8 @@ impl SourceConns {
     }
 
     /// Connections open now from `address`.
-    pub fn open_from(&self, address: IpAddr) -> u32 {
+    #[cfg(test)]
+    fn open_from(&self, address: IpAddr) -> u32 {
         let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         open.get(&address.to_canonical()).copied().unwrap_or(0)
     }

@@ -106,13 +106,11 @@ impl Builder {
         let limits = specs
             .into_iter()
             .map(|spec| {
-                if let Some(old) = current.limit(&spec.name) {
-                    if *old.spec() == spec {
-                        return Arc::clone(old);
-                    }
-                    if let Some(kept) = old.carry_over(spec.clone()) {
-                        return Arc::new(kept);
-                    }
+                let kept = current
+                    .limit(&spec.name)
+                    .and_then(|old| old.carry_over(spec.clone()));
+                if let Some(kept) = kept {
+                    return Arc::new(kept);
                 }
                 let limiter = Arc::new(Limiter::new(spec));
                 fresh.push(Arc::clone(&limiter));

@@ -156,27 +156,17 @@ impl<'c> ClientSide for H1Client<'c> {
     }
 
     async fn respond_locally(&mut self, out: &mut Vec<u8>, status: u16, why: &str) -> (u64, bool) {
-        // The client may go on only if no unread request body is left on the connection.
-        let head = &*self.head;
-        let keep = head.keep_alive && !head.has_body() && !self.sink.timer.stopping();
-        *self.unread_input |= head.has_body();
-        out.clear();
-        let connection = client_connection(head.version, keep);
-        write_error(out, status, why, connection, !head.is_head);
-        let sent = write_all(self.body.stream, out, Limit::Idle(self.sink.idle)).await;
-        (out.len() as u64, keep && sent.is_ok())
+        self.send_own(out, |out, connection, with_body| {
+            write_error(out, status, why, connection, with_body)
+        })
+        .await
     }
 
     async fn answer(&mut self, out: &mut Vec<u8>, answer: &Answer<'_>) -> (u64, bool) {
-        // As an error: the client goes on only if no unread request body is left.
-        let head = &*self.head;
-        let keep = head.keep_alive && !head.has_body() && !self.sink.timer.stopping();
-        *self.unread_input |= head.has_body();
-        out.clear();
-        let connection = client_connection(head.version, keep);
-        write_answer(out, answer, connection, !head.is_head);
-        let sent = write_all(self.body.stream, out, Limit::Idle(self.sink.idle)).await;
-        (out.len() as u64, keep && sent.is_ok())
+        self.send_own(out, |out, connection, with_body| {
+            write_answer(out, answer, connection, with_body)
+        })
+        .await
     }
 
     async fn tunnel(
@@ -222,6 +212,26 @@ impl<'c> ClientSide for H1Client<'c> {
 
     fn held_for_close(&mut self, held: bool) {
         *self.response_corked = held;
+    }
+}
+
+impl H1Client<'_> {
+    /// Sends an answer of the switch's own, written into `out` by `write` (given the
+    /// Connection treatment and whether a body goes with it). The client may go on only if
+    /// no unread request body is left on the connection. Returns the bytes sent and whether
+    /// the client may send another request.
+    async fn send_own(
+        &mut self,
+        out: &mut Vec<u8>,
+        write: impl FnOnce(&mut Vec<u8>, ClientConnection, bool),
+    ) -> (u64, bool) {
+        let head = &*self.head;
+        let keep = head.keep_alive && !head.has_body() && !self.sink.timer.stopping();
+        *self.unread_input |= head.has_body();
+        out.clear();
+        write(out, client_connection(head.version, keep), !head.is_head);
+        let sent = write_all(self.body.stream, out, Limit::Idle(self.sink.idle)).await;
+        (out.len() as u64, keep && sent.is_ok())
     }
 }
 

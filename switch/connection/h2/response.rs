@@ -64,33 +64,7 @@ impl H2Sink {
     /// Answers with what a rule says (a redirect, `respond`, a limit's refusal); returns the
     /// body bytes sent.
     pub(super) async fn answer(&mut self, answer: &Answer<'_>, idle: Duration) -> u64 {
-        let mut head = Response::new(());
-        *head.status_mut() =
-            StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let fields = head.headers_mut();
-        for (name, value) in answer.fields {
-            append(fields, name, value);
-        }
-        let frames_content = !matches!(answer.status, 204 | 304);
-        if frames_content {
-            fields.insert(
-                http::header::CONTENT_LENGTH,
-                HeaderValue::from(answer.body.len()),
-            );
-        }
-        let no_body = self.is_head || !frames_content || answer.body.is_empty();
-        let Ok(mut send) = self.respond.send_response(head, no_body) else {
-            return 0;
-        };
-        if no_body {
-            return 0;
-        }
-        let body = Bytes::copy_from_slice(answer.body);
-        let n = body.len() as u64;
-        match send_data(&mut send, body, true, Limit::Idle(idle)).await {
-            Ok(()) => n,
-            Err(_) => 0,
-        }
+        send_answer(&mut self.respond, answer, self.is_head, idle).await
     }
 }
 
@@ -105,25 +79,48 @@ pub(super) async fn send_local(
 ) -> u64 {
     out.clear();
     write_error_body(out, status, why);
+    let fields: [(&[u8], &[u8]); 2] = [
+        (b"content-type", b"text/plain"),
+        (b"cache-control", b"no-store"),
+    ];
+    let answer = Answer {
+        status,
+        fields: &fields,
+        body: out,
+    };
+    send_answer(respond, &answer, is_head, idle).await
+}
+
+/// Sends `answer` on `respond`: its fields, `content-length`, and its body unless the request
+/// was HEAD or the status frames none (204, 304). Returns the body bytes sent.
+async fn send_answer(
+    respond: &mut SendResponse<Bytes>,
+    answer: &Answer<'_>,
+    is_head: bool,
+    idle: Duration,
+) -> u64 {
     let mut head = Response::new(());
-    *head.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    *head.status_mut() =
+        StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let fields = head.headers_mut();
-    fields.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain"),
-    );
-    fields.insert(http::header::CONTENT_LENGTH, HeaderValue::from(out.len()));
-    fields.insert(
-        http::header::CACHE_CONTROL,
-        HeaderValue::from_static("no-store"),
-    );
-    let Ok(mut send) = respond.send_response(head, is_head) else {
+    for (name, value) in answer.fields {
+        append(fields, name, value);
+    }
+    let frames_content = !matches!(answer.status, 204 | 304);
+    if frames_content {
+        fields.insert(
+            http::header::CONTENT_LENGTH,
+            HeaderValue::from(answer.body.len()),
+        );
+    }
+    let no_body = is_head || !frames_content || answer.body.is_empty();
+    let Ok(mut send) = respond.send_response(head, no_body) else {
         return 0;
     };
-    if is_head {
+    if no_body {
         return 0;
     }
-    let body = Bytes::copy_from_slice(out);
+    let body = Bytes::copy_from_slice(answer.body);
     let n = body.len() as u64;
     match send_data(&mut send, body, true, Limit::Idle(idle)).await {
         Ok(()) => n,
