@@ -131,15 +131,33 @@ fn check_limit(
     }
 }
 
-/// The stricter verdict of every key in `keys`, each checked by `check`; none: not limited.
+/// The most values of its key one request may carry: servers differ on which they read, so
+/// each distinct one is counted; past this many the request is refused as limited (a Cookie
+/// field of 3000 crumbs would otherwise count 3000 times and churn the whole key table).
+const MOST_KEY_VALUES: usize = 8;
+
+/// The stricter verdict of the distinct keys in `keys`, each checked by `check`; none: not
+/// limited. A value repeated counts once.
 fn check_each<'k>(
     limiter: &Limiter,
     keys: impl IntoIterator<Item = &'k [u8]>,
     now: u64,
     check: fn(&Limiter, &[u8], u64) -> Decision,
 ) -> Decision {
-    let verdict = keys
-        .into_iter()
+    let mut distinct: [&[u8]; MOST_KEY_VALUES] = [&[]; MOST_KEY_VALUES];
+    let mut count = 0;
+    for key in keys {
+        if distinct[..count].contains(&key) {
+            continue;
+        }
+        if count == MOST_KEY_VALUES {
+            return limiter.refuse_outright();
+        }
+        distinct[count] = key;
+        count += 1;
+    }
+    let verdict = distinct[..count]
+        .iter()
         .map(|key| check(limiter, key, now))
         .reduce(stricter);
     verdict.unwrap_or_else(|| {
@@ -341,6 +359,46 @@ mod tests {
         let values: Vec<&[u8]> = cookie_values(&head, &buf, "session").collect();
         assert_eq!(values, [&b"junk"[..], &b"real"[..]]);
         assert_eq!(cookie_values(&head, &buf, "none").count(), 0);
+    }
+
+    #[test]
+    fn a_value_repeated_counts_once_and_too_many_are_refused() {
+        use crate::policy::limit::{LimitSpec, Rate};
+        let limiter = Limiter::new(LimitSpec {
+            name: "api".into(),
+            key: LimitKey::Header("X-Api-Key".into()),
+            rate: Rate {
+                count: 1,
+                per: Duration::from_secs(60),
+            },
+            burst: 5,
+            status: 429,
+            dry_run: false,
+            max_keys: 100,
+            store: None,
+        });
+        let now = 1_000_000;
+        let dup: [&[u8]; 5] = [b"dup"; 5];
+        assert_eq!(
+            check_each(&limiter, dup, now, check_value),
+            Decision::Allowed
+        );
+        assert_eq!(
+            (limiter.allowed(), limiter.limited(), limiter.keys()),
+            (1, 0, 1)
+        );
+        let many: Vec<Vec<u8>> = (0..9).map(|i| vec![b'k', i]).collect();
+        let verdict = check_each(&limiter, many.iter().map(Vec::as_slice), now, check_value);
+        assert!(matches!(verdict, Decision::Limited { .. }), "{verdict:?}");
+        assert_eq!(
+            (limiter.allowed(), limiter.limited(), limiter.keys()),
+            (1, 1, 1)
+        );
+        let eight = many.iter().take(8).map(Vec::as_slice);
+        assert_eq!(
+            check_each(&limiter, eight, now, check_value),
+            Decision::Allowed
+        );
     }
 
     #[test]

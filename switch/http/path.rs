@@ -3,9 +3,12 @@
 //! nearly every server, which would otherwise route around a `source` allow-list or a limit).
 //!
 //! The normal form: percent-encoded unreserved characters decoded (RFC 3986 section 6.2.2.2:
-//! letters, digits, `-`, `.`, `_`, `~`; a reserved one like `%2F` stays encoded, as it means
-//! something else than `/`), then dot segments removed (section 5.2.4) and runs of `/`
-//! merged into one (as nginx's `merge_slashes` does). Case is kept: paths are case-sensitive.
+//! letters, digits, `-`, `.`, `_`, `~`), and `%2F`, `\` and `%5C` taken as `/` (RFC 3986 says
+//! `%2F` is not `/`, but nginx decodes it before it resolves `..`, and IIS reads `\` as `/`:
+//! a second attack round reached nginx's `/admin` with `/x/..%2Fadmin`); a segment's
+//! parameters dropped (`/x/..;a=1/admin`: Tomcat and Spring read `..;` as `..`); then dot
+//! segments removed (section 5.2.4) and runs of `/` merged into one (as nginx's
+//! `merge_slashes` does). Case is kept: paths are case-sensitive.
 //! Only rules see it (conditions, `$N`, `strip_prefix`, a redirect's path, a limit's `path`
 //! key): the server gets the path as the client sent it unless a rule rewrites it, and the
 //! access log shows it as sent.
@@ -13,9 +16,10 @@
 /// Whether `path` may differ from its normal form: without `%`, `//` and `/.` it is normal
 /// already (the common case: one pass over the bytes, nothing written).
 pub fn may_need_normalizing(path: &[u8]) -> bool {
-    path.windows(2)
-        .any(|w| w[0] == b'%' || (w[0] == b'/' && (w[1] == b'/' || w[1] == b'.')))
-        || path.last() == Some(&b'%')
+    path.iter().any(|&b| matches!(b, b'%' | b'\\' | b';'))
+        || path
+            .windows(2)
+            .any(|w| w[0] == b'/' && (w[1] == b'/' || w[1] == b'.'))
 }
 
 /// The normal form of `path` in `out` (cleared first), when it differs from `path`.
@@ -30,20 +34,21 @@ pub fn normalize<'o>(path: &[u8], out: &'o mut Vec<u8>) -> Option<&'o [u8]> {
     (out[..] != *path).then_some(&out[..])
 }
 
-/// `%XX` of an unreserved character becomes the character; every other byte stays.
+/// `%XX` of an unreserved character becomes the character, `%2F`, `%5C` and `\\` become `/`;
+/// every other byte stays.
 fn decode_unreserved(path: &[u8], out: &mut Vec<u8>) {
     let mut i = 0;
     while i < path.len() {
         if path[i] == b'%' {
             if let Some(byte) = path.get(i + 1..i + 3).and_then(hex_byte) {
-                if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
-                    out.push(byte);
+                if byte.is_ascii_alphanumeric() || b"-._~/\\".contains(&byte) {
+                    out.push(if byte == b'\\' { b'/' } else { byte });
                     i += 3;
                     continue;
                 }
             }
         }
-        out.push(path[i]);
+        out.push(if path[i] == b'\\' { b'/' } else { path[i] });
         i += 1;
     }
 }
@@ -61,6 +66,11 @@ fn remove_dot_segments(path: &[u8], out: &mut Vec<u8>) {
     let ends_with_slash = matches!(segments.last(), Some(&(b"" | b"." | b"..")));
     let mut kept: Vec<&[u8]> = Vec::with_capacity(segments.len());
     for segment in segments {
+        // `..;a=1` is `..` to servers that drop a segment's parameters.
+        let segment = match segment.iter().position(|&b| b == b';') {
+            Some(semicolon) => &segment[..semicolon],
+            None => segment,
+        };
         match segment {
             b"" | b"." => {}
             b".." => {
@@ -102,6 +112,13 @@ mod tests {
             "/x/%2E%2e/admin",
             "/../admin",
             "/a/b/../../admin",
+            "/x/..%2Fadmin",
+            "/%2Fadmin",
+            "/x/%2e%2e%2fadmin",
+            "/x/..;/admin",
+            "/;/admin",
+            "/x/..\\admin",
+            "/x/..%5Cadmin",
         ] {
             assert_eq!(normal(path), "/admin", "{path}");
         }
@@ -116,11 +133,13 @@ mod tests {
         assert_eq!(normal("/"), "/");
         assert_eq!(normal("//"), "/");
         assert_eq!(normal("/.."), "/");
+        assert_eq!(normal("/a%2Fb"), "/a/b", "as nginx decodes it");
         assert_eq!(
-            normal("/a%2Fb"),
-            "/a%2Fb",
+            normal("/a%3Fb"),
+            "/a%3Fb",
             "a reserved character stays encoded"
         );
+        assert_eq!(normal("/a.jsp;jsessionid=1"), "/a.jsp");
         assert_eq!(normal("/a%20b"), "/a%20b");
         assert_eq!(normal("/a%zzb%"), "/a%zzb%");
         assert_eq!(normal("/ADMIN"), "/ADMIN");

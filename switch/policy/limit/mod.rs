@@ -281,6 +281,13 @@ impl Limiter {
         self.shared.lock().counts.allowed += 1;
     }
 
+    /// A request refused without a key looked at (it carried too many values of its key):
+    /// counted as limited (under `dry_run`, allowed too), to come back after one interval.
+    pub fn refuse_outright(&self) -> Decision {
+        let wait = self.shared.gcra.interval();
+        count(&mut self.shared.lock().counts, Err(wait), self.spec.dry_run)
+    }
+
     /// Requests let through (under `dry_run`: every request).
     pub fn allowed(&self) -> u64 {
         self.shared.lock().counts.allowed
