@@ -5,10 +5,10 @@
 //! The normal form: percent-encoded unreserved characters decoded (RFC 3986 section 6.2.2.2:
 //! letters, digits, `-`, `.`, `_`, `~`), and `%2F`, `\` and `%5C` taken as `/` (RFC 3986 says
 //! `%2F` is not `/`, but nginx decodes it before it resolves `..`, and IIS reads `\` as `/`:
-//! a second attack round reached nginx's `/admin` with `/x/..%2Fadmin`); a segment's
-//! parameters dropped (`/x/..;a=1/admin`: Tomcat and Spring read `..;` as `..`); then dot
-//! segments removed (section 5.2.4) and runs of `/` merged into one (as nginx's
-//! `merge_slashes` does). Case is kept: paths are case-sensitive.
+//! a second attack round reached nginx's `/admin` with `/x/..%2Fadmin`); then dot segments
+//! removed (section 5.2.4) and runs of `/` merged into one (as nginx's `merge_slashes` does).
+//! Case is kept: paths are case-sensitive. A `;` stays: rules match it (KTCPVS patterns do),
+//! so Tomcat's reading of `..;` as `..` is not followed.
 //! Only rules see it (conditions, `$N`, `strip_prefix`, a redirect's path, a limit's `path`
 //! key): the server gets the path as the client sent it unless a rule rewrites it, and the
 //! access log shows it as sent.
@@ -16,7 +16,7 @@
 /// Whether `path` may differ from its normal form: without `%`, `//` and `/.` it is normal
 /// already (the common case: one pass over the bytes, nothing written).
 pub fn may_need_normalizing(path: &[u8]) -> bool {
-    path.iter().any(|&b| matches!(b, b'%' | b'\\' | b';'))
+    path.iter().any(|&b| matches!(b, b'%' | b'\\'))
         || path
             .windows(2)
             .any(|w| w[0] == b'/' && (w[1] == b'/' || w[1] == b'.'))
@@ -66,11 +66,6 @@ fn remove_dot_segments(path: &[u8], out: &mut Vec<u8>) {
     let ends_with_slash = matches!(segments.last(), Some(&(b"" | b"." | b"..")));
     let mut kept: Vec<&[u8]> = Vec::with_capacity(segments.len());
     for segment in segments {
-        // `..;a=1` is `..` to servers that drop a segment's parameters.
-        let segment = match segment.iter().position(|&b| b == b';') {
-            Some(semicolon) => &segment[..semicolon],
-            None => segment,
-        };
         match segment {
             b"" | b"." => {}
             b".." => {
@@ -115,8 +110,6 @@ mod tests {
             "/x/..%2Fadmin",
             "/%2Fadmin",
             "/x/%2e%2e%2fadmin",
-            "/x/..;/admin",
-            "/;/admin",
             "/x/..\\admin",
             "/x/..%5Cadmin",
         ] {
@@ -139,7 +132,7 @@ mod tests {
             "/a%3Fb",
             "a reserved character stays encoded"
         );
-        assert_eq!(normal("/a.jsp;jsessionid=1"), "/a.jsp");
+        assert_eq!(normal("/a.jsp;jsessionid=1"), "/a.jsp;jsessionid=1");
         assert_eq!(normal("/a%20b"), "/a%20b");
         assert_eq!(normal("/a%zzb%"), "/a%zzb%");
         assert_eq!(normal("/ADMIN"), "/ADMIN");
