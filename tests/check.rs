@@ -750,6 +750,14 @@ pool = "d"
 path = "^/e"
 pool = "e"
 
+[[virtual.web.rule]]
+path = "^/f"
+pool = "f"
+
+[[virtual.web.rule]]
+path = "^/g"
+pool = "g"
+
 [pool.a]
 scheduler = "lard"
 t_hihg = 80
@@ -773,6 +781,17 @@ servers = [{ addr = "127.0.0.1:9001" }]
 scheduler = "cookie"
 inner = "wcl"
 servers = [{ addr = "127.0.0.1:9001" }]
+
+[pool.f]
+scheduler = "lard-r"
+thresholds = "auto"
+t_low = 3
+servers = [{ addr = "127.0.0.1:9001" }]
+
+[pool.g]
+scheduler = "lard"
+thresholds = "adaptive"
+servers = [{ addr = "127.0.0.1:9001" }]
 "#;
     let c = check("options.toml", text);
     assert_eq!(c.code, 1, "{}", c.stdout);
@@ -783,6 +802,8 @@ servers = [{ addr = "127.0.0.1:9001" }]
         at(f, text, "\"lrad\"", 0, "unknown scheduler `lrad` (known: wlc, lc, rr, wrr, lard, lard-r, hash, source-hash, cookie): did you mean `lard`?"),
         at(f, text, "pattern = ", 0, "option `pattern` of scheduler `hash` is read only with key = \"regex\""),
         at(f, text, "inner", 0, "unknown inner scheduler `wcl`: did you mean `wlc`?"),
+        at(f, text, "t_low = 3", 0, "t_low and t_high are fixed thresholds, and thresholds = \"auto\" computes them from the pool's load: remove them, or set thresholds = \"fixed\""),
+        at(f, text, "thresholds = \"adaptive\"", 0, "thresholds = \"adaptive\" is not one of auto, fixed"),
     ];
     let got: Vec<&str> = c.stderr.lines().collect();
     assert_eq!(got, expected, "\n{}", c.stderr);

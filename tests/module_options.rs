@@ -2,12 +2,13 @@
 //! changes where requests go, as seen by real backends answering with `X-Served-By`. Each test
 //! sets an option to a value other than its default and observes a choice the default would
 //! not make, so a switch that ignored the option (its default used instead) fails it:
-//! `lard-r` `k`, `group` of `key = "regex"`, cookie `inner`, `balance_factor`, `max_targets`,
+//! `lard-r` `k`, lard `thresholds`, `group` of `key = "regex"`, cookie `inner`, `balance_factor`, `max_targets`,
 //! `key = "source"` and `key = "host"`.
 //!
 //! Load is made with requests held by the backend's `/hold`; each step waits for the switch to
 //! count a request (or for the pool to be idle) before the next, so no verdict depends on
-//! timing, except `k`, whose property is time (margins of seconds).
+//! timing, except `k`, whose property is time (margins of seconds), and lard's `thresholds`,
+//! whose loads are averaged over 10 ms (100 ms between requests).
 
 mod common;
 
@@ -283,22 +284,68 @@ async fn balance_factor_0_never_spills() {
     );
 }
 
+// ---------------------------------------------------------------- lard thresholds
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lard_thresholds_auto_moves_a_hot_target_under_a_light_load_and_fixed_does_not() {
+    // One target held again and again on 3 servers, nothing else in flight. Auto (the
+    // default) calls its server overloaded once it carries more than 4 (the quiet floor)
+    // while the others are idle; the paper's fixed t_high = 65 is never reached here.
+    let auto = hold_same_key_slowly("scheduler = \"lard\"", 6).await;
+    assert!(
+        auto[..5].iter().all(|&s| s == auto[0]),
+        "up to 4 in flight the target stays: {auto:?}"
+    );
+    assert_ne!(auto[5], auto[0], "with 5 in flight it moves: {auto:?}");
+    let fixed = hold_same_key_slowly("scheduler = \"lard\"\nthresholds = \"fixed\"", 6).await;
+    assert!(
+        fixed.iter().all(|&s| s == fixed[0]),
+        "fixed thresholds (25, 65) keep it: {fixed:?}"
+    );
+}
+
+/// `hold_same_key` with 100 ms between requests: auto judges loads averaged over 10 ms, so
+/// each pick sees the requests held before it (within 0.01%), however fast the machine.
+async fn hold_same_key_slowly(scheduler_lines: &str, count: u32) -> Vec<SocketAddr> {
+    let servers = backends(3).await;
+    let refs: Vec<&Backend> = servers.iter().collect();
+    let switch = start_switch(&pool_rules(scheduler_lines, &refs), &[]).await;
+    let mut held = Vec::new();
+    let mut went = Vec::new();
+    for n in 0..count {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        went.push(hold_one_more(&switch, &servers, &mut held, n).await);
+    }
+    release_all(&switch, &servers, &mut held).await;
+    went
+}
+
 // ---------------------------------------------------------------- lard max_targets
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lard_forgets_the_least_recently_used_target_past_max_targets() {
     let servers = backends(2).await;
     let refs: Vec<&Backend> = servers.iter().collect();
+    // Fixed thresholds, so that loads of the moment decide: a server with more than 2 in
+    // flight is overloaded while the other has none; one with 1 is not below t_low.
     let switch = start_switch(
-        &pool_rules("scheduler = \"lard\"\nmax_targets = 8", &refs),
+        &pool_rules(
+            "scheduler = \"lard\"\nmax_targets = 8\nt_low = 1\nt_high = 2",
+            &refs,
+        ),
         &[],
     )
     .await;
     let addr = switch.local_addr("web").unwrap();
 
-    // One server busy with a held request: 16 new targets, one at a time, all go to the other.
+    // Three requests held on one server (`/hold` stays on its server up to t_high): it is
+    // overloaded, so 24 new targets, one at a time, all start on the other, whichever of the
+    // two their place on the ring names.
     let mut held = Vec::new();
     let busy = hold_one_more(&switch, &servers, &mut held, 0).await;
+    for n in 1..3 {
+        assert_eq!(hold_one_more(&switch, &servers, &mut held, n).await, busy);
+    }
     let free = servers
         .iter()
         .find(|b| b.addr != busy)
@@ -306,7 +353,7 @@ async fn lard_forgets_the_least_recently_used_target_past_max_targets() {
         .addr
         .to_string();
     let mut client = Client::connect(addr).await;
-    let targets: Vec<String> = (1..=16).map(|t| format!("/file/{t}.html")).collect();
+    let targets: Vec<String> = (1..=24).map(|t| format!("/file/{t}.html")).collect();
     for target in &targets {
         client
             .send(format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
@@ -315,31 +362,42 @@ async fn lard_forgets_the_least_recently_used_target_past_max_targets() {
         assert_eq!(
             response.served_by(),
             free,
-            "{target}: the least loaded server"
+            "{target}: away from the overloaded server"
         );
-        in_flight(&switch, 1).await;
+        in_flight(&switch, 3).await;
     }
     release_all(&switch, &servers, &mut held).await;
 
-    // Idle pool. The 8 targets used last are remembered: they stay where they were put.
-    for target in targets[8..].iter().rev() {
-        let request = format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n");
+    // One request held on the first server: neither overloaded nor below t_low, so nothing
+    // goes back to it and new targets may start there. `/hold` (forgotten, placed again)
+    // takes one of the 8 places, so the 7 targets used last are the ones remembered.
+    assert_eq!(hold_one_more(&switch, &servers, &mut held, 0).await, busy);
+    for target in targets[17..].iter().rev() {
+        client
+            .send(format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+            .await;
         assert_eq!(
-            get_idle(&switch, &mut client, &request).await,
+            client.response(false).await.served_by(),
             free,
             "{target} is remembered"
         );
+        in_flight(&switch, 1).await;
     }
-    // The 8 before them were forgotten (only 8 targets are kept): placed again as new targets
-    // of an idle pool, spread by their hash, so some land on the other server. Remembered,
-    // as the default max_targets would keep them, all would stay.
+    // The 16 first were forgotten (only 8 targets are kept): placed again as new targets, on
+    // their ring server, which is the busy one for about half of them (all 16 on the other
+    // one: 1 chance in 65536). Remembered, as the default max_targets would keep them, all
+    // would stay.
     let mut moved = Vec::new();
-    for target in targets[..8].iter().rev() {
-        let request = format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n");
-        if get_idle(&switch, &mut client, &request).await != free {
+    for target in targets[..16].iter().rev() {
+        client
+            .send(format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+            .await;
+        if client.response(false).await.served_by() != free {
             moved.push(target.clone());
         }
+        in_flight(&switch, 1).await;
     }
+    release_all(&switch, &servers, &mut held).await;
     assert!(
         !moved.is_empty(),
         "targets past max_targets are forgotten and placed again"

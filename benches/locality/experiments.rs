@@ -1,8 +1,9 @@
 //! The experiments of issue 15, each a list of runs over one workload and the same costs:
 //! `goals` (4 servers, working set 2.5 times one cache, every module and the all-hits
 //! ceiling), `fits` (the working set within one cache), `servers` (1 to 8 servers),
-//! `cache` (cache size against the working set), `switches` (two switches sharing the
-//! clients) and `quick` (lard against wlc in well under a minute, for the test).
+//! `cache` (cache size against the working set), `switches` (one, two and four switches
+//! sharing the clients), `sweep` (16 to 438 clients, the working set within one cache and 2.5
+//! caches: issue 27) and `quick` (lard against wlc in well under a minute, for the test).
 
 use super::costs::Costs;
 use super::run::{paper_clients, RunResult, RunSpec};
@@ -17,16 +18,18 @@ pub enum Experiment {
     Servers,
     Cache,
     Switches,
+    Sweep,
     Quick,
 }
 
 impl Experiment {
-    pub const ALL: [Experiment; 5] = [
+    pub const ALL: [Experiment; 6] = [
         Experiment::Goals,
         Experiment::Fits,
         Experiment::Servers,
         Experiment::Cache,
         Experiment::Switches,
+        Experiment::Sweep,
     ];
 
     pub fn name(self) -> &'static str {
@@ -36,6 +39,7 @@ impl Experiment {
             Experiment::Servers => "servers",
             Experiment::Cache => "cache",
             Experiment::Switches => "switches",
+            Experiment::Sweep => "sweep",
             Experiment::Quick => "quick",
         }
     }
@@ -61,10 +65,13 @@ pub struct Common {
     pub measure: Duration,
     /// Clients in every run; `None`: the paper's count for the run's servers.
     pub clients: Option<usize>,
-    /// LARD's thresholds (lard and lard-r), in requests in flight at a server.
-    pub t_low: u32,
-    pub t_high: u32,
+    /// LARD's fixed thresholds (lard and lard-r), `(t_low, t_high)` in requests in flight at
+    /// a server; `None`: the modules' defaults (`thresholds = "auto"`, nothing to tune).
+    pub fixed_thresholds: Option<(u32, u32)>,
 }
+
+/// The paper's thresholds, which size the paper's client count whatever the modules use.
+pub const PAPER_THRESHOLDS: (u32, u32) = (25, 65);
 
 /// The workload and settings of `--quick` (and of tests/locality.rs): 1000 objects, a short
 /// warm-up, 1.5 s to settle and 3 s measured per run, at twice the paper's costs.
@@ -79,23 +86,22 @@ pub fn quick() -> (Workload, Common) {
         settle: Duration::from_millis(1500),
         measure: Duration::from_secs(3),
         clients: None,
-        t_low: 25,
-        t_high: 65,
+        fixed_thresholds: None,
     };
     (workload, common)
 }
 
-/// The modules compared, with the options the rule file gives them.
-pub fn module(label: &str, t_low: u32, t_high: u32) -> Module {
+/// The modules compared, with the options the rule file gives them: the defaults, but for
+/// fixed LARD thresholds when asked for.
+pub fn module(label: &str, fixed_thresholds: Option<(u32, u32)>) -> Module {
+    let thresholds = |module: Module| match fixed_thresholds {
+        Some((t_low, t_high)) => module.with("t_low", t_low).with("t_high", t_high),
+        None => module,
+    };
     match label {
         "hash" => Module::plain("hash").with("balance_factor", 1.25),
-        "lard" => Module::plain("lard")
-            .with("t_low", t_low)
-            .with("t_high", t_high),
-        "lard-r" => Module::plain("lard-r")
-            .with("t_low", t_low)
-            .with("t_high", t_high)
-            .with("k", 20),
+        "lard" => thresholds(Module::plain("lard")),
+        "lard-r" => thresholds(Module::plain("lard-r")).with("k", 20),
         // The ceiling: every cache holds the whole catalogue, wlc spreads the load.
         "all-hits" => Module::plain("wlc"),
         other => Module::plain(match other {
@@ -106,9 +112,18 @@ pub fn module(label: &str, t_low: u32, t_high: u32) -> Module {
     }
 }
 
+/// The client counts of the sweep: from 4 requests in flight per server to twice the paper's
+/// 219 on 4 servers.
+pub const SWEEP_CLIENTS: [usize; 6] = [16, 32, 64, 128, 219, 438];
+
 pub const EVERY_MODULE: [&str; 6] = ["wrr", "wlc", "lard", "lard-r", "hash", "all-hits"];
 
 impl Common {
+    /// The thresholds that size the paper's client count: the fixed ones if given.
+    pub fn paper_thresholds(&self) -> (u32, u32) {
+        self.fixed_thresholds.unwrap_or(PAPER_THRESHOLDS)
+    }
+
     /// A run of `label` on `servers` servers whose caches each hold `cache_ratio` times the
     /// working set (the ceiling ignores the ratio).
     pub fn spec(&self, label: &str, servers: usize, cache_ratio: f64, switches: usize) -> RunSpec {
@@ -119,7 +134,7 @@ impl Common {
         };
         RunSpec {
             label: label.to_string(),
-            module: module(label, self.t_low, self.t_high),
+            module: module(label, self.fixed_thresholds),
             servers,
             cache_bytes,
             cache_ratio: if label == "all-hits" {
@@ -129,7 +144,7 @@ impl Common {
             },
             clients: self
                 .clients
-                .unwrap_or_else(|| paper_clients(servers, self.t_low, self.t_high)),
+                .unwrap_or_else(|| paper_clients(servers, self.paper_thresholds())),
             switches,
             workers: self.workers,
             costs: self.costs,
@@ -167,9 +182,25 @@ impl Common {
                 }
             }
             Experiment::Switches => {
-                for label in ["hash", "lard"] {
-                    for switches in [1, 2] {
+                for label in ["hash", "lard", "lard-r"] {
+                    for switches in [1, 2, 4] {
                         runs.push(self.spec(label, 4, 0.4, switches));
+                    }
+                }
+            }
+            Experiment::Sweep => {
+                // The ceiling is measured where the working set exceeds a cache; where it
+                // fits, wlc is at the ceiling (every cache holds everything).
+                for (ratio, labels) in [
+                    (1.0, &["wlc", "lard", "lard-r"][..]),
+                    (0.4, &["wlc", "lard", "lard-r", "all-hits"][..]),
+                ] {
+                    for clients in SWEEP_CLIENTS {
+                        for label in labels {
+                            let mut spec = self.spec(label, 4, ratio, 1);
+                            spec.clients = clients;
+                            runs.push(spec);
+                        }
                     }
                 }
             }

@@ -61,12 +61,13 @@ struct Args {
     /// Clients in every run (default: the paper's (n - 1) * 65 + 24 for n servers).
     #[arg(long)]
     clients: Option<usize>,
-    /// LARD's t_low (lard, lard-r), requests in flight at a server; also sizes the clients.
-    #[arg(long, default_value_t = 25)]
-    t_low: u32,
-    /// LARD's t_high.
-    #[arg(long, default_value_t = 65)]
-    t_high: u32,
+    /// Fixed LARD thresholds (lard, lard-r): t_low, in requests in flight at a server; also
+    /// sizes the paper's client count. Default: the modules' own (`thresholds = "auto"`).
+    #[arg(long)]
+    t_low: Option<u32>,
+    /// Fixed LARD thresholds: t_high (the other one, if not given, is the paper's).
+    #[arg(long)]
+    t_high: Option<u32>,
     /// Only the runs of these labels (wrr, wlc, lard, lard-r, hash, all-hits; repeatable).
     #[arg(long)]
     only: Vec<String>,
@@ -136,8 +137,13 @@ fn real_main(args: Args) -> Result<(), String> {
             settle: Duration::from_secs_f64(args.settle),
             measure: Duration::from_secs_f64(args.measure),
             clients: args.clients,
-            t_low: args.t_low,
-            t_high: args.t_high,
+            fixed_thresholds: match (args.t_low, args.t_high) {
+                (None, None) => None,
+                (low, high) => Some((
+                    low.unwrap_or(experiments::PAPER_THRESHOLDS.0),
+                    high.unwrap_or(experiments::PAPER_THRESHOLDS.1),
+                )),
+            },
         };
         (workload, common)
     };
@@ -187,8 +193,7 @@ fn real_main(args: Args) -> Result<(), String> {
         let _ = writeln!(
             text,
             "## Locality: {}\n\nCommand: `cargo bench --bench locality -- {}`\n\n\
-             Workload: {}; working set {:.1} MiB, catalogue {:.1} MiB. LARD thresholds t_low {}, \
-             t_high {}. Costs: the paper's \
+             Workload: {}; working set {:.1} MiB, catalogue {:.1} MiB. LARD thresholds: {}. Costs: the paper's \
              times {} (CPU {} µs + {} µs/KiB; disk {} ms + size at {:.1} MB/s + {} ms per {} KiB \
              past the first), {} switch worker(s), warm-up {} requests, settle {:.1} s, measure {:.1} s.\n",
             experiment.name(),
@@ -196,8 +201,10 @@ fn real_main(args: Args) -> Result<(), String> {
             workload.description,
             common.working_set as f64 / 1048576.0,
             common.catalogue as f64 / 1048576.0,
-            common.t_low,
-            common.t_high,
+            match common.fixed_thresholds {
+                Some((low, high)) => format!("fixed, t_low {low}, t_high {high}"),
+                None => "the default, auto".to_string(),
+            },
             common.costs.time_scale,
             common.costs.cpu_per_request.as_micros(),
             common.costs.cpu_per_kib.as_micros(),

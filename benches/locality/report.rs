@@ -1,7 +1,7 @@
 //! What a run of the harness leaves: a Markdown table per experiment and, for the sweeps, SVG
 //! plots (throughput against servers per module; hit rate against cache size).
 
-use super::experiments::{find, Experiment};
+use super::experiments::{find, Experiment, SWEEP_CLIENTS};
 use super::run::{RunResult, RunSpec};
 use plotters::prelude::*;
 use std::fmt::Write as _;
@@ -19,6 +19,7 @@ pub fn table(results: &[RunResult]) -> String {
             results.iter().find(|p| {
                 p.spec.label == label
                     && p.spec.servers == r.spec.servers
+                    && p.spec.clients == r.spec.clients
                     && p.spec.switches == 1
                     && (label == "all-hits" || p.spec.cache_bytes == r.spec.cache_bytes)
             })
@@ -120,9 +121,117 @@ pub fn goals(experiment: Experiment, results: &[RunResult]) -> String {
                 );
             }
         }
+        Experiment::Sweep => sweep_goals(&mut out, results),
+        Experiment::Switches => {
+            for label in ["lard", "lard-r", "hash"] {
+                let (Some(one), Some(four)) = (find(results, label, 1), find(results, label, 4))
+                else {
+                    continue;
+                };
+                line(
+                    &mut out,
+                    &format!("{label}, 4 switches: copies per cached object"),
+                    four.copies_per_object,
+                    "<= 1.2",
+                    four.copies_per_object <= 1.2,
+                );
+                let points = (four.hit_rate - one.hit_rate) * 100.0;
+                line(
+                    &mut out,
+                    &format!("{label}, 4 switches: hits against 1 switch, points"),
+                    points,
+                    ">= -1",
+                    points >= -1.0,
+                );
+            }
+        }
         _ => {}
     }
     out
+}
+
+/// The run of `label` with `clients` clients and caches of `ratio` times the working set
+/// (the ceiling's ratio is ignored), one switch.
+fn sweep_point<'r>(
+    results: &'r [RunResult],
+    label: &str,
+    ratio: f64,
+    clients: usize,
+) -> Option<&'r RunResult> {
+    results.iter().find(|r| {
+        r.spec.label == label
+            && r.spec.clients == clients
+            && r.spec.switches == 1
+            && (label == "all-hits" || (r.spec.cache_ratio - ratio).abs() < 1e-6)
+    })
+}
+
+/// Issue 27's goals over the sweep, one line per load.
+fn sweep_goals(out: &mut String, results: &[RunResult]) {
+    let mut line = |what: String, value: f64, goal: &str, met: bool| {
+        let _ = writeln!(
+            out,
+            "- {what}: {value:.2} (goal {goal}): {}",
+            if met { "met" } else { "NOT met" }
+        );
+    };
+    for clients in SWEEP_CLIENTS {
+        let at = |label: &str, ratio: f64| sweep_point(results, label, ratio, clients);
+        if let (Some(lard), Some(wlc)) = (at("lard", 1.0), at("wlc", 1.0)) {
+            let x = lard.requests_per_s / wlc.requests_per_s;
+            line(
+                format!("{clients} clients, working set within one cache: lard / wlc"),
+                x,
+                ">= 0.98",
+                x >= 0.98,
+            );
+        }
+        if let (Some(lard), Some(wlc)) = (at("lard", 0.4), at("wlc", 0.4)) {
+            if clients == 219 {
+                let x = lard.requests_per_s / wlc.requests_per_s;
+                line(
+                    format!("{clients} clients, 2.5 caches: lard / wlc"),
+                    x,
+                    ">= 4",
+                    x >= 4.0,
+                );
+            }
+        }
+        if let (Some(lard), Some(ceiling)) = (at("lard", 0.4), at("all-hits", 0.4)) {
+            if clients >= 64 {
+                let x = lard.requests_per_s / ceiling.requests_per_s;
+                line(
+                    format!("{clients} clients, 2.5 caches: lard / all-hits"),
+                    x,
+                    ">= 0.95",
+                    x >= 0.95,
+                );
+            }
+        }
+        for ratio in [1.0, 0.4] {
+            if let (Some(lr), Some(lard)) = (at("lard-r", ratio), at("lard", ratio)) {
+                let cache = if ratio == 1.0 {
+                    "one cache"
+                } else {
+                    "2.5 caches"
+                };
+                let x = lr.requests_per_s / lard.requests_per_s;
+                line(
+                    format!("{clients} clients, {cache}: lard-r / lard"),
+                    x,
+                    ">= 0.97",
+                    x >= 0.97,
+                );
+                let p = lr.p99_ms / lard.p99_ms.max(1e-9);
+                line(
+                    format!("{clients} clients, {cache}: lard-r p99 / lard p99"),
+                    p,
+                    "<= 1.2",
+                    p <= 1.2,
+                );
+            }
+        }
+    }
 }
 
 /// One colour per run label, the same in every plot.
@@ -258,6 +367,76 @@ pub fn plots(
                 throughput.display().to_string(),
             ])
         }
+        Experiment::Switches => {
+            let by_switches = |y: fn(&RunResult) -> f64| {
+                let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+                for r in results {
+                    let point = (r.spec.switches as f64, y(r));
+                    match series.iter_mut().find(|(l, _)| *l == r.spec.label) {
+                        Some((_, points)) => points.push(point),
+                        None => series.push((r.spec.label.clone(), vec![point])),
+                    }
+                }
+                series
+            };
+            let copies = dir.join(format!("{stem}.svg"));
+            line_chart(
+                &copies,
+                "Copies of each cached object against switches sharing the clients (4 servers)",
+                "switches",
+                "copies per cached object",
+                &by_switches(|r| r.copies_per_object),
+                SeriesLabelPosition::UpperLeft,
+            )?;
+            let hits = dir.join(format!("{stem}-hits.svg"));
+            line_chart(
+                &hits,
+                "Hit rate against switches sharing the clients (4 servers)",
+                "switches",
+                "hit rate, %",
+                &by_switches(|r| r.hit_rate * 100.0),
+                SeriesLabelPosition::LowerLeft,
+            )?;
+            Ok(vec![
+                copies.display().to_string(),
+                hits.display().to_string(),
+            ])
+        }
+        Experiment::Sweep => {
+            let mut written = Vec::new();
+            for (ratio, name, title) in [
+                (
+                    1.0,
+                    "fits",
+                    "Throughput against clients, working set within one cache (4 servers)",
+                ),
+                (
+                    0.4,
+                    "cache",
+                    "Throughput against clients, working set 2.5 caches (4 servers)",
+                ),
+            ] {
+                let runs: Vec<RunResult> = results
+                    .iter()
+                    .filter(|r| {
+                        (r.spec.label == "all-hits" && ratio < 1.0)
+                            || (r.spec.cache_ratio - ratio).abs() < 1e-6
+                    })
+                    .cloned()
+                    .collect();
+                let file = dir.join(format!("{stem}-{name}.svg"));
+                line_chart(
+                    &file,
+                    title,
+                    "clients (requests in flight in the pool)",
+                    "requests per second",
+                    &series_by_label(&runs, |r| r.spec.clients as f64, |r| r.requests_per_s),
+                    SeriesLabelPosition::LowerRight,
+                )?;
+                written.push(file.display().to_string());
+            }
+            Ok(written)
+        }
         _ => Ok(Vec::new()),
     }
 }
@@ -283,6 +462,7 @@ pub fn read_table(text: &str, template: &RunSpec) -> Vec<RunResult> {
             spec.servers = number(1)? as usize;
             spec.switches = number(2)? as usize;
             spec.cache_ratio = number(3).unwrap_or(0.0);
+            spec.clients = number(4)? as usize;
             Some(RunResult {
                 spec,
                 requests_per_s: number(5)?,

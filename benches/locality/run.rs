@@ -59,7 +59,7 @@ pub struct RunResult {
 /// The paper's client count for `servers` servers: (n - 1) * T_high + T_low - 1 requests in
 /// the cluster (the bound its front-end keeps, so that n - 1 servers cannot all be above
 /// T_high while one is below T_low, which bounds the delay); T_low 25, T_high 65 by default.
-pub fn paper_clients(servers: usize, t_low: u32, t_high: u32) -> usize {
+pub fn paper_clients(servers: usize, (t_low, t_high): (u32, u32)) -> usize {
     (servers.max(1) - 1) * t_high as usize + (t_low as usize).saturating_sub(1).max(1)
 }
 

@@ -2,67 +2,34 @@
 //! Distribution in Cluster-based Network Servers", ASPLOS 1998).
 //!
 //! Each target (by default the path) is assigned to one server, so that server's cache holds
-//! it; the assignment moves to the least loaded server only when its server is overloaded while
-//! another is underloaded, or when its load is extreme:
+//! it; the assignment moves only when its server is overloaded while another is underloaded,
+//! or when its load is extreme:
 //!
 //! ```text
-//! if server[t] is unassigned:  server[t] <- least loaded
+//! if server[t] is unassigned:  server[t] <- t's server on the ring (moved at once if overloaded)
 //! else if (load(server[t]) > T_high and some load < T_low) or load(server[t]) >= 2 T_high:
-//!                              server[t] <- least loaded
+//!                              server[t] <- first server along t's ring below T_low,
+//!                                           else the least loaded
 //! ```
 //!
-//! Load is the server's active requests as the switch counts them; "least loaded" compares
-//! active requests per unit of weight. The map is bounded (`max_targets`, least recently used
-//! targets forgotten) and keyed by a 64-bit hash of the target, so a target costs the same
-//! whatever its length.
+//! The paper starts a target on the least loaded server and moves it there; tcpvs uses the
+//! rule file's ring for both, so instances agree (`lard_placement.rs`), and by default
+//! computes `T_low`/`T_high` from the load the pool carries (`lard_thresholds.rs`); a moved
+//! target goes back to its first server once that one is below `T_low`. Load is the server's
+//! active requests as this switch counts them (per unit of weight, averaged over 10 ms, with
+//! `auto`; the count of the moment with `fixed`). The map is bounded (`max_targets`, least
+//! recently used targets forgotten) and keyed by a 64-bit hash of the target, so a target
+//! costs the same whatever its length.
 
+use crate::clock::Clock;
 use crate::key::{client_hash, KeySource};
-use crate::load::{any_below, eligible, least_loaded_from};
+use crate::lard_placement::Placement;
+use crate::lard_thresholds::{Judge, LardSettings, Smoothed};
+use crate::load::{eligible, least_loaded_from};
 use crate::options::Options;
-use crate::{BuildError, PoolView, RequestView, Scheduler};
+use crate::{BuildContext, BuildError, PoolView, RequestView, Scheduler};
 use lru::LruCache;
-use std::num::NonZeroUsize;
-use std::sync::Mutex;
-
-/// The thresholds and target map size, shared with `lard-r`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct LardSettings {
-    pub t_low: u32,
-    pub t_high: u32,
-    pub max_targets: NonZeroUsize,
-}
-
-impl LardSettings {
-    pub(crate) fn read(options: &mut Options<'_>) -> Result<LardSettings, BuildError> {
-        let t_low = options
-            .integer("t_low", 25, 0, 1_000_000)
-            .map_err(BuildError::BadOption)? as u32;
-        let t_high_index = options.index_of("t_high");
-        let t_high = options
-            .integer("t_high", 65, 1, 1_000_000)
-            .map_err(BuildError::BadOption)? as u32;
-        if t_high <= t_low {
-            return Err(BuildError::BadOption(options.error_at(
-                t_high_index.unwrap_or(0),
-                format!("t_high ({t_high}) must be above t_low ({t_low})"),
-            )));
-        }
-        let max_targets = options
-            .integer("max_targets", 100_000, 1, 100_000_000)
-            .map_err(BuildError::BadOption)?;
-        Ok(LardSettings {
-            t_low,
-            t_high,
-            max_targets: NonZeroUsize::new(max_targets as usize).unwrap_or(NonZeroUsize::MIN),
-        })
-    }
-
-    /// The LARD imbalance test for a server carrying `load`.
-    pub(crate) fn should_move(&self, load: u32, pool: &PoolView<'_>, tried: &[usize]) -> bool {
-        (load > self.t_high && any_below(pool, tried, self.t_low))
-            || load >= self.t_high.saturating_mul(2)
-    }
-}
+use std::sync::{Arc, Mutex};
 
 /// A request without a key (no such header or cookie, no regex match) has no target to keep
 /// local, so it goes to the least loaded server. Ties start at the client's hash rather than
@@ -83,23 +50,122 @@ pub(crate) fn least_loaded_for_client(
 pub struct Lard {
     key: KeySource,
     settings: LardSettings,
-    servers: Mutex<LruCache<u64, u32>>,
+    placement: Placement,
+    clock: Arc<dyn Clock>,
+    state: Mutex<State>,
 }
 
+#[derive(Debug)]
+struct State {
+    homes: LruCache<u64, Home>,
+    loads: Smoothed,
+}
+
+/// A target's server, and the generation of the servers (`Placement::generation`) in which
+/// that server was found to be the target's first on the ring: until the servers change, such
+/// a target is home and needs no ring lookup.
+#[derive(Clone, Copy, Debug)]
+struct Home {
+    server: u32,
+    settled: u32,
+}
+
+/// `Home::settled` of a target not known to be on its first server.
+const UNSETTLED: u32 = u32::MAX;
+
 impl Lard {
-    pub fn build(options: &mut Options<'_>) -> Result<Lard, BuildError> {
+    pub fn build(
+        options: &mut Options<'_>,
+        context: &BuildContext<'_>,
+    ) -> Result<Lard, BuildError> {
         let key = KeySource::from_options(options, "path").map_err(BuildError::BadOption)?;
         let settings = LardSettings::read(options)?;
         Ok(Lard {
             key,
             settings,
-            servers: Mutex::new(LruCache::new(settings.max_targets)),
+            placement: Placement::new(&context.pool, context.server_ids),
+            clock: Arc::clone(&context.clock),
+            state: Mutex::new(State {
+                homes: LruCache::new(settings.max_targets),
+                loads: Smoothed::default(),
+            }),
         })
     }
 
     /// Targets currently remembered.
     pub fn targets(&self) -> usize {
-        self.servers.lock().map_or(0, |m| m.len())
+        self.state.lock().map_or(0, |s| s.homes.len())
+    }
+
+    /// A target that stays: back to its first server on the ring if it is away from it and
+    /// that server may take this request and is below T_low, so that instances that moved it
+    /// apart, each on its own view, come together again; else where it is. The first server
+    /// is looked up afresh, not remembered from the target's start (a server down then, or
+    /// a ring rebuilt since, would leave it wrong for good), but only until the target is
+    /// found there in the current generation of the servers.
+    fn stay_or_return(
+        &self,
+        target: u64,
+        home: &mut Home,
+        judge: &Judge,
+        pool: &PoolView<'_>,
+        tried: &[usize],
+    ) -> usize {
+        let current = home.server as usize;
+        let generation = self.placement.generation();
+        if home.settled == generation {
+            return current;
+        }
+        match self.placement.first_usable(target, pool) {
+            Some(first) if first == current => home.settled = generation,
+            Some(first)
+                if eligible(&pool.servers[first], first, tried) && judge.underloaded(first) =>
+            {
+                home.server = first as u32;
+                home.settled = generation;
+            }
+            _ => {}
+        }
+        home.server as usize
+    }
+
+    /// The target's server: remembered (moved, back to its first server, or replaced if it
+    /// may not take the request), or a new target's start.
+    fn place(
+        &self,
+        target: u64,
+        homes: &mut LruCache<u64, Home>,
+        judge: &Judge,
+        pool: &PoolView<'_>,
+        tried: &[usize],
+    ) -> Option<usize> {
+        // One map lookup: the entry is read and, if the target moves, updated in place.
+        if let Some(home) = homes.get_mut(&target) {
+            let s = home.server as usize;
+            let moved = match pool.servers.get(s) {
+                Some(server) if eligible(server, s, tried) => {
+                    if !judge.should_move(s, tried) {
+                        return Some(self.stay_or_return(target, home, judge, pool, tried));
+                    }
+                    self.placement.relieve(target, judge, pool, tried)?
+                }
+                _ => self.placement.replace(target, judge, pool, tried)?,
+            };
+            *home = Home {
+                server: moved as u32,
+                settled: UNSETTLED,
+            };
+            return Some(moved);
+        }
+        let chosen = self.placement.start(target, judge, pool, tried)?;
+        homes.put(
+            target,
+            Home {
+                server: chosen as u32,
+                settled: UNSETTLED,
+            },
+        );
+        Some(chosen)
     }
 }
 
@@ -114,47 +180,38 @@ impl Scheduler for Lard {
         pool: &PoolView<'_>,
         tried: &[usize],
     ) -> Option<usize> {
-        let n = pool.servers.len().max(1);
         let Some(target) = self.key.hash(request) else {
             return least_loaded_for_client(request, pool, tried);
         };
-        // Ties between equally loaded servers go by the target's hash, so new targets spread
-        // over an idle pool instead of piling onto the first server.
-        let start = (target % n as u64) as usize;
-        let mut servers = self.servers.lock().ok()?;
-        // One map lookup: the entry is read and, if the target moves, updated in place.
-        if let Some(home) = servers.get_mut(&target) {
-            let s = *home as usize;
-            let stays = s < pool.servers.len()
-                && eligible(&pool.servers[s], s, tried)
-                && !self
-                    .settings
-                    .should_move(pool.servers[s].active(), pool, tried);
-            if !stays {
-                *home = least_loaded_from(pool, tried, start)? as u32;
-            }
-            return Some(*home as usize);
-        }
-        let chosen = least_loaded_from(pool, tried, start)?;
-        servers.put(target, chosen as u32);
-        Some(chosen)
+        let mut state = self.state.lock().ok()?;
+        let State { homes, loads } = &mut *state;
+        let judge = self.settings.judge(pool, loads, &mut || self.clock.now());
+        self.place(target, homes, &judge, pool, tried)
+    }
+
+    fn servers_changed(&self, pool: &PoolView<'_>) {
+        self.placement.servers_changed(pool);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{pool_of, request, set_active};
-    use crate::OptionValue;
+    use crate::testing::{context, pool_of, request, set_active};
+    use crate::{OptionValue, ServerState};
     use std::net::{IpAddr, Ipv4Addr};
 
-    fn lard(t_low: i64, t_high: i64) -> Lard {
+    fn lard(servers: &[ServerState], t_low: i64, t_high: i64) -> Lard {
         let given = vec![
             ("t_low".to_string(), OptionValue::Integer(t_low)),
             ("t_high".to_string(), OptionValue::Integer(t_high)),
         ];
-        let mut o = Options::new("lard", &given);
-        let l = Lard::build(&mut o).unwrap();
+        build(servers, &given)
+    }
+
+    fn build(servers: &[ServerState], given: &[(String, OptionValue)]) -> Lard {
+        let mut o = Options::new("lard", given);
+        let l = Lard::build(&mut o, &context(servers)).unwrap();
         o.finish().unwrap();
         l
     }
@@ -169,36 +226,75 @@ mod tests {
     fn a_target_stays_until_the_thresholds_say_move() {
         let servers = pool_of(&[1, 1, 1]);
         let pool = PoolView { servers: &servers };
-        let l = lard(2, 5);
-        let home = pick(&l, &pool, b"/a");
+        let l = lard(&servers, 2, 5);
+        let path: &'static [u8] = b"/a";
+        let home = pick(&l, &pool, path);
         let other = (home + 1) % 3;
         let third = (home + 2) % 3;
         // Loaded but not past t_high: stays.
         set_active(&servers, &[(home, 5), (other, 1), (third, 1)]);
-        assert_eq!(pick(&l, &pool, b"/a"), home);
+        assert_eq!(pick(&l, &pool, path), home);
         // Past t_high (6 > 5), but nobody below t_low (2): stays.
         set_active(&servers, &[(home, 6), (other, 2), (third, 2)]);
-        assert_eq!(pick(&l, &pool, b"/a"), home);
-        // Past t_high and one server below t_low: moves to the least loaded.
+        assert_eq!(pick(&l, &pool, path), home);
+        // Past t_high and one server below t_low: moves there.
         set_active(&servers, &[(home, 6), (other, 1), (third, 3)]);
-        assert_eq!(pick(&l, &pool, b"/a"), other);
-        // The new home holds it, at loads that would not move it.
-        set_active(&servers, &[(home, 0), (other, 5), (third, 0)]);
-        assert_eq!(pick(&l, &pool, b"/a"), other);
+        assert_eq!(pick(&l, &pool, path), other);
+        // The new server holds it, at loads that would not move it, while its first server
+        // is not below t_low.
+        set_active(&servers, &[(home, 2), (other, 5), (third, 0)]);
+        assert_eq!(pick(&l, &pool, path), other);
         // At 2 * t_high (10) it moves whatever the others carry.
         set_active(&servers, &[(home, 9), (other, 10), (third, 9)]);
-        let moved = pick(&l, &pool, b"/a");
+        let moved = pick(&l, &pool, path);
         assert_ne!(moved, other);
         // Just below 2 * t_high with nobody under t_low: stays.
         set_active(&servers, &[(home, 9), (other, 9), (third, 9)]);
-        assert_eq!(pick(&l, &pool, b"/a"), moved);
+        assert_eq!(pick(&l, &pool, path), moved);
+    }
+
+    #[test]
+    fn a_moved_target_returns_to_its_first_server_once_that_is_below_t_low() {
+        let servers = pool_of(&[1, 1, 1]);
+        let pool = PoolView { servers: &servers };
+        let l = lard(&servers, 2, 5);
+        let path: &'static [u8] = b"/a";
+        let home = pick(&l, &pool, path);
+        let other = (home + 1) % 3;
+        let third = (home + 2) % 3;
+        set_active(&servers, &[(home, 6), (other, 1), (third, 3)]);
+        assert_eq!(pick(&l, &pool, path), other);
+        // Its first server is where every instance starts it: back there once it is below
+        // t_low, though nothing overloads the server it moved to.
+        set_active(&servers, &[(home, 1), (other, 3), (third, 3)]);
+        assert_eq!(pick(&l, &pool, path), home);
+        assert_eq!(pick(&l, &pool, path), home);
+    }
+
+    #[test]
+    fn a_target_placed_while_its_first_server_was_down_goes_back_to_it() {
+        // What a second instance sees when it places a target while the target's first
+        // server is down: it must end up where the first instance has it once that server is
+        // back, or the two would cache it apart for good.
+        let servers = pool_of(&[1, 1, 1]);
+        let pool = PoolView { servers: &servers };
+        let one = lard(&servers, 2, 5);
+        let first = pick(&one, &pool, b"/a");
+        servers[first].set_up(false);
+        let two = lard(&servers, 2, 5);
+        let elsewhere = pick(&two, &pool, b"/a");
+        assert_ne!(elsewhere, first);
+        servers[first].set_up(true);
+        set_active(&servers, &[(first, 1), (elsewhere, 3)]);
+        assert_eq!(pick(&two, &pool, b"/a"), first);
+        assert_eq!(pick(&one, &pool, b"/a"), first);
     }
 
     #[test]
     fn new_targets_spread_over_an_idle_pool() {
         let servers = pool_of(&[1, 1, 1, 1]);
         let pool = PoolView { servers: &servers };
-        let l = lard(25, 65);
+        let l = lard(&servers, 25, 65);
         let mut counts = [0; 4];
         let paths: Vec<Vec<u8>> = (0..400).map(|i| format!("/p/{i}").into_bytes()).collect();
         for p in &paths {
@@ -224,9 +320,7 @@ mod tests {
             ("key".to_string(), OptionValue::String("header".into())),
             ("header".to_string(), OptionValue::String("X-User".into())),
         ];
-        let mut o = Options::new("lard", &given);
-        let l = Lard::build(&mut o).unwrap();
-        o.finish().unwrap();
+        let l = build(&servers, &given);
         let mut counts = [0; 4];
         for c in 0..=255u8 {
             let mut r = request();
@@ -252,7 +346,7 @@ mod tests {
     fn a_failed_or_quiescent_server_loses_its_targets() {
         let servers = pool_of(&[1, 1]);
         let pool = PoolView { servers: &servers };
-        let l = lard(25, 65);
+        let l = lard(&servers, 25, 65);
         let home = pick(&l, &pool, b"/x");
         let mut r = request();
         r.path = b"/x";
@@ -266,8 +360,7 @@ mod tests {
         let servers = pool_of(&[1, 1]);
         let pool = PoolView { servers: &servers };
         let given = vec![("max_targets".to_string(), OptionValue::Integer(10))];
-        let mut o = Options::new("lard", &given);
-        let l = Lard::build(&mut o).unwrap();
+        let l = build(&servers, &given);
         for i in 0..100 {
             let p = format!("/{i}").into_bytes();
             let mut r = request();
@@ -283,8 +376,9 @@ mod tests {
             ("t_low".to_string(), OptionValue::Integer(50)),
             ("t_high".to_string(), OptionValue::Integer(40)),
         ];
+        let servers = pool_of(&[1]);
         let mut o = Options::new("lard", &given);
-        match Lard::build(&mut o) {
+        match Lard::build(&mut o, &context(&servers)) {
             Err(BuildError::BadOption(e)) => assert_eq!(e.index, 1),
             other => panic!("{other:?}"),
         }

@@ -1,7 +1,6 @@
 //! `lard-r`: LARD with replication (Pai et al., ASPLOS 1998, figure 4). A popular target may be
-//! served by a set of servers; the set grows by the least loaded server when its least loaded
-//! member is overloaded, and shrinks by its most loaded member once it has not changed for `k`
-//! seconds:
+//! served by a set of servers; the set grows by another server when its least loaded member is
+//! overloaded, and shrinks by its most loaded member once it has not changed for `k` seconds:
 //!
 //! ```text
 //! if serverSet[t] is empty:  n, serverSet[t] <- least loaded node
@@ -13,14 +12,22 @@
 //!     remove m from serverSet[t]
 //! send t to n;  if serverSet[t] changed: serverSet[t].lastMod <- time()
 //! ```
+//!
+//! As in `lard`, "least loaded node" for a new target and for `p` is, in tcpvs, the target's
+//! place on the rule file's ring and the first server along it below `T_low` (else the least
+//! loaded), and the thresholds follow the pool's load by default (`lard_thresholds.rs`). n and
+//! m are the members with the fewest and most requests in flight at the moment, as in the
+//! paper; whether n is overloaded is judged as `lard` judges a server (with `auto`, on loads
+//! averaged over 10 ms).
 
 use crate::clock::Clock;
 use crate::key::KeySource;
 use crate::lard::least_loaded_for_client;
-use crate::lard::LardSettings;
-use crate::load::{eligible, least_loaded_from, lighter_load};
+use crate::lard_placement::Placement;
+use crate::lard_thresholds::{LardSettings, Smoothed};
+use crate::load::{eligible, lighter_load};
 use crate::options::Options;
-use crate::{BuildError, Load, PoolView, RequestView, Scheduler};
+use crate::{BuildContext, BuildError, Load, PoolView, RequestView, Scheduler};
 use lru::LruCache;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,16 +42,23 @@ struct ServerSet {
 pub struct LardReplicated {
     key: KeySource,
     settings: LardSettings,
+    placement: Placement,
     /// How long a set must stay unchanged before it shrinks.
     k: Duration,
     clock: Arc<dyn Clock>,
-    sets: Mutex<LruCache<u64, ServerSet>>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    sets: LruCache<u64, ServerSet>,
+    loads: Smoothed,
 }
 
 impl LardReplicated {
     pub fn build(
         options: &mut Options<'_>,
-        clock: Arc<dyn Clock>,
+        context: &BuildContext<'_>,
     ) -> Result<LardReplicated, BuildError> {
         let key = KeySource::from_options(options, "path").map_err(BuildError::BadOption)?;
         let settings = LardSettings::read(options)?;
@@ -54,24 +68,29 @@ impl LardReplicated {
         Ok(LardReplicated {
             key,
             settings,
+            placement: Placement::new(&context.pool, context.server_ids),
             k: Duration::from_secs_f64(k),
-            clock,
-            sets: Mutex::new(LruCache::new(settings.max_targets)),
+            clock: Arc::clone(&context.clock),
+            state: Mutex::new(State {
+                sets: LruCache::new(settings.max_targets),
+                loads: Smoothed::default(),
+            }),
         })
     }
 
     /// Targets currently remembered.
     pub fn targets(&self) -> usize {
-        self.sets.lock().map_or(0, |s| s.len())
+        self.state.lock().map_or(0, |s| s.sets.len())
     }
 
     /// The server set of the target with key hash `target`, for tests and statistics.
     pub fn members(&self, target: u64) -> Vec<usize> {
-        self.sets
+        self.state
             .lock()
             .ok()
             .and_then(|mut s| {
-                s.get(&target)
+                s.sets
+                    .get(&target)
                     .map(|set| set.members.iter().map(|&m| m as usize).collect())
             })
             .unwrap_or_default()
@@ -89,20 +108,21 @@ impl Scheduler for LardReplicated {
         pool: &PoolView<'_>,
         tried: &[usize],
     ) -> Option<usize> {
-        let count = pool.servers.len().max(1);
         let Some(target) = self.key.hash(request) else {
             return least_loaded_for_client(request, pool, tried);
         };
-        let start = (target % count as u64) as usize;
-        let mut sets = self.sets.lock().ok()?;
-        // Read at most once per pick, and only when needed: most picks neither change a set nor
-        // look at its age, and one reading keeps "is it stale" and "changed at" consistent.
+        let mut state = self.state.lock().ok()?;
+        let State { sets, loads } = &mut *state;
+        // Read at most once per pick, and only when needed: with fixed thresholds most picks
+        // neither change a set nor look at its age; auto reads it for the smoothed loads. One
+        // reading keeps "is it stale" and "changed at" consistent.
         let mut now_read = None;
         let mut now = || *now_read.get_or_insert_with(|| self.clock.now());
+        let judge = self.settings.judge(pool, loads, &mut now);
         let Some(set) = sets.get_mut(&target) else {
             // A new target. Nothing is stored when no server is eligible: an empty set would
             // only take a place in the map.
-            let first = least_loaded_from(pool, tried, start)?;
+            let first = self.placement.start(target, &judge, pool, tried)?;
             sets.put(
                 target,
                 ServerSet {
@@ -123,12 +143,12 @@ impl Scheduler for LardReplicated {
             changed = true;
         }
         let Some(Spread {
-            lightest: (n, n_load),
+            lightest: (n, _),
             heaviest_other,
         }) = Spread::of(&set.members, pool)
         else {
-            // Every member failed: the set starts again from the least loaded server.
-            let Some(first) = least_loaded_from(pool, tried, start) else {
+            // Every member failed: the set starts again where the ring sends it.
+            let Some(first) = self.placement.replace(target, &judge, pool, tried) else {
                 sets.pop(&target);
                 return None;
             };
@@ -138,8 +158,8 @@ impl Scheduler for LardReplicated {
         };
         // n and m are both taken before the set changes, as in the paper.
         let mut chosen = n;
-        if self.settings.should_move(n_load.active, pool, tried) {
-            if let Some(p) = least_loaded_from(pool, tried, start) {
+        if judge.should_move(n, tried) {
+            if let Some(p) = self.placement.relieve(target, &judge, pool, tried) {
                 if !set.members.contains(&(p as u32)) {
                     set.members.push(p as u32);
                     changed = true;
@@ -161,6 +181,10 @@ impl Scheduler for LardReplicated {
             set.last_change = now();
         }
         Some(chosen)
+    }
+
+    fn servers_changed(&self, pool: &PoolView<'_>) {
+        self.placement.servers_changed(pool);
     }
 }
 
@@ -207,18 +231,28 @@ mod tests {
     use super::*;
     use crate::clock::ManualClock;
     use crate::key::stable_hash;
-    use crate::testing::{pool_of, request, set_active};
-    use crate::OptionValue;
+    use crate::testing::{context, pool_of, request, set_active};
+    use crate::{OptionValue, ServerState};
     use std::net::{IpAddr, Ipv4Addr};
 
-    fn lard_r(clock: Arc<ManualClock>) -> LardReplicated {
+    fn lard_r(servers: &[ServerState], clock: Arc<ManualClock>) -> LardReplicated {
         let given = vec![
             ("t_low".to_string(), OptionValue::Integer(2)),
             ("t_high".to_string(), OptionValue::Integer(5)),
             ("k".to_string(), OptionValue::Integer(20)),
         ];
-        let mut o = Options::new("lard-r", &given);
-        let l = LardReplicated::build(&mut o, clock).unwrap();
+        build(servers, clock, &given)
+    }
+
+    fn build(
+        servers: &[ServerState],
+        clock: Arc<ManualClock>,
+        given: &[(String, OptionValue)],
+    ) -> LardReplicated {
+        let mut context = context(servers);
+        context.clock = clock;
+        let mut o = Options::new("lard-r", given);
+        let l = LardReplicated::build(&mut o, &context).unwrap();
         o.finish().unwrap();
         l
     }
@@ -234,7 +268,7 @@ mod tests {
         let clock = Arc::new(ManualClock::new());
         let servers = pool_of(&[1, 1, 1]);
         let pool = PoolView { servers: &servers };
-        let l = lard_r(Arc::clone(&clock));
+        let l = lard_r(&servers, Arc::clone(&clock));
         let t = stable_hash(b"/hot");
         let first = pick(&l, &pool);
         assert_eq!(l.members(t), vec![first]);
@@ -276,7 +310,7 @@ mod tests {
         let clock = Arc::new(ManualClock::new());
         let servers = pool_of(&[1, 1, 1]);
         let pool = PoolView { servers: &servers };
-        let l = lard_r(Arc::clone(&clock));
+        let l = lard_r(&servers, Arc::clone(&clock));
         let t = stable_hash(b"/hot");
         let first = pick(&l, &pool);
         let second = (first + 1) % 3;
@@ -302,7 +336,7 @@ mod tests {
         let clock = Arc::new(ManualClock::new());
         let servers = pool_of(&[1, 1, 1]);
         let pool = PoolView { servers: &servers };
-        let l = lard_r(Arc::clone(&clock));
+        let l = lard_r(&servers, Arc::clone(&clock));
         let t = stable_hash(b"/hot");
         let first = pick(&l, &pool);
         let second = (first + 1) % 3;
@@ -318,7 +352,7 @@ mod tests {
         let clock = Arc::new(ManualClock::new());
         let servers = pool_of(&[1, 1]);
         let pool = PoolView { servers: &servers };
-        let l = lard_r(clock);
+        let l = lard_r(&servers, clock);
         let mut r = request();
         r.path = b"/new";
         assert_eq!(l.pick(&r, &pool, &[0, 1]), None);
@@ -347,9 +381,7 @@ mod tests {
             ("key".to_string(), OptionValue::String("cookie".into())),
             ("cookie".to_string(), OptionValue::String("session".into())),
         ];
-        let mut o = Options::new("lard-r", &given);
-        let l = LardReplicated::build(&mut o, clock).unwrap();
-        o.finish().unwrap();
+        let l = build(&servers, clock, &given);
         let mut counts = [0; 4];
         for c in 0..=255u8 {
             let mut r = request();
@@ -367,7 +399,7 @@ mod tests {
         let clock = Arc::new(ManualClock::new());
         let servers = pool_of(&[1, 1]);
         let pool = PoolView { servers: &servers };
-        let l = lard_r(clock);
+        let l = lard_r(&servers, clock);
         let first = pick(&l, &pool);
         servers[first].set_up(false);
         let next = pick(&l, &pool);

@@ -14,7 +14,9 @@ pub mod cookie;
 pub mod hash;
 pub mod key;
 pub mod lard;
+mod lard_placement;
 pub mod lard_r;
+mod lard_thresholds;
 pub mod lc;
 mod load;
 mod options;
@@ -122,6 +124,19 @@ pub(crate) mod testing {
             host: None,
             headers: &NoHeaders,
             client: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        }
+    }
+
+    /// What a module is built with for `servers`: addresses 10.0.0.1:80 and up, a manual
+    /// clock. The identities are leaked: a test's few bytes.
+    pub fn context(servers: &[ServerState]) -> crate::BuildContext<'_> {
+        let ids: Vec<String> = (0..servers.len())
+            .map(|i| format!("10.0.0.{}:80", i + 1))
+            .collect();
+        crate::BuildContext {
+            pool: crate::PoolView { servers },
+            server_ids: Box::leak(ids.into_boxed_slice()),
+            clock: std::sync::Arc::new(crate::ManualClock::new()),
         }
     }
 

@@ -35,14 +35,6 @@ pub(crate) fn least_loaded_from(
     best.map(|(i, _)| i)
 }
 
-/// Some eligible server has fewer than `limit` active requests.
-pub(crate) fn any_below(pool: &PoolView<'_>, tried: &[usize], limit: u32) -> bool {
-    pool.servers
-        .iter()
-        .enumerate()
-        .any(|(i, s)| eligible(s, i, tried) && s.active() < limit)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

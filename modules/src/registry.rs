@@ -66,11 +66,8 @@ pub fn build(
         "lc" => Box::new(crate::lc::LeastConnection::new(pool)),
         "rr" => Box::new(crate::rr::RoundRobin::new()),
         "wrr" => Box::new(crate::wrr::WeightedRoundRobin::new()),
-        "lard" => Box::new(crate::lard::Lard::build(&mut o)?),
-        "lard-r" => Box::new(crate::lard_r::LardReplicated::build(
-            &mut o,
-            Arc::clone(&context.clock),
-        )?),
+        "lard" => Box::new(crate::lard::Lard::build(&mut o, context)?),
+        "lard-r" => Box::new(crate::lard_r::LardReplicated::build(&mut o, context)?),
         "hash" => Box::new(crate::hash::ConsistentHash::build(
             &mut o,
             pool,

@@ -167,6 +167,35 @@ impl Ring {
     }
 }
 
+impl Ring {
+    /// The first server clockwise from `hash` that `accept` takes, each server asked once (in
+    /// the order its first point is met): a key's preference order, the same in every
+    /// instance with the same servers and weights.
+    pub fn first_where(&self, hash: u64, mut accept: impl FnMut(usize) -> bool) -> Option<usize> {
+        if self.positions.is_empty() {
+            return None;
+        }
+        let start = self.first_at_or_after(hash);
+        let n = self.positions.len();
+        let mut seen = SeenServers::default();
+        let mut examined = 0;
+        for step in 0..n {
+            let server = self.owners[(start + step) % n] as usize;
+            if !seen.insert(server) {
+                continue;
+            }
+            if accept(server) {
+                return Some(server);
+            }
+            examined += 1;
+            if examined == self.servers {
+                return None;
+            }
+        }
+        None
+    }
+}
+
 /// Servers met on one walk, a bit each: inline for pools of up to 256 servers, so a pick does
 /// not allocate.
 #[derive(Default)]
