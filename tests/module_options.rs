@@ -253,12 +253,22 @@ async fn cookie_places_new_clients_with_its_inner_module() {
 /// Holds `count` requests for one key (`/hold`), one after the other, and returns the server
 /// each went to.
 async fn hold_same_key(scheduler_lines: &str, count: u32) -> Vec<SocketAddr> {
+    hold_same_key_paced(scheduler_lines, count, Duration::ZERO).await
+}
+
+/// `hold_same_key` with `pause` before each request.
+async fn hold_same_key_paced(
+    scheduler_lines: &str,
+    count: u32,
+    pause: Duration,
+) -> Vec<SocketAddr> {
     let servers = backends(3).await;
     let refs: Vec<&Backend> = servers.iter().collect();
     let switch = start_switch(&pool_rules(scheduler_lines, &refs), &[]).await;
     let mut held = Vec::new();
     let mut went = Vec::new();
     for n in 0..count {
+        tokio::time::sleep(pause).await;
         went.push(hold_one_more(&switch, &servers, &mut held, n).await);
     }
     release_all(&switch, &servers, &mut held).await;
@@ -304,20 +314,10 @@ async fn lard_thresholds_auto_moves_a_hot_target_under_a_light_load_and_fixed_do
     );
 }
 
-/// `hold_same_key` with 100 ms between requests: auto judges loads averaged over 10 ms, so
-/// each pick sees the requests held before it (within 0.01%), however fast the machine.
+/// `hold_same_key` with 100 ms before each request: auto judges loads averaged over 10 ms, so
+/// each pick sees the requests held before it to within a tenth of one, however fast the machine.
 async fn hold_same_key_slowly(scheduler_lines: &str, count: u32) -> Vec<SocketAddr> {
-    let servers = backends(3).await;
-    let refs: Vec<&Backend> = servers.iter().collect();
-    let switch = start_switch(&pool_rules(scheduler_lines, &refs), &[]).await;
-    let mut held = Vec::new();
-    let mut went = Vec::new();
-    for n in 0..count {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        went.push(hold_one_more(&switch, &servers, &mut held, n).await);
-    }
-    release_all(&switch, &servers, &mut held).await;
-    went
+    hold_same_key_paced(scheduler_lines, count, Duration::from_millis(100)).await
 }
 
 // ---------------------------------------------------------------- lard max_targets

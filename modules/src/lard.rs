@@ -222,15 +222,20 @@ mod tests {
         l.pick(&r, pool, &[]).unwrap()
     }
 
+    /// Three servers and `lard` with t_low 2, t_high 5; `/a` placed: (servers, lard, its
+    /// first server, the next two).
+    fn three_servers_and_a() -> (Vec<ServerState>, Lard, usize, usize, usize) {
+        let servers = pool_of(&[1, 1, 1]);
+        let l = lard(&servers, 2, 5);
+        let home = pick(&l, &PoolView { servers: &servers }, b"/a");
+        (servers, l, home, (home + 1) % 3, (home + 2) % 3)
+    }
+
     #[test]
     fn a_target_stays_until_the_thresholds_say_move() {
-        let servers = pool_of(&[1, 1, 1]);
+        let (servers, l, home, other, third) = three_servers_and_a();
         let pool = PoolView { servers: &servers };
-        let l = lard(&servers, 2, 5);
         let path: &'static [u8] = b"/a";
-        let home = pick(&l, &pool, path);
-        let other = (home + 1) % 3;
-        let third = (home + 2) % 3;
         // Loaded but not past t_high: stays.
         set_active(&servers, &[(home, 5), (other, 1), (third, 1)]);
         assert_eq!(pick(&l, &pool, path), home);
@@ -255,13 +260,9 @@ mod tests {
 
     #[test]
     fn a_moved_target_returns_to_its_first_server_once_that_is_below_t_low() {
-        let servers = pool_of(&[1, 1, 1]);
+        let (servers, l, home, other, third) = three_servers_and_a();
         let pool = PoolView { servers: &servers };
-        let l = lard(&servers, 2, 5);
         let path: &'static [u8] = b"/a";
-        let home = pick(&l, &pool, path);
-        let other = (home + 1) % 3;
-        let third = (home + 2) % 3;
         set_active(&servers, &[(home, 6), (other, 1), (third, 3)]);
         assert_eq!(pick(&l, &pool, path), other);
         // Its first server is where every instance starts it: back there once it is below

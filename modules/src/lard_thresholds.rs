@@ -471,7 +471,7 @@ mod tests {
             .should_move(0, &[]));
         // Judged on the counts of the moment it would have moved.
         assert!(Judge::new(&settings, &pool, None).should_move(0, &[]));
-        // Held for 5 smoothing times (the mean is within 1% of the counts): it moves.
+        // Held for 5 smoothing times (the means have come 5/6 of the way): it moves.
         clock.advance(SMOOTHING * 5);
         assert!(settings
             .judge(&pool, &mut loads, &mut || clock.now())
