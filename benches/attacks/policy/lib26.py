@@ -280,3 +280,21 @@ def one(port, req, timeout=5):
 
 def pool_cfg(name, backend_port):
     return f'[pool.{name}]\nservers = [{{ addr = "127.0.0.1:{backend_port}" }}]\n'
+
+
+def limited_site(port, limit, pool, workers=None):
+    """A rule file: one service on `port` whose every request goes to pool `www` under the
+    limit `api`, whose lines (key, rate, burst, store...) are `limit`; `pool` is the `www`
+    pool's section (pool_cfg, or one of its own)."""
+    switch = f"\n[switch]\nworkers = {workers}" if workers else ""
+    return f'''{switch}
+[virtual.web]
+listen = "127.0.0.1:{port}"
+default_pool = "www"
+[[virtual.web.rule]]
+pool = "www"
+limit = "api"
+[limit.api]
+{limit}
+{pool}
+'''

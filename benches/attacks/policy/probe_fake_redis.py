@@ -9,22 +9,10 @@ for mode in sys.argv[1:] or ["huge", "bigarray", "bulkbomb", "garbage", "short",
     fake = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_redis.py"), str(rport), mode, "15"])
     import lib26; lib26._procs.append(fake)
     wait_listen(rport)
-    t = Tcpvs(f'''
-[switch]
-workers = 2
-[virtual.web]
-listen = "127.0.0.1:{port}"
-default_pool = "www"
-[[virtual.web.rule]]
-pool = "www"
-limit = "api"
-[limit.api]
-key = "source"
+    t = Tcpvs(limited_site(port, f'''key = "source"
 rate = "100/s"
 burst = 20
-store = "redis://127.0.0.1:{rport}/0"
-{pool_cfg("www", be.port)}
-''', wait_port=port)
+store = "redis://127.0.0.1:{rport}/0"''', pool_cfg("www", be.port), workers=2), wait_port=port)
     rss0 = t.rss_kib()
     got = {}
     peak = rss0

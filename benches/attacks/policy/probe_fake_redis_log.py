@@ -9,20 +9,10 @@ for mode in ["error", "huge"]:
     rport = free_port(); port = free_port()
     fake = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_redis.py"), str(rport), mode, "15"])
     lib26._procs.append(fake); wait_listen(rport)
-    t = Tcpvs(f'''
-[virtual.web]
-listen = "127.0.0.1:{port}"
-default_pool = "www"
-[[virtual.web.rule]]
-pool = "www"
-limit = "api"
-[limit.api]
-key = "source"
+    t = Tcpvs(limited_site(port, f'''key = "source"
 rate = "100/s"
 burst = 20
-store = "redis://127.0.0.1:{rport}/0"
-{pool_cfg("www", be.port)}
-''', wait_port=port)
+store = "redis://127.0.0.1:{rport}/0"''', pool_cfg("www", be.port)), wait_port=port)
     ups = []
     last = None
     for i in range(60):

@@ -11,23 +11,11 @@ redis = Redis()
 ports = [free_port(), free_port()]
 
 def cfg(p, url):
-    return f'''
-[switch]
-workers = 2
-[virtual.web]
-listen = "127.0.0.1:{p}"
-default_pool = "www"
-[[virtual.web.rule]]
-pool = "www"
-limit = "api"
-[limit.api]
-key = "header"
+    return limited_site(p, f'''key = "header"
 header = "X-K"
 rate = "{RATE}/s"
 burst = {BURST}
-store = "{url}"
-{pool_cfg("www", be.port)}
-'''
+store = "{url}"''', pool_cfg("www", be.port), workers=2)
 
 inst = [Tcpvs(cfg(p, redis.url()), wait_port=p) for p in ports]
 def up():

@@ -3,21 +3,11 @@ import sys, os, socket, threading, time
 sys.path.insert(0, os.path.dirname(__file__))
 from lib26 import *
 be = Backend(); redis = Redis(); ports = [free_port(), free_port()]
-inst = [Tcpvs(f'''
-[virtual.web]
-listen = "127.0.0.1:{p}"
-default_pool = "www"
-[[virtual.web.rule]]
-pool = "www"
-limit = "api"
-[limit.api]
-key = "header"
+inst = [Tcpvs(limited_site(p, f'''key = "header"
 header = "X-K"
 rate = "1/m"
 burst = 50
-store = "{redis.url()}"
-{pool_cfg("www", be.port)}
-''', wait_port=p) for p in ports]
+store = "{redis.url()}"''', pool_cfg("www", be.port)), wait_port=p) for p in ports]
 time.sleep(0.5)
 res = [0, 0]
 def go(k):

@@ -8,23 +8,11 @@ RATE = int(os.environ.get("RATE", "500")); BURST = int(os.environ.get("BURST", "
 be = Backend()
 redis = Redis()
 ports = [free_port(), free_port()]
-inst = [Tcpvs(f'''
-[switch]
-workers = 1
-[virtual.web]
-listen = "127.0.0.1:{p}"
-default_pool = "www"
-[[virtual.web.rule]]
-pool = "www"
-limit = "api"
-[limit.api]
-key = "header"
+inst = [Tcpvs(limited_site(p, f'''key = "header"
 header = "X-K"
 rate = "{RATE}/s"
 burst = {BURST}
-store = "{redis.url()}"
-{pool_cfg("www", be.port)}
-''', wait_port=p) for p in ports]
+store = "{redis.url()}"''', pool_cfg("www", be.port), workers=1), wait_port=p) for p in ports]
 time.sleep(0.5)
 for mult in (2, 10):
     key = f"key{mult}x"

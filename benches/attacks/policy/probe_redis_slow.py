@@ -32,23 +32,11 @@ def accept():
         threading.Thread(target=pipe, args=(r, c, DELAY), daemon=True).start()
 threading.Thread(target=accept, daemon=True).start()
 ports = [free_port(), free_port()]
-inst = [Tcpvs(f'''
-[switch]
-workers = 1
-[virtual.web]
-listen = "127.0.0.1:{p}"
-default_pool = "www"
-[[virtual.web.rule]]
-pool = "www"
-limit = "api"
-[limit.api]
-key = "header"
+inst = [Tcpvs(limited_site(p, f'''key = "header"
 header = "X-K"
 rate = "{RATE}/s"
 burst = {BURST}
-store = "redis://127.0.0.1:{pport}/0"
-{pool_cfg("www", be.port)}
-''', wait_port=p) for p in ports]
+store = "redis://127.0.0.1:{pport}/0"''', pool_cfg("www", be.port), workers=1), wait_port=p) for p in ports]
 time.sleep(1)
 print("store_up:", [i.stats()["limits"]["api"]["store_up"] for i in inst])
 for mult in (2, 10):

@@ -10,21 +10,11 @@ be = Backend()
 redis = Redis()
 port = free_port()
 def cfg(url):
-    return f'''
-[virtual.web]
-listen = "127.0.0.1:{port}"
-default_pool = "www"
-[[virtual.web.rule]]
-pool = "www"
-limit = "api"
-[limit.api]
-key = "header"
+    return limited_site(port, f'''key = "header"
 header = "X-K"
 rate = "100/s"
 burst = 20
-store = "{url}"
-{pool_cfg("www", be.port)}
-'''
+store = "{url}"''', pool_cfg("www", be.port))
 t = Tcpvs(cfg(redis.url()), wait_port=port)
 time.sleep(0.5)
 R = lambda k: one(port, b"GET / HTTP/1.1\r\nHost: h\r\nX-K: " + k + b"\r\nConnection: close\r\n\r\n")

@@ -11,23 +11,10 @@ RATE = os.environ.get("RATE", "6/m")
 BURST = int(os.environ.get("BURST", "3"))
 MAXK = int(os.environ.get("MAX_KEYS", "1000"))
 ATTACKERS = int(os.environ.get("ATTACKERS", "13000"))
-t = Tcpvs(f'''
-[switch]
-workers = 2
-[virtual.web]
-listen = "127.0.0.1:{port}"
-default_pool = "www"
-[[virtual.web.rule]]
-pool = "www"
-limit = "api"
-[limit.api]
-key = "source"
+t = Tcpvs(limited_site(port, f'''key = "source"
 rate = "{RATE}"
 burst = {BURST}
-max_keys = {MAXK}
-[pool.www]
-servers = [{{ addr = "127.0.0.1:{dead}" }}]
-''', wait_port=port)
+max_keys = {MAXK}''', f'[pool.www]\nservers = [{{ addr = "127.0.0.1:{dead}" }}]', workers=2), wait_port=port)
 
 REQ = b"GET /api HTTP/1.1\r\nHost: h\r\n\r\n"
 
