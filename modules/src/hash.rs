@@ -10,10 +10,9 @@
 use crate::key::{client_hash, KeySource};
 use crate::load::least_loaded_from;
 use crate::options::Options;
-use crate::ring::Ring;
+use crate::ring::PoolRing;
 use crate::{BuildError, PoolView, RequestView, Scheduler};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::RwLock;
 
 fn usable_weight(pool: &PoolView<'_>) -> u64 {
     pool.servers
@@ -30,8 +29,7 @@ pub struct ConsistentHash {
     key: KeySource,
     /// In thousandths; `None`: no load bound.
     balance_factor: Option<u64>,
-    server_ids: Vec<String>,
-    ring: RwLock<Ring>,
+    ring: PoolRing,
     /// Requests in flight in the pool, kept through connection_started/ended so a pick does
     /// not have to add up every server (HAProxy's lb_chash does the same).
     active: AtomicU64,
@@ -68,15 +66,13 @@ impl ConsistentHash {
                 "balance_factor must be 0 (no bound) or at least 1",
             )));
         }
-        let weights: Vec<u32> = pool.servers.iter().map(|s| s.weight()).collect();
         Ok(ConsistentHash {
             active: AtomicU64::new(pool.servers.iter().map(|s| u64::from(s.active())).sum()),
             usable_weight: AtomicU64::new(usable_weight(pool)),
             name,
             key,
             balance_factor: (factor != 0.0).then(|| (factor * 1000.0).round() as u64),
-            server_ids: server_ids.to_vec(),
-            ring: RwLock::new(Ring::build(server_ids, &weights)),
+            ring: PoolRing::new(pool, server_ids),
         })
     }
 }
@@ -107,7 +103,7 @@ impl Scheduler for ConsistentHash {
                 self.usable_weight.load(Ordering::Relaxed),
             )
         });
-        let ring = self.ring.read().ok()?;
+        let ring = self.ring.read()?;
         // Nothing on the ring: its servers are all down or tried, or the ring predates a weight
         // change. Ties start at the key's place so they spread too.
         ring.pick(hash, pool, tried, bound).or_else(|| {
@@ -127,12 +123,7 @@ impl Scheduler for ConsistentHash {
     }
 
     fn servers_changed(&self, pool: &PoolView<'_>) {
-        let weights: Vec<u32> = pool.servers.iter().map(|s| s.weight()).collect();
-        // Built before taking the lock, so picks wait only for the swap.
-        let rebuilt = Ring::build(&self.server_ids, &weights);
-        if let Ok(mut ring) = self.ring.write() {
-            *ring = rebuilt;
-        }
+        self.ring.rebuild(pool);
         self.usable_weight
             .store(usable_weight(pool), Ordering::Relaxed);
     }

@@ -17,16 +17,14 @@
 
 use crate::lard_thresholds::Judge;
 use crate::load::{eligible, least_loaded_from};
-use crate::ring::Ring;
+use crate::ring::PoolRing;
 use crate::PoolView;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::RwLock;
 
 /// The ring a pool's targets start on, rebuilt when weights change.
 #[derive(Debug)]
 pub(crate) struct Placement {
-    server_ids: Vec<String>,
-    ring: RwLock<Ring>,
+    ring: PoolRing,
     /// Bumped whenever servers change (health, weight, drain): a target found on its first
     /// usable server in this generation needs no ring lookup to know it is home.
     generation: AtomicU32,
@@ -34,20 +32,14 @@ pub(crate) struct Placement {
 
 impl Placement {
     pub(crate) fn new(pool: &PoolView<'_>, server_ids: &[String]) -> Placement {
-        let weights: Vec<u32> = pool.servers.iter().map(|s| s.weight()).collect();
         Placement {
-            server_ids: server_ids.to_vec(),
-            ring: RwLock::new(Ring::build(server_ids, &weights)),
+            ring: PoolRing::new(pool, server_ids),
             generation: AtomicU32::new(0),
         }
     }
 
     pub(crate) fn servers_changed(&self, pool: &PoolView<'_>) {
-        let weights: Vec<u32> = pool.servers.iter().map(|s| s.weight()).collect();
-        let rebuilt = Ring::build(&self.server_ids, &weights);
-        if let Ok(mut ring) = self.ring.write() {
-            *ring = rebuilt;
-        }
+        self.ring.rebuild(pool);
         self.generation.fetch_add(1, Ordering::Release);
     }
 
@@ -64,7 +56,7 @@ impl Placement {
         tried: &[usize],
         mut accept: impl FnMut(usize) -> bool,
     ) -> Option<usize> {
-        let ring = self.ring.read().ok()?;
+        let ring = self.ring.read()?;
         ring.first_where(target, |server| {
             pool.servers
                 .get(server)

@@ -12,6 +12,7 @@ use crate::key::stable_hash;
 use crate::load::lighter_load;
 use crate::{Load, PoolView};
 use std::io::Write;
+use std::sync::{RwLock, RwLockReadGuard};
 
 /// Points per unit of weight. Weight 1 (the default) gets 160, what every server got when all
 /// weights were equal in earlier versions, so such pools keep their placement.
@@ -194,6 +195,42 @@ impl Ring {
         }
         None
     }
+}
+
+/// The ring of a pool's rule file: built from the servers' stable identities and weights, and
+/// rebuilt when a weight changes (health and drains change no weight: a walk skips such
+/// servers). Shared by `hash`, `source-hash` and LARD's placement.
+#[derive(Debug)]
+pub struct PoolRing {
+    server_ids: Vec<String>,
+    ring: RwLock<Ring>,
+}
+
+impl PoolRing {
+    pub fn new(pool: &PoolView<'_>, server_ids: &[String]) -> PoolRing {
+        PoolRing {
+            ring: RwLock::new(Ring::build(server_ids, &weights_of(pool))),
+            server_ids: server_ids.to_vec(),
+        }
+    }
+
+    /// Builds the ring again for the pool's weights of now.
+    pub fn rebuild(&self, pool: &PoolView<'_>) {
+        // Built before taking the lock, so picks wait only for the swap.
+        let rebuilt = Ring::build(&self.server_ids, &weights_of(pool));
+        if let Ok(mut ring) = self.ring.write() {
+            *ring = rebuilt;
+        }
+    }
+
+    /// The ring to walk; `None` only if a writer panicked.
+    pub fn read(&self) -> Option<RwLockReadGuard<'_, Ring>> {
+        self.ring.read().ok()
+    }
+}
+
+fn weights_of(pool: &PoolView<'_>) -> Vec<u32> {
+    pool.servers.iter().map(|s| s.weight()).collect()
 }
 
 /// Servers met on one walk, a bit each: inline for pools of up to 256 servers, so a pick does
