@@ -30,6 +30,7 @@ use crate::options::Options;
 use crate::{BuildContext, BuildError, PoolView, RequestView, Scheduler};
 use lru::LruCache;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// A request without a key (no such header or cookie, no regex match) has no target to keep
 /// local, so it goes to the least loaded server. Ties start at the client's hash rather than
@@ -68,10 +69,23 @@ struct State {
 struct Home {
     server: u32,
     settled: u32,
+    /// When the target came to `server`, in milliseconds of the module's clock (wrapping).
+    since_ms: u32,
 }
 
 /// `Home::settled` of a target not known to be on its first server.
 const UNSETTLED: u32 = u32::MAX;
+
+/// How long a target stays where it moved before it may go back to its first server. Without
+/// it one hot key flipped between two servers every 10 ms (away while its first server was
+/// overloaded by it, back as soon as that server drained: 268 moves in one h2load run of an
+/// attack round), and a client holding a few slow requests on a server had each of that
+/// server's targets moved away and back in turn.
+const RETURN_AFTER_MS: u32 = 1000;
+
+fn millis(now: Duration) -> u32 {
+    now.as_millis() as u32 // wraps after 49 days; compared with wrapping_sub
+}
 
 impl Lard {
     pub fn build(
@@ -107,6 +121,7 @@ impl Lard {
         &self,
         target: u64,
         home: &mut Home,
+        now: &mut dyn FnMut() -> Duration,
         judge: &Judge,
         pool: &PoolView<'_>,
         tried: &[usize],
@@ -116,13 +131,23 @@ impl Lard {
         if home.settled == generation {
             return current;
         }
+        let now_ms = millis(now());
+        if now_ms.wrapping_sub(home.since_ms) < RETURN_AFTER_MS {
+            return current;
+        }
         match self.placement.first_usable(target, pool) {
             Some(first) if first == current => home.settled = generation,
+            // Below T_low, or idle: in a pool with nothing in flight no server is below a
+            // T_low of 0, and a target moved while the pool was busy would stay away for good.
             Some(first)
-                if eligible(&pool.servers[first], first, tried) && judge.underloaded(first) =>
+                if eligible(&pool.servers[first], first, tried)
+                    && (judge.underloaded(first) || pool.servers[first].active() == 0) =>
             {
-                home.server = first as u32;
-                home.settled = generation;
+                *home = Home {
+                    server: first as u32,
+                    settled: generation,
+                    since_ms: now_ms,
+                };
             }
             _ => {}
         }
@@ -135,6 +160,7 @@ impl Lard {
         &self,
         target: u64,
         homes: &mut LruCache<u64, Home>,
+        now: &mut dyn FnMut() -> Duration,
         judge: &Judge,
         pool: &PoolView<'_>,
         tried: &[usize],
@@ -145,7 +171,7 @@ impl Lard {
             let moved = match pool.servers.get(s) {
                 Some(server) if eligible(server, s, tried) => {
                     if !judge.should_move(s, tried) {
-                        return Some(self.stay_or_return(target, home, judge, pool, tried));
+                        return Some(self.stay_or_return(target, home, now, judge, pool, tried));
                     }
                     self.placement.relieve(target, judge, pool, tried)?
                 }
@@ -154,6 +180,7 @@ impl Lard {
             *home = Home {
                 server: moved as u32,
                 settled: UNSETTLED,
+                since_ms: millis(now()),
             };
             return Some(moved);
         }
@@ -163,6 +190,7 @@ impl Lard {
             Home {
                 server: chosen as u32,
                 settled: UNSETTLED,
+                since_ms: millis(now()),
             },
         );
         Some(chosen)
@@ -185,8 +213,11 @@ impl Scheduler for Lard {
         };
         let mut state = self.state.lock().ok()?;
         let State { homes, loads } = &mut *state;
-        let judge = self.settings.judge(pool, loads, &mut || self.clock.now());
-        self.place(target, homes, &judge, pool, tried)
+        // Read at most once per pick, and only when needed.
+        let mut now_read = None;
+        let mut now = || *now_read.get_or_insert_with(|| self.clock.now());
+        let judge = self.settings.judge(pool, loads, &mut now);
+        self.place(target, homes, &mut now, &judge, pool, tried)
     }
 
     fn servers_changed(&self, pool: &PoolView<'_>) {
@@ -198,6 +229,7 @@ impl Scheduler for Lard {
 mod tests {
     use super::*;
     use crate::testing::{context, pool_of, request, set_active};
+    use crate::ManualClock;
     use crate::{OptionValue, ServerState};
     use std::net::{IpAddr, Ipv4Addr};
 
@@ -210,10 +242,30 @@ mod tests {
     }
 
     fn build(servers: &[ServerState], given: &[(String, OptionValue)]) -> Lard {
+        build_clocked(servers, given, Arc::new(ManualClock::new()))
+    }
+
+    fn build_clocked(
+        servers: &[ServerState],
+        given: &[(String, OptionValue)],
+        clock: Arc<ManualClock>,
+    ) -> Lard {
+        let mut context = context(servers);
+        context.clock = clock;
         let mut o = Options::new("lard", given);
-        let l = Lard::build(&mut o, &context(servers)).unwrap();
+        let l = Lard::build(&mut o, &context).unwrap();
         o.finish().unwrap();
         l
+    }
+
+    /// `lard` with t_low 2, t_high 5 and a clock the test moves.
+    fn lard_clocked(servers: &[ServerState]) -> (Lard, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new());
+        let given = vec![
+            ("t_low".to_string(), OptionValue::Integer(2)),
+            ("t_high".to_string(), OptionValue::Integer(5)),
+        ];
+        (build_clocked(servers, &given, Arc::clone(&clock)), clock)
     }
 
     fn pick(l: &Lard, pool: &PoolView<'_>, path: &'static [u8]) -> usize {
@@ -260,16 +312,40 @@ mod tests {
 
     #[test]
     fn a_moved_target_returns_to_its_first_server_once_that_is_below_t_low() {
-        let (servers, l, home, other, third) = three_servers_and_a();
+        let servers = pool_of(&[1, 1, 1]);
         let pool = PoolView { servers: &servers };
+        let (l, clock) = lard_clocked(&servers);
         let path: &'static [u8] = b"/a";
+        let home = pick(&l, &pool, path);
+        let (other, third) = ((home + 1) % 3, (home + 2) % 3);
         set_active(&servers, &[(home, 6), (other, 1), (third, 3)]);
         assert_eq!(pick(&l, &pool, path), other);
         // Its first server is where every instance starts it: back there once it is below
-        // t_low, though nothing overloads the server it moved to.
+        // t_low, though nothing overloads the server it moved to; but not within a second of
+        // the move, so that one hot key does not flip between two servers.
         set_active(&servers, &[(home, 1), (other, 3), (third, 3)]);
+        assert_eq!(pick(&l, &pool, path), other);
+        clock.advance(Duration::from_millis(999));
+        assert_eq!(pick(&l, &pool, path), other);
+        clock.advance(Duration::from_millis(1));
         assert_eq!(pick(&l, &pool, path), home);
         assert_eq!(pick(&l, &pool, path), home);
+    }
+
+    #[test]
+    fn in_an_idle_pool_a_moved_target_goes_back_too() {
+        // Nothing in flight: T_low is 0 and no server is below it, but an idle first server
+        // takes its targets back (an attack round found them away for good after a drain).
+        let servers = pool_of(&[1, 1, 1]);
+        let pool = PoolView { servers: &servers };
+        let (l, clock) = lard_clocked(&servers);
+        let home = pick(&l, &pool, b"/a");
+        set_active(&servers, &[(home, 6)]);
+        let away = pick(&l, &pool, b"/a");
+        assert_ne!(away, home);
+        set_active(&servers, &[(home, 0)]);
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(pick(&l, &pool, b"/a"), home);
     }
 
     #[test]
@@ -282,11 +358,12 @@ mod tests {
         let one = lard(&servers, 2, 5);
         let first = pick(&one, &pool, b"/a");
         servers[first].set_up(false);
-        let two = lard(&servers, 2, 5);
+        let (two, clock) = lard_clocked(&servers);
         let elsewhere = pick(&two, &pool, b"/a");
         assert_ne!(elsewhere, first);
         servers[first].set_up(true);
         set_active(&servers, &[(first, 1), (elsewhere, 3)]);
+        clock.advance(Duration::from_secs(1));
         assert_eq!(pick(&two, &pool, b"/a"), first);
         assert_eq!(pick(&one, &pool, b"/a"), first);
     }

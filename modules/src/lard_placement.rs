@@ -12,8 +12,9 @@
 //! that is below `T_low`, else the least loaded (the paper's choice). Walking the same order
 //! in every instance makes instances that move a target move it to the same server, and a
 //! target that moves again comes back to servers that have had it. A target away from its
-//! first server goes back there once that server is below `T_low` (`lard`): instances that
-//! moved it apart, each on its own view, come together again.
+//! first server goes back there once that server is below `T_low` or idle, at the earliest a
+//! second after it moved (`lard`): instances that moved it apart, each on its own view, come
+//! together again.
 
 use crate::lard_thresholds::Judge;
 use crate::load::{eligible, least_loaded_from};
