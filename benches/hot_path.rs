@@ -267,7 +267,7 @@ impl HotPath {
             }
             edit.headers = edits.request_headers.as_ref();
         }
-        let server = self.pools[pool_index].pick(&view, &[]).expect("a server");
+        let (server, _ticket) = self.pools[pool_index].pick(&view, &[]).expect("a server");
         write_request_head(
             &mut self.out,
             &self.head,

@@ -792,6 +792,11 @@ servers = [{ addr = "127.0.0.1:9001" }]
 scheduler = "lard"
 thresholds = "adaptive"
 servers = [{ addr = "127.0.0.1:9001" }]
+
+[pool.h]
+scheduler = "lard-r"
+spill = "measure"
+servers = [{ addr = "127.0.0.1:9001" }]
 "#;
     let c = check("options.toml", text);
     assert_eq!(c.code, 1, "{}", c.stdout);
@@ -804,6 +809,7 @@ servers = [{ addr = "127.0.0.1:9001" }]
         at(f, text, "inner", 0, "unknown inner scheduler `wcl`: did you mean `wlc`?"),
         at(f, text, "t_low = 3", 0, "t_low and t_high are fixed thresholds, and thresholds = \"auto\" computes them from the pool's load: remove them, or set thresholds = \"fixed\""),
         at(f, text, "thresholds = \"adaptive\"", 0, "thresholds = \"adaptive\" is not one of auto, fixed"),
+        at(f, text, "spill = ", 0, "spill = \"measure\" is not one of measured, off: did you mean \"measured\"?"),
     ];
     let got: Vec<&str> = c.stderr.lines().collect();
     assert_eq!(got, expected, "\n{}", c.stderr);

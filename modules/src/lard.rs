@@ -23,11 +23,12 @@
 
 use crate::clock::Clock;
 use crate::key::{client_hash, KeySource};
-use crate::lard_placement::Placement;
+use crate::lard_placement::{tie_start, Placement};
+use crate::lard_spill::Spill;
 use crate::lard_thresholds::{Judge, LardSettings, Smoothed};
 use crate::load::{eligible, least_loaded_from};
 use crate::options::Options;
-use crate::{BuildContext, BuildError, PoolView, RequestView, Scheduler};
+use crate::{BuildContext, BuildError, PoolView, RequestView, Scheduler, Ticket};
 use lru::LruCache;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -52,6 +53,7 @@ pub struct Lard {
     key: KeySource,
     settings: LardSettings,
     placement: Placement,
+    spill: Spill,
     clock: Arc<dyn Clock>,
     state: Mutex<State>,
 }
@@ -98,6 +100,7 @@ impl Lard {
             key,
             settings,
             placement: Placement::new(&context.pool, context.server_ids),
+            spill: Spill::default(),
             clock: Arc::clone(&context.clock),
             state: Mutex::new(State {
                 homes: LruCache::new(settings.max_targets),
@@ -208,16 +211,39 @@ impl Scheduler for Lard {
         pool: &PoolView<'_>,
         tried: &[usize],
     ) -> Option<usize> {
+        self.pick_with_ticket(request, pool, tried).map(|(s, _)| s)
+    }
+
+    fn pick_with_ticket(
+        &self,
+        request: &RequestView<'_>,
+        pool: &PoolView<'_>,
+        tried: &[usize],
+    ) -> Option<(usize, Ticket)> {
         let Some(target) = self.key.hash(request) else {
-            return least_loaded_for_client(request, pool, tried);
+            return least_loaded_for_client(request, pool, tried).map(|s| (s, Ticket::NONE));
         };
-        let mut state = self.state.lock().ok()?;
-        let State { homes, loads } = &mut *state;
         // Read at most once per pick, and only when needed.
         let mut now_read = None;
         let mut now = || *now_read.get_or_insert_with(|| self.clock.now());
-        let judge = self.settings.judge(pool, loads, &mut now);
-        self.place(target, homes, &mut now, &judge, pool, tried)
+        let (home, light) = {
+            let mut state = self.state.lock().ok()?;
+            let State { homes, loads } = &mut *state;
+            let judge = self.settings.judge(pool, loads, &mut now);
+            let home = self.place(target, homes, &mut now, &judge, pool, tried)?;
+            (home, judge.light())
+        };
+        if !(self.settings.spill && light) {
+            return Some((home, Ticket::NONE));
+        }
+        let spill = self
+            .spill
+            .decide(home, tie_start(target, pool), pool, tried, &mut now);
+        Some((spill.server, spill.ticket))
+    }
+
+    fn request_ended(&self, _server: usize, ticket: Ticket) {
+        self.spill.ended(ticket, self.clock.now());
     }
 
     fn servers_changed(&self, pool: &PoolView<'_>) {
@@ -330,6 +356,86 @@ mod tests {
         clock.advance(Duration::from_millis(1));
         assert_eq!(pick(&l, &pool, path), home);
         assert_eq!(pick(&l, &pool, path), home);
+    }
+
+    #[test]
+    fn a_light_pool_spills_a_request_to_an_idle_server_once_spills_are_measured_to_pay() {
+        let servers = pool_of(&[1, 1, 1, 1]);
+        let pool = PoolView { servers: &servers };
+        let clock = Arc::new(ManualClock::new());
+        let auto = build_clocked(&servers, &[], Arc::clone(&clock));
+        let mut r = request();
+        r.path = b"/a";
+        let home = auto.pick(&r, &pool, &[]).unwrap();
+        let idle = (home + 1) % 4;
+        // Two in flight at home, one idle server, 5 in flight in all: light.
+        set_active(
+            &servers,
+            &[
+                (home, 2),
+                (idle, 0),
+                ((home + 2) % 4, 2),
+                ((home + 3) % 4, 1),
+            ],
+        );
+        // The first is a probe; the target stays home.
+        let (probe, ticket) = auto.pick_with_ticket(&r, &pool, &[]).unwrap();
+        assert_eq!(probe, idle);
+        assert_ne!(ticket, Ticket::NONE);
+        clock.advance(Duration::from_millis(1));
+        auto.request_ended(probe, ticket);
+        // Home requests (within the probe interval) that take 10 ms: spills (1 ms) pay.
+        let mut timed = 0;
+        for _ in 0..8 {
+            let (server, ticket) = auto.pick_with_ticket(&r, &pool, &[]).unwrap();
+            assert_eq!(server, home);
+            if ticket != Ticket::NONE {
+                clock.advance(Duration::from_millis(10));
+                auto.request_ended(server, ticket);
+                timed += 1;
+                break;
+            }
+        }
+        assert_eq!(timed, 1, "one home request in four is timed");
+        clock.advance(Duration::from_millis(1));
+        for _ in 0..5 {
+            assert_eq!(auto.pick(&r, &pool, &[]), Some(idle));
+        }
+        // With nobody idle, or one in flight at home, the request stays home.
+        set_active(&servers, &[(idle, 1)]);
+        assert_eq!(auto.pick(&r, &pool, &[]), Some(home));
+        set_active(&servers, &[(idle, 0), (home, 1)]);
+        assert_eq!(auto.pick(&r, &pool, &[]), Some(home));
+        // A busy pool (9 in flight per server), not enough to move the target, keeps every
+        // request home.
+        set_active(
+            &servers,
+            &[
+                (home, 10),
+                (idle, 0),
+                ((home + 2) % 4, 13),
+                ((home + 3) % 4, 13),
+            ],
+        );
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(auto.pick(&r, &pool, &[]), Some(home));
+        // The paper's fixed thresholds, and `spill = "off"`, never spill; nor does a retry.
+        set_active(
+            &servers,
+            &[(home, 2), ((home + 2) % 4, 2), ((home + 3) % 4, 1)],
+        );
+        assert_eq!(auto.pick(&r, &pool, &[idle]), Some(home));
+        let fixed = lard(&servers, 25, 65);
+        let off = build(
+            &servers,
+            &[("spill".to_string(), OptionValue::String("off".to_string()))],
+        );
+        for l in [&fixed, &off] {
+            assert_eq!(
+                l.pick_with_ticket(&r, &pool, &[]),
+                Some((home, Ticket::NONE))
+            );
+        }
     }
 
     #[test]

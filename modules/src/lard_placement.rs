@@ -116,7 +116,8 @@ impl Placement {
     }
 }
 
-fn tie_start(target: u64, pool: &PoolView<'_>) -> usize {
+/// Where a scan for the least loaded server starts for `target`, so that ties spread.
+pub(crate) fn tie_start(target: u64, pool: &PoolView<'_>) -> usize {
     (target % pool.servers.len().max(1) as u64) as usize
 }
 

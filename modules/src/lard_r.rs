@@ -23,11 +23,12 @@
 use crate::clock::Clock;
 use crate::key::KeySource;
 use crate::lard::least_loaded_for_client;
-use crate::lard_placement::Placement;
+use crate::lard_placement::{tie_start, Placement};
+use crate::lard_spill::Spill;
 use crate::lard_thresholds::{LardSettings, Smoothed};
 use crate::load::{eligible, lighter_load};
 use crate::options::Options;
-use crate::{BuildContext, BuildError, Load, PoolView, RequestView, Scheduler};
+use crate::{BuildContext, BuildError, Load, PoolView, RequestView, Scheduler, Ticket};
 use lru::LruCache;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -43,6 +44,7 @@ pub struct LardReplicated {
     key: KeySource,
     settings: LardSettings,
     placement: Placement,
+    spill: Spill,
     /// How long a set must stay unchanged before it shrinks.
     k: Duration,
     clock: Arc<dyn Clock>,
@@ -69,6 +71,7 @@ impl LardReplicated {
             key,
             settings,
             placement: Placement::new(&context.pool, context.server_ids),
+            spill: Spill::default(),
             k: Duration::from_secs_f64(k),
             clock: Arc::clone(&context.clock),
             state: Mutex::new(State {
@@ -108,17 +111,56 @@ impl Scheduler for LardReplicated {
         pool: &PoolView<'_>,
         tried: &[usize],
     ) -> Option<usize> {
+        self.pick_with_ticket(request, pool, tried).map(|(s, _)| s)
+    }
+
+    fn pick_with_ticket(
+        &self,
+        request: &RequestView<'_>,
+        pool: &PoolView<'_>,
+        tried: &[usize],
+    ) -> Option<(usize, Ticket)> {
         let Some(target) = self.key.hash(request) else {
-            return least_loaded_for_client(request, pool, tried);
+            return least_loaded_for_client(request, pool, tried).map(|s| (s, Ticket::NONE));
         };
-        let mut state = self.state.lock().ok()?;
-        let State { sets, loads } = &mut *state;
         // Read at most once per pick, and only when needed: with fixed thresholds most picks
         // neither change a set nor look at its age; auto reads it for the smoothed loads. One
         // reading keeps "is it stale" and "changed at" consistent.
         let mut now_read = None;
         let mut now = || *now_read.get_or_insert_with(|| self.clock.now());
-        let judge = self.settings.judge(pool, loads, &mut now);
+        let (member, light) = self.member(target, pool, tried, &mut now)?;
+        if !(self.settings.spill && light) {
+            return Some((member, Ticket::NONE));
+        }
+        let spill = self
+            .spill
+            .decide(member, tie_start(target, pool), pool, tried, &mut now);
+        Some((spill.server, spill.ticket))
+    }
+
+    fn request_ended(&self, _server: usize, ticket: Ticket) {
+        self.spill.ended(ticket, self.clock.now());
+    }
+
+    fn servers_changed(&self, pool: &PoolView<'_>) {
+        self.placement.servers_changed(pool);
+    }
+}
+
+impl LardReplicated {
+    /// The member of `target`'s server set that takes the request, after the set grew or
+    /// shrank as figure 4 says, and whether the pool is light (`Judge::light`).
+    fn member(
+        &self,
+        target: u64,
+        pool: &PoolView<'_>,
+        tried: &[usize],
+        now: &mut dyn FnMut() -> Duration,
+    ) -> Option<(usize, bool)> {
+        let mut state = self.state.lock().ok()?;
+        let State { sets, loads } = &mut *state;
+        let judge = self.settings.judge(pool, loads, now);
+        let light = judge.light();
         let Some(set) = sets.get_mut(&target) else {
             // A new target. Nothing is stored when no server is eligible: an empty set would
             // only take a place in the map.
@@ -130,7 +172,7 @@ impl Scheduler for LardReplicated {
                     last_change: now(),
                 },
             );
-            return Some(first);
+            return Some((first, light));
         };
         // Servers that went away, became quiescent or failed for this request are no member.
         let member_ok = |m: &u32| {
@@ -154,7 +196,7 @@ impl Scheduler for LardReplicated {
             };
             set.members.push(first as u32);
             set.last_change = now();
-            return Some(first);
+            return Some((first, light));
         };
         // n and m are both taken before the set changes, as in the paper.
         let mut chosen = n;
@@ -180,11 +222,7 @@ impl Scheduler for LardReplicated {
         if changed {
             set.last_change = now();
         }
-        Some(chosen)
-    }
-
-    fn servers_changed(&self, pool: &PoolView<'_>) {
-        self.placement.servers_changed(pool);
+        Some((chosen, light))
     }
 }
 

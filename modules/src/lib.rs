@@ -16,6 +16,7 @@ pub mod key;
 pub mod lard;
 mod lard_placement;
 pub mod lard_r;
+mod lard_spill;
 mod lard_thresholds;
 pub mod lc;
 mod load;
@@ -36,6 +37,7 @@ pub use suggest::suggest;
 pub use view::{HeaderLookup, Load, PoolView, RequestView, ServerState};
 
 use std::fmt;
+use std::num::NonZeroU64;
 
 /// A server-selection policy for one pool.
 ///
@@ -57,6 +59,22 @@ pub trait Scheduler: Send + Sync + fmt::Debug {
         tried: &[usize],
     ) -> Option<usize>;
 
+    /// [`Scheduler::pick`], with a [`Ticket`] the switch hands back to
+    /// [`Scheduler::request_ended`] when the request stops occupying the server it gets: for
+    /// modules that learn from how long requests take. The switch calls this one.
+    fn pick_with_ticket(
+        &self,
+        request: &RequestView<'_>,
+        pool: &PoolView<'_>,
+        tried: &[usize],
+    ) -> Option<(usize, Ticket)> {
+        self.pick(request, pool, tried).map(|s| (s, Ticket::NONE))
+    }
+
+    /// The request that [`Scheduler::pick_with_ticket`] issued `ticket` for stopped occupying
+    /// `server`, after [`Scheduler::connection_ended`]. Called only for issued tickets.
+    fn request_ended(&self, _server: usize, _ticket: Ticket) {}
+
     /// A request started occupying `server` (HAProxy `take_conn`). The switch has already
     /// counted it in the server's active connections.
     fn connection_started(&self, _server: usize) {}
@@ -71,6 +89,25 @@ pub trait Scheduler: Send + Sync + fmt::Debug {
     /// (the `cookie` module's Set-Cookie). Asked once per request, after the server is known.
     fn response_field(&self, _request: &RequestView<'_>, _server: usize) -> Option<ResponseField> {
         None
+    }
+}
+
+/// What a module attached to one of its picks, handed back when the request ends (a time and a
+/// flag, for `lard`'s spills). Most picks carry none, and then nothing is handed back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ticket(Option<NonZeroU64>);
+
+impl Ticket {
+    pub const NONE: Ticket = Ticket(None);
+
+    /// A ticket carrying `value` (any but `u64::MAX`, which saturates to `u64::MAX - 1`).
+    pub fn issued(value: u64) -> Ticket {
+        Ticket(NonZeroU64::new(value.saturating_add(1)))
+    }
+
+    /// The value it carries, if it was issued.
+    pub fn get(self) -> Option<u64> {
+        self.0.map(|v| v.get() - 1)
     }
 }
 

@@ -13,7 +13,7 @@ use crate::state::pool::Lease;
 use crate::state::stats;
 use crate::stream::{wait, Limit};
 use std::pin::pin;
-use tcpvs_modules::ResponseField;
+use tcpvs_modules::{ResponseField, Ticket};
 use tokio::time::Instant;
 
 /// Why a request found no server when every candidate was at its `max_conns`.
@@ -88,10 +88,10 @@ impl<'a> Picker<'a> {
         let mut tally = Tally::default();
         // Every server is picked at most once (full ones included), then only busy ones again.
         while self.attempts < max_attempts {
-            let Some(server) = self.next_candidate(request, &mut tally.busy) else {
+            let Some((server, ticket)) = self.next_candidate(request, &mut tally.busy) else {
                 break;
             };
-            let Some(lease) = self.pool.try_lease(server) else {
+            let Some(lease) = self.pool.try_lease(server, ticket) else {
                 // At its max_conns: the next candidate, without spending an attempt.
                 tally.full += 1;
                 continue;
@@ -124,9 +124,13 @@ impl<'a> Picker<'a> {
         })
     }
 
-    /// The next server to try: the module's next candidate (or a backup), else a busy one
-    /// again; `None` when there is none left.
-    fn next_candidate(&mut self, request: Request<'_>, busy: &mut Vec<usize>) -> Option<usize> {
+    /// The next server to try, with the module's ticket for it: the module's next candidate
+    /// (or a backup), else a busy one again; `None` when there is none left.
+    fn next_candidate(
+        &mut self,
+        request: Request<'_>,
+        busy: &mut Vec<usize>,
+    ) -> Option<(usize, Ticket)> {
         let pool = self.pool;
         let fresh = if self.tried.len() < pool.servers.len() {
             // A backup the module does not offer yet (a primary still counts as up) takes
@@ -136,20 +140,21 @@ impl<'a> Picker<'a> {
                 (self.attempts > 0)
                     .then(|| pool.backup_candidate(self.tried))
                     .flatten()
+                    .map(|backup| (backup, Ticket::NONE))
             })
         } else {
             None
         };
         match fresh {
-            Some(server) if self.tried.contains(&server) => {
+            Some((server, _)) if self.tried.contains(&server) => {
                 tracing::error!(pool = %pool.name, "scheduler `{}` answered a server it was told was tried", pool.scheduler.name());
                 None
             }
-            Some(server) => {
+            Some((server, ticket)) => {
                 self.tried.push(server);
-                Some(server)
+                Some((server, ticket))
             }
-            None if !busy.is_empty() => Some(busy.remove(0)),
+            None if !busy.is_empty() => Some((busy.remove(0), Ticket::NONE)),
             None => None,
         }
     }
@@ -201,8 +206,8 @@ impl<'a> Picker<'a> {
         }
     }
 
-    /// The pool module's next candidate for the request.
-    fn pick(&self, (head, buf): Request<'_>) -> Option<usize> {
+    /// The pool module's next candidate for the request, and its ticket.
+    fn pick(&self, (head, buf): Request<'_>) -> Option<(usize, Ticket)> {
         let headers = head.lookup(buf);
         let view = request_view(&self.cx, head, buf, &headers);
         self.pool.pick(&view, self.tried)

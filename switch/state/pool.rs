@@ -8,7 +8,7 @@ use crate::state::server::Backend;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-use tcpvs_modules::{BuildError, Clock, PoolView, RequestView, Scheduler, ServerState};
+use tcpvs_modules::{BuildError, Clock, PoolView, RequestView, Scheduler, ServerState, Ticket};
 
 mod offer;
 
@@ -166,23 +166,29 @@ impl Pool {
         }
     }
 
-    /// The next candidate for `request`, skipping `tried`.
-    pub fn pick(&self, request: &RequestView<'_>, tried: &[usize]) -> Option<usize> {
+    /// The next candidate for `request`, skipping `tried`, and the module's ticket for it
+    /// (handed back when the request's lease ends).
+    pub fn pick(&self, request: &RequestView<'_>, tried: &[usize]) -> Option<(usize, Ticket)> {
         // A module answering out of range would be a bug in the module; treat it as "no server"
         // rather than index past the end.
         self.scheduler
-            .pick(request, &self.view(), tried)
-            .filter(|&i| i < self.backends.len())
+            .pick_with_ticket(request, &self.view(), tried)
+            .filter(|&(i, _)| i < self.backends.len())
     }
 
     /// Counts a request as active at `server` until the lease is dropped; `None` when the
-    /// server is at its `max_conns` (checked and counted in one atomic step).
-    pub fn try_lease(&self, server: usize) -> Option<Lease<'_>> {
+    /// server is at its `max_conns` (checked and counted in one atomic step). `ticket` is the
+    /// module's, from the pick of `server` (`Ticket::NONE` for a server it did not pick).
+    pub fn try_lease(&self, server: usize, ticket: Ticket) -> Option<Lease<'_>> {
         if !self.servers.get(server)?.try_add_active() {
             return None;
         }
         self.scheduler.connection_started(server);
-        Some(Lease { pool: self, server })
+        Some(Lease {
+            pool: self,
+            server,
+            ticket,
+        })
     }
 }
 
@@ -191,6 +197,7 @@ impl Pool {
 pub struct Lease<'a> {
     pool: &'a Pool,
     pub server: usize,
+    ticket: Ticket,
 }
 
 impl<'a> Lease<'a> {
@@ -209,6 +216,9 @@ impl Drop for Lease<'_> {
             state.remove_active();
         }
         self.pool.scheduler.connection_ended(self.server);
+        if self.ticket != Ticket::NONE {
+            self.pool.scheduler.request_ended(self.server, self.ticket);
+        }
         self.pool.wake_queue();
     }
 }
