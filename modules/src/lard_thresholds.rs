@@ -34,13 +34,12 @@ const RATIO_DEN: u64 = 5;
 /// 0.94x; from 32 clients up the floor is below `T_high` and changes nothing.
 pub(crate) const QUIET: u32 = 4;
 
-/// Requests in flight per server up to which the pool is light, and a request may go to a
-/// server half as loaded as its target's (`lard_spill.rs`): twice `QUIET`. At 16 and 32
-/// clients on 4 servers (4 and 8 in flight each) whose caches hold the working set, `lard`
-/// kept a server busy while another idled and served 0.88x and 0.96x `wlc`; with spills
-/// 1.00x and 1.02x (3 s runs). Spills at any load lifted 64 clients on 2.5 caches from 0.94x
-/// to 1.01x the ceiling, but with four switches at the paper's load (14 in flight per server
-/// in each switch's count) the caches held 1.70 copies of each object instead of 1.15.
+/// Requests in flight per server up to which the pool is light, and a request may spill to an
+/// idle server (`lard_spill.rs`): twice `QUIET`. A busier pool has no idle server worth the
+/// miss: at the paper's load LARD's own moves reach the all-hits ceiling. Measured with the
+/// locality harness (4 s runs): spills at any load lifted 64 clients on 2.5 caches from 0.94x
+/// to 1.01x the ceiling, but four switches at the paper's load (14 in flight per server in each
+/// switch's count) ended with 1.64 copies of each object instead of 1.15.
 pub(crate) const LIGHT: u32 = 2 * QUIET;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
