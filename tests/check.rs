@@ -758,6 +758,10 @@ pool = "f"
 path = "^/g"
 pool = "g"
 
+[[virtual.web.rule]]
+path = "^/h"
+pool = "h"
+
 [pool.a]
 scheduler = "lard"
 t_hihg = 80

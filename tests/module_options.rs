@@ -300,8 +300,9 @@ async fn balance_factor_0_never_spills() {
 async fn lard_thresholds_auto_moves_a_hot_target_under_a_light_load_and_fixed_does_not() {
     // One target held again and again on 3 servers, nothing else in flight. Auto (the
     // default) calls its server overloaded once it carries more than 4 (the quiet floor)
-    // while the others are idle; the paper's fixed t_high = 65 is never reached here.
-    let auto = hold_same_key_slowly("scheduler = \"lard\"", 6).await;
+    // while the others are idle; the paper's fixed t_high = 65 is never reached here. Spills
+    // (below) are off: they would lend the third request to an idle server.
+    let auto = hold_same_key_slowly("scheduler = \"lard\"\nspill = \"off\"", 6).await;
     assert!(
         auto[..5].iter().all(|&s| s == auto[0]),
         "up to 4 in flight the target stays: {auto:?}"
@@ -312,6 +313,31 @@ async fn lard_thresholds_auto_moves_a_hot_target_under_a_light_load_and_fixed_do
         fixed.iter().all(|&s| s == fixed[0]),
         "fixed thresholds (25, 65) keep it: {fixed:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lard_spill_lends_a_request_to_an_idle_server_and_the_target_stays() {
+    // Two requests of one target in flight at its server and two idle servers, in a light
+    // pool: nothing has measured spills yet, so the third is the first probe, to an idle
+    // server. The target does not move: once the pool is idle its next request goes home.
+    // With spill = "off" the third stays.
+    for (lines, lends) in [
+        ("scheduler = \"lard\"", true),
+        ("scheduler = \"lard\"\nspill = \"off\"", false),
+    ] {
+        let servers = backends(3).await;
+        let refs: Vec<&Backend> = servers.iter().collect();
+        let switch = start_switch(&pool_rules(lines, &refs), &[]).await;
+        let mut held = Vec::new();
+        let home = hold_one_more(&switch, &servers, &mut held, 0).await;
+        assert_eq!(hold_one_more(&switch, &servers, &mut held, 1).await, home);
+        let third = hold_one_more(&switch, &servers, &mut held, 2).await;
+        assert_eq!(third != home, lends, "{lines}: home {home}, third {third}");
+        release_all(&switch, &servers, &mut held).await;
+        let again = hold_one_more(&switch, &servers, &mut held, 0).await;
+        assert_eq!(again, home, "{lines}: the target stayed home");
+        release_all(&switch, &servers, &mut held).await;
+    }
 }
 
 /// `hold_same_key` with 100 ms before each request: auto judges loads averaged over 10 ms, so

@@ -17,44 +17,24 @@
 //! computes `T_low`/`T_high` from the load the pool carries (`lard_thresholds.rs`); a moved
 //! target goes back to its first server once that one is below `T_low`. Load is the server's
 //! active requests as this switch counts them (per unit of weight, averaged over 10 ms, with
-//! `auto`; the count of the moment with `fixed`). The map is bounded (`max_targets`, least
+//! `auto`; the count of the moment with `fixed`). In a light pool one request may go to an idle
+//! server instead while that is measured to pay, the target staying (`lard_spill.rs`; the
+//! frame both LARD modules share around their step is `lard_common.rs`). The map is bounded (`max_targets`, least
 //! recently used targets forgotten) and keyed by a 64-bit hash of the target, so a target
 //! costs the same whatever its length.
 
-use crate::clock::Clock;
-use crate::key::{client_hash, KeySource};
-use crate::lard_placement::{tie_start, Placement};
-use crate::lard_spill::Spill;
-use crate::lard_thresholds::{Judge, LardSettings, Smoothed};
-use crate::load::{eligible, least_loaded_from};
+use crate::lard_common::LardCommon;
+use crate::lard_thresholds::{Judge, Smoothed};
+use crate::load::eligible;
 use crate::options::Options;
 use crate::{BuildContext, BuildError, PoolView, RequestView, Scheduler, Ticket};
 use lru::LruCache;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
-
-/// A request without a key (no such header or cookie, no regex match) has no target to keep
-/// local, so it goes to the least loaded server. Ties start at the client's hash rather than
-/// at server 0: in an idle pool every keyless request would otherwise land on server 0, while
-/// this way clients spread and each keeps its server while loads are even. Without a known
-/// client address the scan starts at server 0.
-pub(crate) fn least_loaded_for_client(
-    request: &RequestView<'_>,
-    pool: &PoolView<'_>,
-    tried: &[usize],
-) -> Option<usize> {
-    let count = pool.servers.len().max(1) as u64;
-    let start = client_hash(request).map_or(0, |hash| (hash % count) as usize);
-    least_loaded_from(pool, tried, start)
-}
 
 #[derive(Debug)]
 pub struct Lard {
-    key: KeySource,
-    settings: LardSettings,
-    placement: Placement,
-    spill: Spill,
-    clock: Arc<dyn Clock>,
+    common: LardCommon,
     state: Mutex<State>,
 }
 
@@ -94,18 +74,13 @@ impl Lard {
         options: &mut Options<'_>,
         context: &BuildContext<'_>,
     ) -> Result<Lard, BuildError> {
-        let key = KeySource::from_options(options, "path").map_err(BuildError::BadOption)?;
-        let settings = LardSettings::read(options)?;
+        let common = LardCommon::build(options, context)?;
         Ok(Lard {
-            key,
-            settings,
-            placement: Placement::new(&context.pool, context.server_ids),
-            spill: Spill::default(),
-            clock: Arc::clone(&context.clock),
             state: Mutex::new(State {
-                homes: LruCache::new(settings.max_targets),
+                homes: LruCache::new(common.settings.max_targets),
                 loads: Smoothed::default(),
             }),
+            common,
         })
     }
 
@@ -130,7 +105,7 @@ impl Lard {
         tried: &[usize],
     ) -> usize {
         let current = home.server as usize;
-        let generation = self.placement.generation();
+        let generation = self.common.placement.generation();
         if home.settled == generation {
             return current;
         }
@@ -138,7 +113,7 @@ impl Lard {
         if now_ms.wrapping_sub(home.since_ms) < RETURN_AFTER_MS {
             return current;
         }
-        match self.placement.first_usable(target, pool) {
+        match self.common.placement.first_usable(target, pool) {
             Some(first) if first == current => home.settled = generation,
             // Below T_low, or idle: in a pool with nothing in flight no server is below a
             // T_low of 0, and a target moved while the pool was busy would stay away for good.
@@ -176,9 +151,9 @@ impl Lard {
                     if !judge.should_move(s, tried) {
                         return Some(self.stay_or_return(target, home, now, judge, pool, tried));
                     }
-                    self.placement.relieve(target, judge, pool, tried)?
+                    self.common.placement.relieve(target, judge, pool, tried)?
                 }
-                _ => self.placement.replace(target, judge, pool, tried)?,
+                _ => self.common.placement.replace(target, judge, pool, tried)?,
             };
             *home = Home {
                 server: moved as u32,
@@ -187,7 +162,7 @@ impl Lard {
             };
             return Some(moved);
         }
-        let chosen = self.placement.start(target, judge, pool, tried)?;
+        let chosen = self.common.placement.start(target, judge, pool, tried)?;
         homes.put(
             target,
             Home {
@@ -220,34 +195,21 @@ impl Scheduler for Lard {
         pool: &PoolView<'_>,
         tried: &[usize],
     ) -> Option<(usize, Ticket)> {
-        let Some(target) = self.key.hash(request) else {
-            return least_loaded_for_client(request, pool, tried).map(|s| (s, Ticket::NONE));
-        };
-        // Read at most once per pick, and only when needed.
-        let mut now_read = None;
-        let mut now = || *now_read.get_or_insert_with(|| self.clock.now());
-        let (home, light) = {
+        self.common.pick(request, pool, tried, |target, now| {
             let mut state = self.state.lock().ok()?;
             let State { homes, loads } = &mut *state;
-            let judge = self.settings.judge(pool, loads, &mut now);
-            let home = self.place(target, homes, &mut now, &judge, pool, tried)?;
-            (home, judge.light())
-        };
-        if !(self.settings.spill && light) {
-            return Some((home, Ticket::NONE));
-        }
-        let spill = self
-            .spill
-            .decide(home, tie_start(target, pool), pool, tried, &mut now);
-        Some((spill.server, spill.ticket))
+            let judge = self.common.settings.judge(pool, loads, now);
+            let home = self.place(target, homes, now, &judge, pool, tried)?;
+            Some((home, judge.light()))
+        })
     }
 
     fn request_ended(&self, _server: usize, ticket: Ticket) {
-        self.spill.ended(ticket, self.clock.now());
+        self.common.request_ended(ticket);
     }
 
     fn servers_changed(&self, pool: &PoolView<'_>) {
-        self.placement.servers_changed(pool);
+        self.common.servers_changed(pool);
     }
 }
 
@@ -258,6 +220,7 @@ mod tests {
     use crate::ManualClock;
     use crate::{OptionValue, ServerState};
     use std::net::{IpAddr, Ipv4Addr};
+    use std::sync::Arc;
 
     fn lard(servers: &[ServerState], t_low: i64, t_high: i64) -> Lard {
         let given = vec![

@@ -20,17 +20,13 @@
 //! paper; whether n is overloaded is judged as `lard` judges a server (with `auto`, on loads
 //! averaged over 10 ms).
 
-use crate::clock::Clock;
-use crate::key::KeySource;
-use crate::lard::least_loaded_for_client;
-use crate::lard_placement::{tie_start, Placement};
-use crate::lard_spill::Spill;
-use crate::lard_thresholds::{LardSettings, Smoothed};
+use crate::lard_common::{LardCommon, Step};
+use crate::lard_thresholds::Smoothed;
 use crate::load::{eligible, lighter_load};
 use crate::options::Options;
 use crate::{BuildContext, BuildError, Load, PoolView, RequestView, Scheduler, Ticket};
 use lru::LruCache;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 #[derive(Debug)]
@@ -41,13 +37,9 @@ struct ServerSet {
 
 #[derive(Debug)]
 pub struct LardReplicated {
-    key: KeySource,
-    settings: LardSettings,
-    placement: Placement,
-    spill: Spill,
+    common: LardCommon,
     /// How long a set must stay unchanged before it shrinks.
     k: Duration,
-    clock: Arc<dyn Clock>,
     state: Mutex<State>,
 }
 
@@ -62,22 +54,17 @@ impl LardReplicated {
         options: &mut Options<'_>,
         context: &BuildContext<'_>,
     ) -> Result<LardReplicated, BuildError> {
-        let key = KeySource::from_options(options, "path").map_err(BuildError::BadOption)?;
-        let settings = LardSettings::read(options)?;
+        let common = LardCommon::build(options, context)?;
         let k = options
             .number("k", 20.0, 0.0, 86_400.0)
             .map_err(BuildError::BadOption)?;
         Ok(LardReplicated {
-            key,
-            settings,
-            placement: Placement::new(&context.pool, context.server_ids),
-            spill: Spill::default(),
             k: Duration::from_secs_f64(k),
-            clock: Arc::clone(&context.clock),
             state: Mutex::new(State {
-                sets: LruCache::new(settings.max_targets),
+                sets: LruCache::new(common.settings.max_targets),
                 loads: Smoothed::default(),
             }),
+            common,
         })
     }
 
@@ -120,30 +107,20 @@ impl Scheduler for LardReplicated {
         pool: &PoolView<'_>,
         tried: &[usize],
     ) -> Option<(usize, Ticket)> {
-        let Some(target) = self.key.hash(request) else {
-            return least_loaded_for_client(request, pool, tried).map(|s| (s, Ticket::NONE));
-        };
-        // Read at most once per pick, and only when needed: with fixed thresholds most picks
-        // neither change a set nor look at its age; auto reads it for the smoothed loads. One
-        // reading keeps "is it stale" and "changed at" consistent.
-        let mut now_read = None;
-        let mut now = || *now_read.get_or_insert_with(|| self.clock.now());
-        let (member, light) = self.member(target, pool, tried, &mut now)?;
-        if !(self.settings.spill && light) {
-            return Some((member, Ticket::NONE));
-        }
-        let spill = self
-            .spill
-            .decide(member, tie_start(target, pool), pool, tried, &mut now);
-        Some((spill.server, spill.ticket))
+        // The clock is read at most once per pick, and only when needed: with fixed
+        // thresholds most picks neither change a set nor look at its age; auto reads it for
+        // the smoothed loads. One reading keeps "is it stale" and "changed at" consistent.
+        self.common.pick(request, pool, tried, |target, now| {
+            self.member(target, pool, tried, now)
+        })
     }
 
     fn request_ended(&self, _server: usize, ticket: Ticket) {
-        self.spill.ended(ticket, self.clock.now());
+        self.common.request_ended(ticket);
     }
 
     fn servers_changed(&self, pool: &PoolView<'_>) {
-        self.placement.servers_changed(pool);
+        self.common.servers_changed(pool);
     }
 }
 
@@ -156,15 +133,15 @@ impl LardReplicated {
         pool: &PoolView<'_>,
         tried: &[usize],
         now: &mut dyn FnMut() -> Duration,
-    ) -> Option<(usize, bool)> {
+    ) -> Step {
         let mut state = self.state.lock().ok()?;
         let State { sets, loads } = &mut *state;
-        let judge = self.settings.judge(pool, loads, now);
+        let judge = self.common.settings.judge(pool, loads, now);
         let light = judge.light();
         let Some(set) = sets.get_mut(&target) else {
             // A new target. Nothing is stored when no server is eligible: an empty set would
             // only take a place in the map.
-            let first = self.placement.start(target, &judge, pool, tried)?;
+            let first = self.common.placement.start(target, &judge, pool, tried)?;
             sets.put(
                 target,
                 ServerSet {
@@ -190,7 +167,7 @@ impl LardReplicated {
         }) = Spread::of(&set.members, pool)
         else {
             // Every member failed: the set starts again where the ring sends it.
-            let Some(first) = self.placement.replace(target, &judge, pool, tried) else {
+            let Some(first) = self.common.placement.replace(target, &judge, pool, tried) else {
                 sets.pop(&target);
                 return None;
             };
@@ -201,7 +178,7 @@ impl LardReplicated {
         // n and m are both taken before the set changes, as in the paper.
         let mut chosen = n;
         if judge.should_move(n, tried) {
-            if let Some(p) = self.placement.relieve(target, &judge, pool, tried) {
+            if let Some(p) = self.common.placement.relieve(target, &judge, pool, tried) {
                 if !set.members.contains(&(p as u32)) {
                     set.members.push(p as u32);
                     changed = true;
@@ -272,6 +249,7 @@ mod tests {
     use crate::testing::{context, pool_of, request, set_active};
     use crate::{OptionValue, ServerState};
     use std::net::{IpAddr, Ipv4Addr};
+    use std::sync::Arc;
 
     fn lard_r(servers: &[ServerState], clock: Arc<ManualClock>) -> LardReplicated {
         let given = vec![

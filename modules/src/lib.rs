@@ -14,6 +14,7 @@ pub mod cookie;
 pub mod hash;
 pub mod key;
 pub mod lard;
+mod lard_common;
 mod lard_placement;
 pub mod lard_r;
 mod lard_spill;
