@@ -273,7 +273,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
                 }
             };
             let Connected {
-                lease,
+                mut lease,
                 server,
                 reused,
                 response_field,
@@ -296,6 +296,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             let result = self.attempt_or_renew(&lease, server, reused).await;
             let error = match result {
                 Ok(mut outcome) => {
+                    lease.answered(outcome.status);
                     let cx = &self.picker.cx;
                     control::exchange_succeeded(
                         &cx.shared.generation,

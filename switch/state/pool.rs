@@ -188,6 +188,7 @@ impl Pool {
             pool: self,
             server,
             ticket,
+            answered: false,
         })
     }
 }
@@ -198,9 +199,18 @@ pub struct Lease<'a> {
     pool: &'a Pool,
     pub server: usize,
     ticket: Ticket,
+    /// The server answered the request (below 500): only then is the ticket handed back. A
+    /// connection refused, a 503 at once or a client gone before the answer would teach the
+    /// module that the server is fast (an attack round: a server failing fast drew spills).
+    answered: bool,
 }
 
 impl<'a> Lease<'a> {
+    /// The server answered with `status`.
+    pub fn answered(&mut self, status: u16) {
+        self.answered = (100..500).contains(&status);
+    }
+
     pub fn backend(&self) -> &'a Backend {
         &self.pool.backends[self.server]
     }
@@ -216,7 +226,7 @@ impl Drop for Lease<'_> {
             state.remove_active();
         }
         self.pool.scheduler.connection_ended(self.server);
-        if self.ticket != Ticket::NONE {
+        if self.answered && self.ticket != Ticket::NONE {
             self.pool.scheduler.request_ended(self.server, self.ticket);
         }
         self.pool.wake_queue();
