@@ -298,14 +298,14 @@ async fn settings_that_need_a_restart_are_reported_and_kept() {
     let switch = start(&file).await;
     let admin = switch.admin_addr().unwrap();
     let web = switch.local_addr("web").unwrap();
-    // The new file changes two process settings (idle_timeout from the default 180s to 1s)
+    // The new file changes three process settings (idle_timeout from the default 180s to 1s)
     // and the rules (`/x` to a new pool `xs`).
     let pools: &[(&str, &[SocketAddr])] = &[("main", &[a.addr]), ("xs", &[b.addr])];
     std::fs::write(
         &file,
         rules("127.0.0.1:0", "xs", "main", pools).replace(
             "access_log = false",
-            "access_log = false\nidle_timeout = \"1s\"\nworkers = 3",
+            "access_log = false\nidle_timeout = \"1s\"\nworkers = 3\ncpu_affinity = \"auto\"",
         ),
     )
     .unwrap();
@@ -314,7 +314,11 @@ async fn settings_that_need_a_restart_are_reported_and_kept() {
     assert_eq!(body["generation"], 2);
     assert_eq!(
         body["restart_needed"],
-        serde_json::json!(["[switch] workers", "[switch] idle_timeout"])
+        serde_json::json!([
+            "[switch] workers",
+            "[switch] idle_timeout",
+            "[switch] cpu_affinity"
+        ])
     );
     // The rules are the new file's...
     let mut client = Client::connect(web).await;

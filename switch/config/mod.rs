@@ -59,6 +59,7 @@ pub struct SwitchSettings {
     pub connect_attempts: usize,
     pub server_idle_max: usize,
     pub server_idle_timeout: Duration,
+    pub cpu_affinity: CpuAffinity,
 }
 
 impl Default for SwitchSettings {
@@ -79,8 +80,21 @@ impl Default for SwitchSettings {
             connect_attempts: 3,
             server_idle_max: 64,
             server_idle_timeout: Duration::from_secs(30),
+            cpu_affinity: CpuAffinity::Off,
         }
     }
+}
+
+/// Whether worker threads are tied to CPUs, `[switch] cpu_affinity`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuAffinity {
+    /// `"off"` (the default): the kernel places the worker threads, as HAProxy and nginx
+    /// leave them unless told.
+    Off,
+    /// `"auto"`: with two workers or more, worker i runs only on the i-th CPU the process may
+    /// use, and its listening sockets take the connections whose packets that CPU handles
+    /// (supervisor/affinity.rs).
+    Auto,
 }
 
 /// Where the access log goes, `[switch] access_log`.
@@ -410,6 +424,16 @@ fn build_switch(raw: Option<&RawSwitch>, file: &str, sink: &mut ErrorSink<'_>) -
     }
     read_access_log(raw, file, &mut s, sink);
     read_splice(raw, &mut s, sink);
+    if let Some(v) = &raw.cpu_affinity {
+        match v.get_ref().as_str() {
+            "off" => s.cpu_affinity = CpuAffinity::Off,
+            "auto" => s.cpu_affinity = CpuAffinity::Auto,
+            other => sink.at(
+                v.span(),
+                format!("cpu_affinity must be \"off\" or \"auto\", not {other:?}"),
+            ),
+        }
+    }
     s
 }
 

@@ -33,6 +33,7 @@ pub(crate) const SWITCH_KEYS: &[&str] = &[
     "connect_attempts",
     "server_idle_max",
     "server_idle_timeout",
+    "cpu_affinity",
 ];
 const ADMIN_KEYS: &[&str] = &["listen", "token", "token_file", "mode"];
 const SERVICE_KEYS: &[&str] = &[
@@ -116,6 +117,7 @@ pub(crate) struct RawSwitch {
     pub connect_attempts: Option<Spanned<i64>>,
     pub server_idle_max: Option<Spanned<i64>>,
     pub server_idle_timeout: Option<Spanned<String>>,
+    pub cpu_affinity: Option<Spanned<String>>,
 }
 
 pub(crate) struct RawAdmin {
@@ -307,6 +309,7 @@ fn read_switch(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawSwitch {
         connect_attempts: t.integer("connect_attempts", sink),
         server_idle_max: t.integer("server_idle_max", sink),
         server_idle_timeout: t.duration("server_idle_timeout", sink),
+        cpu_affinity: t.string("cpu_affinity", "\"off\" or \"auto\"", sink),
     }
 }
 

@@ -154,7 +154,8 @@ fn changed_settings(running: &SwitchSettings, file: &SwitchSettings) -> Vec<Stri
         splice_threshold,
         connect_attempts,
         server_idle_max,
-        server_idle_timeout
+        server_idle_timeout,
+        cpu_affinity
     );
     changed
 }

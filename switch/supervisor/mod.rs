@@ -1,5 +1,6 @@
 //! The supervisor: what runs the data plane and is no part of it. It keeps the workers (their
-//! runtimes, timeouts and housekeeping: workers.rs), the listeners (accept loops by address,
+//! runtimes, timeouts and housekeeping: workers.rs; each tied to a CPU with `cpu_affinity`:
+//! affinity.rs), the listeners (accept loops by address,
 //! and a copy of each socket for a successor at a binary upgrade: listeners.rs), the admin
 //! endpoint's socket for that handover, and what a reload needs (the rule file, the builder of
 //! generations). The switch (gateway.rs) owns it; the admin endpoint, the SIGHUP handler and
@@ -11,12 +12,14 @@
 //! new addresses on every worker (listeners.rs), which may fail and then changes nothing; the
 //! commit (commit.rs), which cannot fail. reload/mod.rs says what a reload keeps and changes.
 
+pub mod affinity;
 mod commit;
 pub mod listeners;
 pub mod workers;
 
 use crate::admin::listener::Handover;
 use crate::config::admin::AdminConfig;
+use crate::config::CpuAffinity;
 use crate::reload::{self, Builder, Plan, ReloadError, Reloaded};
 use crate::shared::Shared;
 use listeners::{Adopted, Listeners};
@@ -73,7 +76,11 @@ impl Supervisor {
         plan: Plan,
         adopted: &mut Adopted,
     ) -> io::Result<Arc<Supervisor>> {
-        let mut workers = Workers::start(settings.placement)?;
+        let cpus = match shared.settings.cpu_affinity {
+            CpuAffinity::Auto => Some(affinity::CpuPlan::of_this_thread()?),
+            CpuAffinity::Off => None,
+        };
+        let mut workers = Workers::start(settings.placement, cpus.as_ref())?;
         let reuse_port = matches!(settings.placement, Placement::Threads(_));
         let services = &plan.generation.services;
         let bound = workers

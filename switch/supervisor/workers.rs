@@ -7,6 +7,7 @@
 //! its sessions never move between threads. Listeners are bound for them and their tasks
 //! spawned onto them from outside (listeners.rs, commit.rs), through their runtime's handle.
 
+use super::affinity::{self, CpuPlan};
 use crate::shared::Shared;
 use crate::timeouts::Timeouts;
 use std::io;
@@ -30,6 +31,9 @@ pub enum Placement {
 pub struct WorkerHandle {
     pub runtime: tokio::runtime::Handle,
     pub timeouts: Arc<Timeouts>,
+    /// The CPU its thread is tied to (`cpu_affinity = "auto"`), which its listening sockets
+    /// ask the kernel for (listeners.rs).
+    pub cpu: Option<usize>,
 }
 
 /// One worker and what ends it.
@@ -49,8 +53,9 @@ pub struct Workers {
 }
 
 impl Workers {
-    /// Starts the runtimes; nothing runs on them yet.
-    pub fn start(placement: Placement) -> io::Result<Workers> {
+    /// Starts the runtimes, each thread on its CPU of `cpus` if given (one worker on the
+    /// starting runtime is never pinned: that thread is the caller's); nothing runs on them yet.
+    pub fn start(placement: Placement, cpus: Option<&CpuPlan>) -> io::Result<Workers> {
         let mut workers = Workers {
             workers: Vec::new(),
         };
@@ -59,13 +64,14 @@ impl Workers {
                 handle: WorkerHandle {
                     runtime: tokio::runtime::Handle::current(),
                     timeouts: Timeouts::for_worker(0),
+                    cpu: None,
                 },
                 tasks: Vec::new(),
                 thread: None,
             }),
             Placement::Threads(count) => {
                 for index in 0..count.max(1) {
-                    match on_thread(index) {
+                    match on_thread(index, cpus.map(|plan| plan.cpu_of(index))) {
                         Ok(worker) => workers.workers.push(worker),
                         Err(e) => {
                             // All workers or none.
@@ -74,6 +80,20 @@ impl Workers {
                         }
                     }
                 }
+            }
+        }
+        if cpus.is_some() {
+            let placed: Vec<String> = (workers.handles())
+                .map(|h| h.cpu.map_or("none".to_string(), |cpu| cpu.to_string()))
+                .collect();
+            match placement {
+                Placement::Here => {
+                    tracing::info!("cpu_affinity = \"auto\": one worker, not pinned")
+                }
+                Placement::Threads(_) => tracing::info!(
+                    "cpu_affinity = \"auto\": workers on CPUs {}",
+                    placed.join(", ")
+                ),
             }
         }
         Ok(workers)
@@ -165,13 +185,24 @@ impl Workers {
     }
 }
 
-/// A worker on a thread of its own, its runtime idle until tasks are spawned onto it.
-fn on_thread(index: usize) -> io::Result<Worker> {
+/// A worker on a thread of its own, tied to `cpu` if given, its runtime idle until tasks are
+/// spawned onto it.
+fn on_thread(index: usize, cpu: Option<usize>) -> io::Result<Worker> {
     let (started, report) = std::sync::mpsc::channel();
     let (exit, exited) = oneshot::channel::<()>();
     let thread = std::thread::Builder::new()
         .name(format!("tcpvs-worker-{index}"))
         .spawn(move || {
+            // Before the runtime: its first allocations then come from this CPU's memory. A
+            // CPU that refuses (taken offline since the start) leaves the worker unpinned and
+            // its sockets unsteered, with a warning: it still serves.
+            let cpu = cpu.filter(|&cpu| match affinity::pin_this_thread(cpu) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!("worker {index}: cannot run on CPU {cpu} only: {e}");
+                    false
+                }
+            });
             let runtime = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -182,7 +213,7 @@ fn on_thread(index: usize) -> io::Result<Worker> {
                     return;
                 }
             };
-            let _ = started.send(Ok(runtime.handle().clone()));
+            let _ = started.send(Ok((runtime.handle().clone(), cpu)));
             runtime.block_on(async move {
                 let _ = exited.await;
             });
@@ -192,10 +223,11 @@ fn on_thread(index: usize) -> io::Result<Worker> {
         .map_err(|_| io::Error::other("worker thread ended while starting"))
         .and_then(|result| result);
     match runtime {
-        Ok(runtime) => Ok(Worker {
+        Ok((runtime, cpu)) => Ok(Worker {
             handle: WorkerHandle {
                 runtime,
                 timeouts: Timeouts::for_worker(index),
+                cpu,
             },
             tasks: Vec::new(),
             thread: Some((thread, exit)),
