@@ -4,8 +4,8 @@
 # worker) on the same two cores, nothing pinned. The same rounds and output as peerbench.sh, so
 # benches/report.rs can read it.
 # AFFINITY=1: every proxy's workers tied to a CPU each, as each offers it: tcpvs `cpu_affinity =
-# "auto"` (which also steers each worker's listener with SO_INCOMING_CPU), HAProxy `cpu-map
-# auto:1/1-2 0-1`, nginx `worker_cpu_affinity auto`; the backend and wrk stay unpinned.
+# "auto"`, HAProxy `cpu-map auto:1/1-2 0-1`, nginx `worker_cpu_affinity auto`; the backend and
+# wrk stay unpinned.
 # Usage: benches/scaling.sh [tcpvs-binary]     Env: DUR (5), CONNS (100), ROUNDS (5), PATHQ, AFFINITY
 # Needs: apt-get install haproxy nginx wrk curl
 set -u
@@ -22,12 +22,12 @@ nginx_backend_config "$D" "$BE"
 nginx_proxy_config "$D" 2 18491 "$BE"
 haproxy_config "$D/haproxy.cfg" 2 18490 "$BE"
 tcpvs_config "$D/tcpvs.toml" 2 18492 "$BE"
-if [ -n "${AFFINITY:-}" ]; then
+if [ "${AFFINITY:-}" = 1 ]; then
   sed -i 's/^workers = 2$/workers = 2\ncpu_affinity = "auto"/' "$D/tcpvs.toml"
   sed -i 's/^  nbthread 2$/  nbthread 2\n  cpu-map auto:1\/1-2 0-1/' "$D/haproxy.cfg"
   sed -i 's/^worker_processes 2;/worker_processes 2; worker_cpu_affinity auto;/' "$D/nginxproxy.conf"
   grep -q 'cpu_affinity = "auto"' "$D/tcpvs.toml" && grep -q 'cpu-map' "$D/haproxy.cfg" \
-    && grep -q worker_cpu_affinity "$D/nginxproxy.conf" || { echo "AFFINITY: configs not changed"; exit 1; }
+    && grep -q worker_cpu_affinity "$D/nginxproxy.conf" || { echo "AFFINITY: configs not changed"; rm -rf "$D"; exit 1; }
 fi
 nginx -c "$D/backend.conf" -p "$D" & BP=$!
 nginx -c "$D/nginxproxy.conf" -p "$D" & NP=$!
@@ -38,5 +38,5 @@ sleep 1
 targets=("direct=127.0.0.1:$BE=$BP" "haproxy=127.0.0.1:18490=$HP" "nginx=127.0.0.1:18491=$NP" "tcpvs=127.0.0.1:18492=$TP")
 WRK=(wrk -t2 -c"$CONNS" -d"${DUR}s")
 run_rounds "$ROUNDS" "$PATHQ" "${targets[@]}" > "$D/rows"
-echo "# medians over $ROUNDS rounds (path $PATHQ, $CONNS connections, 2 threads each, ${AFFINITY:+proxies pinned per worker, }unpinned otherwise)"
+echo "# medians over $ROUNDS rounds (path $PATHQ, $CONNS connections, 2 threads each, $([ "${AFFINITY:-}" = 1 ] && echo "proxies pinned per worker, the rest unpinned" || echo unpinned))"
 print_medians "$D/rows" "${targets[@]}"

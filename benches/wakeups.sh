@@ -74,7 +74,7 @@ for r in $(seq "$ROUNDS"); do
     s1=$(switches "$backend"); c1=$(cpu_ticks "$backend"); p1=$(cpu_ticks "$pid")
     n=$(awk '/requests in/ {print $1}' <<<"$out")
     # task-clock in ms, context switches: nan without perf.
-    read -r wms wcs < <(awk -F, '$3 == "task-clock" {t = $1} $3 == "context-switches" {c = $1}
+    read -r wms wcs < <(awk -F, '$3 ~ /^task-clock/ {t = $1} $3 ~ /^context-switches/ {c = $1}
       END {print (t == "" ? "nan" : t), (c == "" ? "nan" : c)}' "$D/wrk.stat" 2>/dev/null || echo nan nan)
     busy1=$(awk '$1 == "cpu1" { if (NR == FNR) b = $2; else print $2 - b }' <(echo "$t0") <(echo "$t1"))
     awk -v name="$name" -v n="${n:-0}" -v cal=$((cal1 - cal0)) -v res=$((res1 - res0)) \

@@ -92,8 +92,7 @@ pub enum CpuAffinity {
     /// leave them unless told.
     Off,
     /// `"auto"`: with two workers or more, worker i runs only on the i-th CPU the process may
-    /// use, and its listening sockets take the connections whose packets that CPU handles
-    /// (supervisor/affinity.rs).
+    /// use (supervisor/affinity.rs).
     Auto,
 }
 

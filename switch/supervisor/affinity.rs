@@ -1,22 +1,18 @@
-//! `[switch] cpu_affinity = "auto"`: each worker thread on a CPU of its own, and each worker's
-//! listening sockets asking the kernel for the connections that CPU handles.
+//! `[switch] cpu_affinity = "auto"`: each worker thread tied to a CPU of its own, as HAProxy's
+//! `cpu-map` and nginx's `worker_cpu_affinity auto` tie theirs.
 //!
-//! With several workers, a connection's packets are processed by one CPU (the one its network
-//! queue interrupts, or on loopback the sender's), its TCP state is touched there, and a worker
-//! on another CPU then reads it from there: cache lines cross, and the kernel migrates threads
-//! to follow. Pinning worker i to a CPU and setting `SO_INCOMING_CPU` to that CPU on its
-//! `SO_REUSEPORT` socket makes the kernel hand a new connection to the worker on the CPU that
-//! received it (the reuseport group prefers a socket whose incoming CPU is the receiving one,
-//! since Linux 6.1; older kernels pick by hash and only the pinning holds), so a connection
-//! lives on one CPU. Measured with `benches/scaling.sh` (two workers,
-//! wrk and the backend unpinned on the same two cores; BENCHMARKS.md, "Kernel knobs"): with
-//! `AFFINITY=1`, every proxy pinned its own way, tcpvs used 0.89-1.07x the CPU per request of
-//! the same build unpinned in five pairs of runs (median 0.97x: within this machine's noise),
-//! and 0.94x the better peer's against 1.01x unpinned (medians); with the peers unpinned, the
-//! pinning alone or the steering alone did less than both. Off by default, as HAProxy's `cpu-map` and nginx's `worker_cpu_affinity`:
+//! A worker that stays on one CPU keeps its connections' state in that CPU's caches and is not
+//! migrated by the scheduler. Measured with `benches/scaling.sh AFFINITY=1` (two workers, wrk
+//! and the backend unpinned on the same two cores; BENCHMARKS.md, "Kernel knobs"): against the
+//! same build unpinned, within this machine's noise. Off by default, as in HAProxy and nginx:
 //! a pinned thread cannot move away from a CPU that something else keeps busy.
+//!
+//! The listeners are not steered with `SO_INCOMING_CPU`. Since Linux 6.1 a reuseport group
+//! hands a new connection to the socket whose incoming CPU is the one that received it, so
+//! where one CPU receives every packet (a single-queue NIC, interrupts bound to one core)
+//! every connection would go to one worker, and the others would idle unnoticed. Its measured
+//! gain here was not separable from noise either.
 
-use rustix::fd::AsFd;
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 use std::io;
 
@@ -60,13 +56,6 @@ pub fn pin_this_thread(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
-/// Asks the kernel to hand `listener` the connections whose packets `cpu` processes.
-pub fn steer(listener: impl AsFd, cpu: usize) -> io::Result<()> {
-    let cpu = u32::try_from(cpu).map_err(|_| io::Error::other("CPU number out of range"))?;
-    rustix::net::sockopt::set_socket_incoming_cpu(listener, cpu)?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,14 +74,5 @@ mod tests {
         let set = sched_getaffinity(None).unwrap();
         assert_eq!(plan.cpus.len(), set.count() as usize);
         assert!(plan.cpus.iter().all(|&cpu| set.is_set(cpu)));
-    }
-
-    #[test]
-    fn a_steered_listener_reports_its_cpu() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let cpu = CpuPlan::of_this_thread().unwrap().cpu_of(0);
-        steer(&listener, cpu).unwrap();
-        let got = rustix::net::sockopt::socket_incoming_cpu(&listener).unwrap();
-        assert_eq!(got as usize, cpu);
     }
 }

@@ -7,7 +7,6 @@
 //! runs them (one accept loop per socket, on the socket's worker) and keeps, by bound address,
 //! each loop and a copy of its socket for a successor at a binary upgrade.
 
-use super::affinity;
 use super::workers::Workers;
 use crate::listener;
 use crate::shared::Shared;
@@ -70,9 +69,6 @@ pub fn bind(
                 // Registered with the worker's own reactor, from this thread.
                 let _entered = handle.runtime.enter();
                 for socket in mine {
-                    if let Some(cpu) = handle.cpu {
-                        affinity::steer(&socket, cpu).map_err(|e| fail(addr, e))?;
-                    }
                     let copy = rustix::io::fcntl_dupfd_cloexec(&socket, 0)?;
                     let socket = Listener::new(socket).map_err(|e| fail(addr, e))?;
                     sockets.push((worker, socket, copy));

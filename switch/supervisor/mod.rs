@@ -1,7 +1,6 @@
 //! The supervisor: what runs the data plane and is no part of it. It keeps the workers (their
 //! runtimes, timeouts and housekeeping: workers.rs; each tied to a CPU with `cpu_affinity`:
-//! affinity.rs), the listeners (accept loops by address,
-//! and a copy of each socket for a successor at a binary upgrade: listeners.rs), the admin
+//! affinity.rs), the listeners (accept loops by address, and a copy of each socket for a successor at a binary upgrade: listeners.rs), the admin
 //! endpoint's socket for that handover, and what a reload needs (the rule file, the builder of
 //! generations). The switch (gateway.rs) owns it; the admin endpoint, the SIGHUP handler and
 //! the binary upgrade reach it through a [`ReloadHandle`]. The data plane reads only
@@ -19,7 +18,6 @@ pub mod workers;
 
 use crate::admin::listener::Handover;
 use crate::config::admin::AdminConfig;
-use crate::config::CpuAffinity;
 use crate::reload::{self, Builder, Plan, ReloadError, Reloaded};
 use crate::shared::Shared;
 use listeners::{Adopted, Listeners};
@@ -76,11 +74,7 @@ impl Supervisor {
         plan: Plan,
         adopted: &mut Adopted,
     ) -> io::Result<Arc<Supervisor>> {
-        let cpus = match shared.settings.cpu_affinity {
-            CpuAffinity::Auto => Some(affinity::CpuPlan::of_this_thread()?),
-            CpuAffinity::Off => None,
-        };
-        let mut workers = Workers::start(settings.placement, cpus.as_ref())?;
+        let mut workers = Workers::start(settings.placement, shared.settings.cpu_affinity)?;
         let reuse_port = matches!(settings.placement, Placement::Threads(_));
         let services = &plan.generation.services;
         let bound = workers

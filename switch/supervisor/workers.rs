@@ -8,6 +8,7 @@
 //! spawned onto them from outside (listeners.rs, commit.rs), through their runtime's handle.
 
 use super::affinity::{self, CpuPlan};
+use crate::config::CpuAffinity;
 use crate::shared::Shared;
 use crate::timeouts::Timeouts;
 use std::io;
@@ -31,9 +32,6 @@ pub enum Placement {
 pub struct WorkerHandle {
     pub runtime: tokio::runtime::Handle,
     pub timeouts: Arc<Timeouts>,
-    /// The CPU its thread is tied to (`cpu_affinity = "auto"`), which its listening sockets
-    /// ask the kernel for (listeners.rs).
-    pub cpu: Option<usize>,
 }
 
 /// One worker and what ends it.
@@ -45,6 +43,8 @@ struct Worker {
     /// A worker thread and the signal that ends it (it drops its runtime, and with it whatever
     /// still runs there).
     thread: Option<(std::thread::JoinHandle<()>, oneshot::Sender<()>)>,
+    /// The CPU its thread is tied to (`cpu_affinity = "auto"`).
+    cpu: Option<usize>,
 }
 
 /// The switch's workers, the first one first.
@@ -53,9 +53,10 @@ pub struct Workers {
 }
 
 impl Workers {
-    /// Starts the runtimes, each thread on its CPU of `cpus` if given (one worker on the
-    /// starting runtime is never pinned: that thread is the caller's); nothing runs on them yet.
-    pub fn start(placement: Placement, cpus: Option<&CpuPlan>) -> io::Result<Workers> {
+    /// Starts the runtimes; with `cpu_affinity = "auto"` and two threads or more, each thread
+    /// on a CPU of its own (one worker has nothing to spread, and one on the starting runtime
+    /// runs on the caller's thread). Nothing runs on them yet.
+    pub fn start(placement: Placement, affinity: CpuAffinity) -> io::Result<Workers> {
         let mut workers = Workers {
             workers: Vec::new(),
         };
@@ -64,14 +65,18 @@ impl Workers {
                 handle: WorkerHandle {
                     runtime: tokio::runtime::Handle::current(),
                     timeouts: Timeouts::for_worker(0),
-                    cpu: None,
                 },
                 tasks: Vec::new(),
                 thread: None,
+                cpu: None,
             }),
             Placement::Threads(count) => {
+                let cpus = match affinity {
+                    CpuAffinity::Auto if count >= 2 => cpu_plan(),
+                    _ => None,
+                };
                 for index in 0..count.max(1) {
-                    match on_thread(index, cpus.map(|plan| plan.cpu_of(index))) {
+                    match on_thread(index, cpus.as_ref().map(|plan| plan.cpu_of(index))) {
                         Ok(worker) => workers.workers.push(worker),
                         Err(e) => {
                             // All workers or none.
@@ -80,21 +85,19 @@ impl Workers {
                         }
                     }
                 }
+                if cpus.is_some() {
+                    let placed: Vec<String> = (workers.workers.iter())
+                        .map(|w| w.cpu.map_or("none".to_string(), |cpu| cpu.to_string()))
+                        .collect();
+                    tracing::info!(
+                        "cpu_affinity = \"auto\": workers on CPUs {}",
+                        placed.join(", ")
+                    );
+                }
             }
         }
-        if cpus.is_some() {
-            let placed: Vec<String> = (workers.handles())
-                .map(|h| h.cpu.map_or("none".to_string(), |cpu| cpu.to_string()))
-                .collect();
-            match placement {
-                Placement::Here => {
-                    tracing::info!("cpu_affinity = \"auto\": one worker, not pinned")
-                }
-                Placement::Threads(_) => tracing::info!(
-                    "cpu_affinity = \"auto\": workers on CPUs {}",
-                    placed.join(", ")
-                ),
-            }
+        if affinity == CpuAffinity::Auto && workers.count() < 2 {
+            tracing::info!("cpu_affinity = \"auto\": one worker, not pinned");
         }
         Ok(workers)
     }
@@ -185,6 +188,18 @@ impl Workers {
     }
 }
 
+/// The CPUs to place workers on; `None` (with a warning) when the process's mask cannot be
+/// read: the workers then run unpinned, as with `"off"`.
+fn cpu_plan() -> Option<CpuPlan> {
+    CpuPlan::of_this_thread()
+        .map_err(|e| {
+            tracing::warn!(
+                "cpu_affinity = \"auto\": the CPUs cannot be read ({e}): workers not pinned"
+            )
+        })
+        .ok()
+}
+
 /// A worker on a thread of its own, tied to `cpu` if given, its runtime idle until tasks are
 /// spawned onto it.
 fn on_thread(index: usize, cpu: Option<usize>) -> io::Result<Worker> {
@@ -194,8 +209,8 @@ fn on_thread(index: usize, cpu: Option<usize>) -> io::Result<Worker> {
         .name(format!("tcpvs-worker-{index}"))
         .spawn(move || {
             // Before the runtime: its first allocations then come from this CPU's memory. A
-            // CPU that refuses (taken offline since the start) leaves the worker unpinned and
-            // its sockets unsteered, with a warning: it still serves.
+            // CPU that refuses (taken offline since the start) leaves the worker unpinned, with
+            // a warning: it still serves.
             let cpu = cpu.filter(|&cpu| match affinity::pin_this_thread(cpu) {
                 Ok(()) => true,
                 Err(e) => {
@@ -227,8 +242,8 @@ fn on_thread(index: usize, cpu: Option<usize>) -> io::Result<Worker> {
             handle: WorkerHandle {
                 runtime,
                 timeouts: Timeouts::for_worker(index),
-                cpu,
             },
+            cpu,
             tasks: Vec::new(),
             thread: Some((thread, exit)),
         }),
