@@ -1,10 +1,10 @@
 //! The supervisor: what runs the data plane and is no part of it. It keeps the workers (their
 //! runtimes, timeouts and housekeeping: workers.rs; each tied to a CPU with `cpu_affinity`:
-//! affinity.rs), the listeners (accept loops by address, and a copy of each socket for a successor at a binary upgrade: listeners.rs), the admin
-//! endpoint's socket for that handover, and what a reload needs (the rule file, the builder of
-//! generations). The switch (gateway.rs) owns it; the admin endpoint, the SIGHUP handler and
-//! the binary upgrade reach it through a [`ReloadHandle`]. The data plane reads only
-//! [`Shared`].
+//! affinity.rs), the listeners (accept loops by address, and a copy of each socket for a
+//! successor at a binary upgrade: listeners.rs), the admin endpoint's socket for that
+//! handover, and what a reload needs (the rule file, the builder of generations). The switch
+//! (gateway.rs) owns it; the admin endpoint, the SIGHUP handler and the binary upgrade reach
+//! it through a [`ReloadHandle`]. The data plane reads only [`Shared`].
 //!
 //! Start and reload take the same three steps, one at a time (the supervisor's lock): the
 //! plan (reload/plan.rs; the start plans from an empty generation), pure; the binding of its
