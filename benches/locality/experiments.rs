@@ -61,6 +61,8 @@ pub struct Common {
     pub costs: Costs,
     pub workers: usize,
     pub warmup_requests: u64,
+    /// Every cost times this during the warm-up (0: free).
+    pub warmup_cost_scale: f64,
     pub settle: Duration,
     pub measure: Duration,
     /// Clients in every run; `None`: the paper's count for the run's servers.
@@ -68,7 +70,12 @@ pub struct Common {
     /// LARD's fixed thresholds (lard and lard-r), `(t_low, t_high)` in requests in flight at
     /// a server; `None`: the modules' defaults (`thresholds = "auto"`, nothing to tune).
     pub fixed_thresholds: Option<(u32, u32)>,
+    /// More options for `lard` and `lard-r`, as rule-file lines (`spill`, `"off"`).
+    pub lard_options: Vec<(String, String)>,
 }
+
+/// The warm-up's costs against the measured phases' (`run.rs` says why not 0).
+pub const WARMUP_COST_SCALE: f64 = 0.25;
 
 /// The paper's thresholds, which size the paper's client count whatever the modules use.
 pub const PAPER_THRESHOLDS: (u32, u32) = (25, 65);
@@ -83,20 +90,28 @@ pub fn quick() -> (Workload, Common) {
         costs: Costs::paper(2.0),
         workers: 1,
         warmup_requests: 30_000,
+        warmup_cost_scale: WARMUP_COST_SCALE,
         settle: Duration::from_millis(1500),
         measure: Duration::from_secs(3),
         clients: None,
         fixed_thresholds: None,
+        lard_options: Vec::new(),
     };
     (workload, common)
 }
 
 /// The modules compared, with the options the rule file gives them: the defaults, but for
 /// fixed LARD thresholds when asked for.
-pub fn module(label: &str, fixed_thresholds: Option<(u32, u32)>) -> Module {
-    let thresholds = |module: Module| match fixed_thresholds {
-        Some((t_low, t_high)) => module.with("t_low", t_low).with("t_high", t_high),
-        None => module,
+pub fn module(label: &str, common: &Common) -> Module {
+    let thresholds = |module: Module| {
+        let module = match common.fixed_thresholds {
+            Some((t_low, t_high)) => module.with("t_low", t_low).with("t_high", t_high),
+            None => module,
+        };
+        common
+            .lard_options
+            .iter()
+            .fold(module, |module, (key, value)| module.with(key, value))
     };
     match label {
         "hash" => Module::plain("hash").with("balance_factor", 1.25),
@@ -134,7 +149,7 @@ impl Common {
         };
         RunSpec {
             label: label.to_string(),
-            module: module(label, self.fixed_thresholds),
+            module: module(label, self),
             servers,
             cache_bytes,
             cache_ratio: if label == "all-hits" {
@@ -149,6 +164,7 @@ impl Common {
             workers: self.workers,
             costs: self.costs,
             warmup_requests: self.warmup_requests,
+            warmup_cost_scale: self.warmup_cost_scale,
             settle: self.settle,
             measure: self.measure,
         }

@@ -45,10 +45,14 @@ struct Args {
     /// Every emulated cost times this (2: half the paper's speed, half the real CPU).
     #[arg(long, default_value_t = 2.0)]
     time_scale: f64,
-    /// Requests served without costs before the measurement (fills caches and tables: enough
-    /// that the least popular objects have been asked for a few times).
+    /// Requests served before the measurement, at `--warmup-costs` (fills caches and tables:
+    /// enough that the least popular objects have been asked for a few times).
     #[arg(long, default_value_t = 150_000)]
     warmup: u64,
+    /// Every cost times this during the warm-up; 0 makes the warm-up free, as it was before
+    /// issue 27 (a module that times requests then sees misses cost nothing).
+    #[arg(long, default_value_t = experiments::WARMUP_COST_SCALE)]
+    warmup_costs: f64,
     /// Seconds with costs on before measuring.
     #[arg(long, default_value_t = 3.0)]
     settle: f64,
@@ -68,6 +72,10 @@ struct Args {
     /// Fixed LARD thresholds: t_high (the other one, if not given, is the paper's).
     #[arg(long)]
     t_high: Option<u32>,
+    /// A rule-file option for `lard` and `lard-r`, `KEY=VALUE` with a TOML value
+    /// (`--lard-option 'spill="off"'`; repeatable).
+    #[arg(long)]
+    lard_option: Vec<String>,
     /// Only the runs of these labels (wrr, wlc, lard, lard-r, hash, all-hits; repeatable).
     #[arg(long)]
     only: Vec<String>,
@@ -134,6 +142,7 @@ fn real_main(args: Args) -> Result<(), String> {
             costs: Costs::paper(args.time_scale),
             workers: args.workers,
             warmup_requests: args.warmup,
+            warmup_cost_scale: args.warmup_costs,
             settle: Duration::from_secs_f64(args.settle),
             measure: Duration::from_secs_f64(args.measure),
             clients: args.clients,
@@ -144,6 +153,16 @@ fn real_main(args: Args) -> Result<(), String> {
                     high.unwrap_or(experiments::PAPER_THRESHOLDS.1),
                 )),
             },
+            lard_options: args
+                .lard_option
+                .iter()
+                .map(|option| match option.split_once('=') {
+                    Some((key, value)) if !key.trim().is_empty() => {
+                        Ok((key.trim().to_string(), value.trim().to_string()))
+                    }
+                    _ => Err(format!("--lard-option {option:?}: expected KEY=VALUE")),
+                })
+                .collect::<Result<_, _>>()?,
         };
         (workload, common)
     };
@@ -195,7 +214,7 @@ fn real_main(args: Args) -> Result<(), String> {
             "## Locality: {}\n\nCommand: `cargo bench --bench locality -- {}`\n\n\
              Workload: {}; working set {:.1} MiB, catalogue {:.1} MiB. LARD thresholds: {}. Costs: the paper's \
              times {} (CPU {} µs + {} µs/KiB; disk {} ms + size at {:.1} MB/s + {} ms per {} KiB \
-             past the first), {} switch worker(s), warm-up {} requests, settle {:.1} s, measure {:.1} s.\n",
+             past the first), {} switch worker(s), warm-up {} requests at {} times the costs, settle {:.1} s, measure {:.1} s.\n",
             experiment.name(),
             command.join(" "),
             workload.description,
@@ -204,7 +223,11 @@ fn real_main(args: Args) -> Result<(), String> {
             match common.fixed_thresholds {
                 Some((low, high)) => format!("fixed, t_low {low}, t_high {high}"),
                 None => "the default, auto".to_string(),
-            },
+            } + &common
+                .lard_options
+                .iter()
+                .map(|(key, value)| format!(", {key} = {value}"))
+                .collect::<String>(),
             common.costs.time_scale,
             common.costs.cpu_per_request.as_micros(),
             common.costs.cpu_per_kib.as_micros(),
@@ -214,6 +237,7 @@ fn real_main(args: Args) -> Result<(), String> {
             common.costs.disk_chunk / 1024,
             common.workers,
             common.warmup_requests,
+            common.warmup_cost_scale,
             common.settle.as_secs_f64(),
             common.measure.as_secs_f64(),
         );

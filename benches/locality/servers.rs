@@ -5,14 +5,16 @@
 //! machine's. Answers carry `X-Cache: hit` or `miss` and `X-Served-By`, and a body of the
 //! object's size.
 //!
-//! While `timed` is off (the warm-up) requests cost nothing but still go through the caches,
-//! so caches and the switch's tables reach their steady state in seconds.
+//! Every cost is multiplied by the cluster's cost scale: 1 while measuring, a fraction during
+//! the warm-up (`Cluster::set_cost_scale`), so that caches and the switch's tables reach their
+//! steady state in seconds while a miss still costs what it costs against a hit, and a module
+//! that measures the servers sees the ratios it will see measured. 0 makes requests free.
 
 use super::cache::ByteLru;
 use super::costs::Costs;
 use super::resource::FifoResource;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -59,7 +61,7 @@ struct Server {
 
 pub struct Cluster {
     servers: Vec<Arc<Server>>,
-    timed: Arc<AtomicBool>,
+    cost_scale: Arc<AtomicU64>,
     tasks: JoinSet<()>,
 }
 
@@ -67,7 +69,8 @@ pub struct Cluster {
 struct Shared {
     sizes: Arc<Vec<u64>>,
     costs: Costs,
-    timed: Arc<AtomicBool>,
+    /// The bits of an `f64`: what every cost is multiplied by now.
+    cost_scale: Arc<AtomicU64>,
 }
 
 impl Cluster {
@@ -80,11 +83,11 @@ impl Cluster {
         sizes: Arc<Vec<u64>>,
         costs: Costs,
     ) -> std::io::Result<Cluster> {
-        let timed = Arc::new(AtomicBool::new(false));
+        let cost_scale = Arc::new(AtomicU64::new(0f64.to_bits()));
         let shared = Arc::new(Shared {
             sizes,
             costs,
-            timed: Arc::clone(&timed),
+            cost_scale: Arc::clone(&cost_scale),
         });
         let mut servers = Vec::with_capacity(count);
         let mut tasks = JoinSet::new();
@@ -109,7 +112,7 @@ impl Cluster {
         }
         Ok(Cluster {
             servers,
-            timed,
+            cost_scale,
             tasks,
         })
     }
@@ -118,9 +121,11 @@ impl Cluster {
         self.servers.iter().map(|s| s.addr).collect()
     }
 
-    /// Costs on (the measured phases) or off (the warm-up).
-    pub fn set_timed(&self, on: bool) {
-        self.timed.store(on, Ordering::Relaxed);
+    /// Every cost times `scale` from now on: 1 in the measured phases, a fraction (or 0: free)
+    /// in the warm-up. A cluster starts free.
+    pub fn set_cost_scale(&self, scale: f64) {
+        self.cost_scale
+            .store(scale.max(0.0).to_bits(), Ordering::Relaxed);
     }
 
     pub fn snapshot(&self) -> Vec<ServerSnapshot> {
@@ -220,15 +225,16 @@ async fn serve(mut stream: TcpStream, server: Arc<Server>, shared: Arc<Shared>) 
             .lock()
             .map(|mut cache| cache.access(id, size))
             .unwrap_or(false);
-        if shared.timed.load(Ordering::Relaxed) {
+        let scale = f64::from_bits(shared.cost_scale.load(Ordering::Relaxed));
+        if scale > 0.0 {
             let mut ready = Instant::now();
             if !hit {
-                let service = shared.costs.disk(size);
+                let service = shared.costs.disk(size).mul_f64(scale);
                 ready = server.disk.reserve(ready, service);
                 tokio::time::sleep_until(ready).await;
                 server.disk.served(service);
             }
-            let service = shared.costs.cpu(size);
+            let service = shared.costs.cpu(size).mul_f64(scale);
             let done = server.cpu.reserve(ready, service);
             tokio::time::sleep_until(done).await;
             server.cpu.served(service);
@@ -259,5 +265,66 @@ async fn serve(mut stream: TcpStream, server: Arc<Server>, shared: Arc<Shared>) 
             }
             left -= n;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Asks `addr` for object `id` and reads the answer to its end.
+    async fn get(addr: SocketAddr, id: u32, size: u64) -> String {
+        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        let request = format!("GET /o/{id} HTTP/1.1\r\nHost: x\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.expect("write");
+        let mut answer = Vec::new();
+        let mut buffer = [0u8; 4096];
+        while !answer.ends_with(b"\r\n\r\n") || answer.len() < size as usize {
+            let n = stream.read(&mut buffer).await.expect("read");
+            assert!(
+                n > 0,
+                "closed early: {:?}",
+                String::from_utf8_lossy(&answer)
+            );
+            answer.extend_from_slice(&buffer[..n]);
+            if let Some(end) = answer.windows(4).position(|w| w == b"\r\n\r\n") {
+                if answer.len() >= end + 4 + size as usize {
+                    answer.truncate(end + 4);
+                    break;
+                }
+            }
+        }
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    #[tokio::test]
+    async fn the_cost_scale_multiplies_every_cost_and_zero_makes_requests_free() {
+        // A cache of 64 KiB holds objects 0 and 1, not the catalogue (so it starts empty).
+        let sizes = Arc::new(vec![8192u64, 4096, 100_000]);
+        let costs = Costs::paper(1.0);
+        let cluster = Cluster::start(1, 1 << 16, Arc::clone(&sizes), costs)
+            .await
+            .expect("cluster");
+        let addr = cluster.addrs()[0];
+        // A new cluster is free: a miss counts, and costs nothing.
+        assert!(get(addr, 0, 8192).await.contains("X-Cache: miss"));
+        let free = cluster.snapshot()[0];
+        assert_eq!((free.requests, free.hits), (1, 0));
+        assert_eq!(
+            (free.cpu_busy, free.disk_busy),
+            (Duration::ZERO, Duration::ZERO)
+        );
+        // A quarter: a miss costs a quarter of its disk and CPU time, a hit of its CPU time.
+        cluster.set_cost_scale(0.25);
+        assert!(get(addr, 1, 4096).await.contains("X-Cache: miss"));
+        assert!(get(addr, 0, 8192).await.contains("X-Cache: hit"));
+        let quarter = cluster.snapshot()[0].since(&free);
+        assert_eq!((quarter.requests, quarter.hits), (2, 1));
+        assert_eq!(quarter.disk_busy, costs.disk(4096).mul_f64(0.25));
+        assert_eq!(
+            quarter.cpu_busy,
+            costs.cpu(4096).mul_f64(0.25) + costs.cpu(8192).mul_f64(0.25)
+        );
+        cluster.stop().await;
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 #[derive(Clone, Debug)]
 pub struct Module {
     pub name: &'static str,
-    pub options: Vec<(&'static str, String)>,
+    pub options: Vec<(String, String)>,
 }
 
 impl Module {
@@ -23,8 +23,8 @@ impl Module {
         }
     }
 
-    pub fn with(mut self, key: &'static str, value: impl ToString) -> Module {
-        self.options.push((key, value.to_string()));
+    pub fn with(mut self, key: impl ToString, value: impl ToString) -> Module {
+        self.options.push((key.to_string(), value.to_string()));
         self
     }
 }

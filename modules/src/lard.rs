@@ -17,8 +17,8 @@
 //! computes `T_low`/`T_high` from the load the pool carries (`lard_thresholds.rs`); a moved
 //! target goes back to its first server once that one is below `T_low`. Load is the server's
 //! active requests as this switch counts them (per unit of weight, averaged over 10 ms, with
-//! `auto`; the count of the moment with `fixed`). In a light pool one request may go to an idle
-//! server instead while that is measured to pay, the target staying (`lard_spill.rs`; the
+//! `auto`; the count of the moment with `fixed`). In a light pool one request may go to a server
+//! half as loaded instead while that is measured to pay, the target staying (`lard_spill.rs`; the
 //! frame both LARD modules share around their step is `lard_common.rs`). The map is bounded (`max_targets`, least
 //! recently used targets forgotten) and keyed by a 64-bit hash of the target, so a target
 //! costs the same whatever its length.
@@ -322,7 +322,7 @@ mod tests {
     }
 
     #[test]
-    fn a_light_pool_spills_a_request_to_an_idle_server_once_spills_are_measured_to_pay() {
+    fn a_light_pool_spills_a_request_to_a_server_half_as_loaded_once_spills_are_measured_to_pay() {
         let servers = pool_of(&[1, 1, 1, 1]);
         let pool = PoolView { servers: &servers };
         let clock = Arc::new(ManualClock::new());
@@ -364,9 +364,12 @@ mod tests {
         for _ in 0..5 {
             assert_eq!(auto.pick(&r, &pool, &[]), Some(idle));
         }
-        // With nobody idle, or one in flight at home, the request stays home.
-        set_active(&servers, &[(idle, 1)]);
+        // With nobody half as loaded as home the request stays; one in flight is half of two.
+        set_active(&servers, &[(idle, 2), ((home + 3) % 4, 2)]);
         assert_eq!(auto.pick(&r, &pool, &[]), Some(home));
+        set_active(&servers, &[((home + 3) % 4, 1)]);
+        assert_eq!(auto.pick(&r, &pool, &[]), Some((home + 3) % 4));
+        // One in flight at home: nothing to gain.
         set_active(&servers, &[(idle, 0), (home, 1)]);
         assert_eq!(auto.pick(&r, &pool, &[]), Some(home));
         // A busy pool (9 in flight per server), not enough to move the target, keeps every
@@ -382,11 +385,15 @@ mod tests {
         );
         clock.advance(Duration::from_secs(1));
         assert_eq!(auto.pick(&r, &pool, &[]), Some(home));
-        // The paper's fixed thresholds, and `spill = "off"`, never spill; nor does a retry.
+        // Light again (the averaged loads follow within a second): a retry does not spill to
+        // the server it failed on, and no other is half as loaded. The paper's fixed
+        // thresholds, and `spill = "off"`, never spill.
         set_active(
             &servers,
-            &[(home, 2), ((home + 2) % 4, 2), ((home + 3) % 4, 1)],
+            &[(home, 2), ((home + 2) % 4, 2), ((home + 3) % 4, 2)],
         );
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(auto.pick(&r, &pool, &[]), Some(idle), "light, spills pay");
         assert_eq!(auto.pick(&r, &pool, &[idle]), Some(home));
         let fixed = lard(&servers, 25, 65);
         let off = build(

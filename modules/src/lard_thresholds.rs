@@ -34,8 +34,8 @@ const RATIO_DEN: u64 = 5;
 /// 0.94x; from 32 clients up the floor is below `T_high` and changes nothing.
 pub(crate) const QUIET: u32 = 4;
 
-/// Requests in flight per server up to which the pool is light, and a request may spill to an
-/// idle server (`lard_spill.rs`): twice `QUIET`. A busier pool has no idle server worth the
+/// Requests in flight per server up to which the pool is light, and a request may spill to a
+/// server half as loaded (`lard_spill.rs`): twice `QUIET`. A busier pool has no idle server worth the
 /// miss: at the paper's load LARD's own moves reach the all-hits ceiling. Measured with the
 /// locality harness (4 s runs): spills at any load lifted 64 clients on 2.5 caches from 0.94x
 /// to 1.01x the ceiling, but four switches at the paper's load (14 in flight per server in each
