@@ -22,12 +22,12 @@
 //!   measurement follows the servers (a catalogue that grows, caches that warm up).
 //!
 //! Half as loaded, not only idle: with 16 clients on 4 servers and every cache holding the
-//! working set, spills to idle servers only served 0.92x `wlc`, these 0.99x (BENCHMARKS.md,
-//! "LARD spills to servers half as loaded"). They were first measured copying objects into
-//! every cache, in the locality harness's former free warm-up, where a spill is measured as
-//! fast as a hit. With a warm-up at real cost ratios (`benches/locality/run.rs`) four
-//! switches at the paper's load keep the same copies with spills on and off: there the pool
-//! is not light, and the copies come from LARD's moves.
+//! working set, spills to idle servers only served 0.92x `wlc`, these 0.93x to 0.99x
+//! (BENCHMARKS.md, "LARD after a warm-up at real cost ratios"). They were first measured
+//! copying objects into every cache, in the locality harness's former free warm-up, where a
+//! spill is measured as fast as a hit. With a warm-up at real cost ratios
+//! (`benches/locality/run.rs`) four switches at the paper's load keep the same copies with
+//! spills on and off: there the pool is not light, and the copies come from LARD's moves.
 //!
 //! Each spill and one in `HOME_SAMPLE` requests served at their target's server carry a
 //! [`Ticket`] with the time they left; the switch hands it back when the request stops
