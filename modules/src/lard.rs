@@ -10,20 +10,24 @@
 //! else if (load(server[t]) > T_high and some load < T_low) or load(server[t]) >= 2 T_high:
 //!                              server[t] <- first server along t's ring below T_low,
 //!                                           else the least loaded
+//! (with auto, the first condition moves only a hot t, and a new t is cold)
 //! ```
 //!
 //! The paper starts a target on the least loaded server and moves it there; tcpvs uses the
 //! rule file's ring for both, so instances agree (`lard_placement.rs`), and by default
-//! computes `T_low`/`T_high` from the load the pool carries (`lard_thresholds.rs`); a moved
-//! target goes back to its first server once that one is below `T_low`. Load is the server's
-//! active requests as this switch counts them (per unit of weight, averaged over 10 ms, with
-//! `auto`; the count of the moment with `fixed`). In a light pool one request may go to a server
-//! half as loaded instead while that is measured to pay, the target staying (`lard_spill.rs`; the
-//! frame both LARD modules share around their step is `lard_common.rs`). The map is bounded (`max_targets`, least
-//! recently used targets forgotten) and keyed by a 64-bit hash of the target, so a target
-//! costs the same whatever its length.
+//! computes `T_low`/`T_high` from the load the pool carries (`lard_thresholds.rs`) and moves
+//! only a hot target off an overloaded server, not whichever is asked for next, unless the
+//! server is at `2 T_high` (`lard_heat.rs`); a moved target goes back to its first server once
+//! that one is below `T_low`. Load is the server's active requests as this switch counts them
+//! (per unit of weight, averaged over 10 ms, with `auto`; the count of the moment with
+//! `fixed`). In a light pool one request may go to a server half as loaded instead while that
+//! is measured to pay, the target staying (`lard_spill.rs`; the frame both LARD modules share
+//! around their step is `lard_common.rs`). The map is bounded (`max_targets`, least recently
+//! used targets forgotten) and keyed by a 64-bit hash of the target, so a target costs the
+//! same whatever its length.
 
 use crate::lard_common::LardCommon;
+use crate::lard_heat::{Heat, HotTargets};
 use crate::lard_thresholds::{Judge, Smoothed};
 use crate::load::eligible;
 use crate::options::Options;
@@ -40,8 +44,15 @@ pub struct Lard {
 
 #[derive(Debug)]
 struct State {
-    homes: LruCache<u64, Home>,
+    targets: Targets,
     loads: Smoothed,
+}
+
+/// The targets' servers, and the pool's hottest target's requests (`lard_heat.rs`).
+#[derive(Debug)]
+struct Targets {
+    homes: LruCache<u64, Home>,
+    hot: HotTargets,
 }
 
 /// A target's server, and the generation of the servers (`Placement::generation`) in which
@@ -53,6 +64,8 @@ struct Home {
     settled: u32,
     /// When the target came to `server`, in milliseconds of the module's clock (wrapping).
     since_ms: u32,
+    /// Its recent requests: only a hot target moves off an overloaded server.
+    heat: Heat,
 }
 
 /// `Home::settled` of a target not known to be on its first server.
@@ -77,7 +90,10 @@ impl Lard {
         let common = LardCommon::build(options, context)?;
         Ok(Lard {
             state: Mutex::new(State {
-                homes: LruCache::new(common.settings.max_targets),
+                targets: Targets {
+                    homes: LruCache::new(common.settings.max_targets),
+                    hot: common.settings.hot_targets(),
+                },
                 loads: Smoothed::default(),
             }),
             common,
@@ -86,7 +102,7 @@ impl Lard {
 
     /// Targets currently remembered.
     pub fn targets(&self) -> usize {
-        self.state.lock().map_or(0, |s| s.homes.len())
+        self.state.lock().map_or(0, |s| s.targets.homes.len())
     }
 
     /// A target that stays: back to its first server on the ring if it is away from it and
@@ -125,6 +141,7 @@ impl Lard {
                     server: first as u32,
                     settled: generation,
                     since_ms: now_ms,
+                    heat: home.heat,
                 };
             }
             _ => {}
@@ -132,23 +149,25 @@ impl Lard {
         home.server as usize
     }
 
-    /// The target's server: remembered (moved, back to its first server, or replaced if it
-    /// may not take the request), or a new target's start.
+    /// The target's server: remembered (moved if hot on an overloaded server, back to its
+    /// first server, or replaced if it may not take the request), or a new target's start.
     fn place(
         &self,
         target: u64,
-        homes: &mut LruCache<u64, Home>,
+        targets: &mut Targets,
         now: &mut dyn FnMut() -> Duration,
         judge: &Judge,
         pool: &PoolView<'_>,
         tried: &[usize],
     ) -> Option<usize> {
+        let Targets { homes, hot } = targets;
         // One map lookup: the entry is read and, if the target moves, updated in place.
         if let Some(home) = homes.get_mut(&target) {
             let s = home.server as usize;
             let moved = match pool.servers.get(s) {
                 Some(server) if eligible(server, s, tried) => {
-                    if !judge.should_move(s, tried) {
+                    let temperature = hot.judge(&mut home.heat, tried.is_empty(), now);
+                    if !judge.sheds(s, temperature, tried) {
                         return Some(self.stay_or_return(target, home, now, judge, pool, tried));
                     }
                     self.common.placement.relieve(target, judge, pool, tried)?
@@ -159,16 +178,24 @@ impl Lard {
                 server: moved as u32,
                 settled: UNSETTLED,
                 since_ms: millis(now()),
+                heat: home.heat,
             };
             return Some(moved);
         }
-        let chosen = self.common.placement.start(target, judge, pool, tried)?;
+        let mut heat = Heat::default();
+        let chosen = self
+            .common
+            .placement
+            .start(target, judge, pool, tried, || {
+                hot.judge(&mut heat, tried.is_empty(), now)
+            })?;
         homes.put(
             target,
             Home {
                 server: chosen as u32,
                 settled: UNSETTLED,
                 since_ms: millis(now()),
+                heat,
             },
         );
         Some(chosen)
@@ -197,9 +224,9 @@ impl Scheduler for Lard {
     ) -> Option<(usize, Ticket)> {
         self.common.pick(request, pool, tried, |target, now| {
             let mut state = self.state.lock().ok()?;
-            let State { homes, loads } = &mut *state;
+            let State { targets, loads } = &mut *state;
             let judge = self.common.settings.judge(pool, loads, now);
-            let home = self.place(target, homes, now, &judge, pool, tried)?;
+            let home = self.place(target, targets, now, &judge, pool, tried)?;
             Some((home, judge.light()))
         })
     }
@@ -216,6 +243,7 @@ impl Scheduler for Lard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lard_heat::HOT_SHARE;
     use crate::testing::{context, pool_of, request, set_active};
     use crate::ManualClock;
     use crate::{OptionValue, ServerState};
@@ -299,6 +327,60 @@ mod tests {
         assert_eq!(pick(&l, &pool, path), moved);
     }
 
+    /// Paths to pick a second target on a given server from.
+    const CANDIDATES: [&[u8]; 16] = [
+        b"/c0", b"/c1", b"/c2", b"/c3", b"/c4", b"/c5", b"/c6", b"/c7", b"/c8", b"/c9", b"/c10",
+        b"/c11", b"/c12", b"/c13", b"/c14", b"/c15",
+    ];
+
+    /// In an idle pool, `/hot` asked for `8 HOT_SHARE` times and a target on the same server
+    /// once, so that with `auto` the second stays cold for a few requests more. Returns
+    /// `(cold target's path, their server)`.
+    fn hot_and_cold_on_one_server(l: &Lard, servers: &[ServerState]) -> (&'static [u8], usize) {
+        let pool = PoolView { servers };
+        let home = pick(l, &pool, b"/hot");
+        for _ in 1..8 * HOT_SHARE {
+            assert_eq!(pick(l, &pool, b"/hot"), home);
+        }
+        let cold = CANDIDATES
+            .into_iter()
+            .find(|&path| pick(l, &pool, path) == home)
+            .expect("one of 16 targets shares a server with /hot");
+        (cold, home)
+    }
+
+    #[test]
+    fn an_overloaded_server_sheds_its_hot_targets_and_keeps_its_cold_ones() {
+        let servers = pool_of(&[1, 1, 1, 1]);
+        let pool = PoolView { servers: &servers };
+        let clock = Arc::new(ManualClock::new());
+        let auto = build_clocked(&servers, &[], Arc::clone(&clock));
+        let (cold, home) = hot_and_cold_on_one_server(&auto, &servers);
+        let (idle, b, c) = ((home + 1) % 4, (home + 2) % 4, (home + 3) % 4);
+        // 24 in flight at home, 0 at one server, 15 at the others: the pool is not light, home
+        // is past T_high (the loads averaged over 10 ms follow within 100 ms), below 2 T_high,
+        // and one server is below T_low. A target asked for less than a `HOT_SHARE`th as often as the pool's
+        // hottest stays: moving it would cost a miss and relieve nothing.
+        set_active(&servers, &[(home, 24), (idle, 0), (b, 15), (c, 15)]);
+        clock.advance(Duration::from_millis(100));
+        assert_eq!(pick(&auto, &pool, cold), home);
+        assert_eq!(pick(&auto, &pool, cold), home);
+        // The hot one moves.
+        let moved = pick(&auto, &pool, b"/hot");
+        assert_eq!(moved, idle);
+        assert_eq!(pick(&auto, &pool, b"/hot"), moved);
+        // At 2 T_high any target is relief: the cold one moves too.
+        set_active(&servers, &[(home, 40), (b, 0), (c, 0)]);
+        clock.advance(Duration::from_millis(100));
+        assert_ne!(pick(&auto, &pool, cold), home);
+        // The paper's fixed thresholds move any target past T_high.
+        set_active(&servers, &[(home, 0)]);
+        let fixed = lard(&servers, 2, 5);
+        let (cold, home) = hot_and_cold_on_one_server(&fixed, &servers);
+        set_active(&servers, &[(home, 6), ((home + 1) % 4, 1)]);
+        assert_ne!(pick(&fixed, &pool, cold), home);
+    }
+
     #[test]
     fn a_moved_target_returns_to_its_first_server_once_that_is_below_t_low() {
         let servers = pool_of(&[1, 1, 1]);
@@ -372,15 +454,15 @@ mod tests {
         // One in flight at home: nothing to gain.
         set_active(&servers, &[(idle, 0), (home, 1)]);
         assert_eq!(auto.pick(&r, &pool, &[]), Some(home));
-        // A busy pool (9 in flight per server), not enough to move the target, keeps every
+        // A busy pool (13 in flight per server), not enough to move the target, keeps every
         // request home.
         set_active(
             &servers,
             &[
-                (home, 10),
+                (home, 13),
                 (idle, 0),
-                ((home + 2) % 4, 13),
-                ((home + 3) % 4, 13),
+                ((home + 2) % 4, 20),
+                ((home + 3) % 4, 20),
             ],
         );
         clock.advance(Duration::from_secs(1));

@@ -6,7 +6,8 @@
 //! loaded server is a view of one instance; the ring is the same in every instance with the
 //! same file, so several tcpvs behind an L4 director place a new target alike without talking
 //! (measured: BENCHMARKS.md, "LARD without tuning"). A start that is already overloaded moves
-//! at once, as any other target would.
+//! at once, as any other target would; with `auto` a new target is cold (`lard_heat.rs`), so
+//! that is only at `2 T_high`.
 //!
 //! **Where an overloaded target goes**: the first server along the target's own ring order
 //! that is below `T_low`, else the least loaded (the paper's choice). Walking the same order
@@ -16,6 +17,7 @@
 //! second after it moved (`lard`): instances that moved it apart, each on its own view, come
 //! together again.
 
+use crate::lard_heat::Temperature;
 use crate::lard_thresholds::Judge;
 use crate::load::{eligible, least_loaded_from};
 use crate::ring::PoolRing;
@@ -72,16 +74,18 @@ impl Placement {
     }
 
     /// Where a new target starts: its first eligible server on the ring, unless that one is
-    /// overloaded (then where an overloaded target goes).
+    /// overloaded and sheds it (then where an overloaded target goes). `temperature` is asked
+    /// once, whatever the load: it counts the target's request (`lard_heat.rs`).
     pub(crate) fn start(
         &self,
         target: u64,
         judge: &Judge,
         pool: &PoolView<'_>,
         tried: &[usize],
+        temperature: impl FnOnce() -> Temperature,
     ) -> Option<usize> {
         match self.along_ring(target, pool, tried, |_| true) {
-            Some(home) if !judge.should_move(home, tried) => Some(home),
+            Some(home) if !judge.sheds(home, temperature(), tried) => Some(home),
             _ => self.relieve(target, judge, pool, tried),
         }
     }
@@ -149,9 +153,12 @@ mod tests {
             let t = target.wrapping_mul(0x9e37_79b9_7f4a_7c15);
             // Different loads in the two instances' views (below any threshold) agree.
             set_active(&servers, &[((target % 4) as usize, 3)]);
-            let a = one.start(t, &judge, &pool, &[]);
+            let a = one.start(t, &judge, &pool, &[], || Temperature::Unjudged);
             set_active(&servers, &[((target % 4) as usize, 0)]);
-            assert_eq!(a, two.start(t, &judge, &pool, &[]));
+            assert_eq!(
+                a,
+                two.start(t, &judge, &pool, &[], || Temperature::Unjudged)
+            );
         }
     }
 
@@ -162,7 +169,9 @@ mod tests {
         let placement = Placement::new(&pool, &ids(4));
         let judge = Judge::new(&auto(), &pool, None);
         let t = 42u64;
-        let home = placement.start(t, &judge, &pool, &[]).unwrap();
+        let home = placement
+            .start(t, &judge, &pool, &[], || Temperature::Unjudged)
+            .unwrap();
         // Every server but home underloaded: the next along the ring, which is also where a
         // second instance with other loads would send it.
         set_active(&servers, &[(home, 40)]);

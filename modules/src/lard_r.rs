@@ -18,9 +18,11 @@
 //! loaded), and the thresholds follow the pool's load by default (`lard_thresholds.rs`). n and
 //! m are the members with the fewest and most requests in flight at the moment, as in the
 //! paper; whether n is overloaded is judged as `lard` judges a server (with `auto`, on loads
-//! averaged over 10 ms).
+//! averaged over 10 ms), and with `auto` only a hot target's set grows past `T_high`, any
+//! target's at `2 T_high` (`lard_heat.rs`).
 
 use crate::lard_common::{LardCommon, Step};
+use crate::lard_heat::{Heat, HotTargets};
 use crate::lard_thresholds::Smoothed;
 use crate::load::{eligible, lighter_load};
 use crate::options::Options;
@@ -33,6 +35,8 @@ use std::time::Duration;
 struct ServerSet {
     members: Vec<u32>,
     last_change: Duration,
+    /// The target's recent requests: only a hot target's set grows (`lard_heat.rs`).
+    heat: Heat,
 }
 
 #[derive(Debug)]
@@ -47,6 +51,7 @@ pub struct LardReplicated {
 struct State {
     sets: LruCache<u64, ServerSet>,
     loads: Smoothed,
+    hot: HotTargets,
 }
 
 impl LardReplicated {
@@ -63,6 +68,7 @@ impl LardReplicated {
             state: Mutex::new(State {
                 sets: LruCache::new(common.settings.max_targets),
                 loads: Smoothed::default(),
+                hot: common.settings.hot_targets(),
             }),
             common,
         })
@@ -135,18 +141,25 @@ impl LardReplicated {
         now: &mut dyn FnMut() -> Duration,
     ) -> Step {
         let mut state = self.state.lock().ok()?;
-        let State { sets, loads } = &mut *state;
+        let State { sets, loads, hot } = &mut *state;
         let judge = self.common.settings.judge(pool, loads, now);
         let light = judge.light();
         let Some(set) = sets.get_mut(&target) else {
             // A new target. Nothing is stored when no server is eligible: an empty set would
             // only take a place in the map.
-            let first = self.common.placement.start(target, &judge, pool, tried)?;
+            let mut heat = Heat::default();
+            let first = self
+                .common
+                .placement
+                .start(target, &judge, pool, tried, || {
+                    hot.judge(&mut heat, tried.is_empty(), now)
+                })?;
             sets.put(
                 target,
                 ServerSet {
                     members: vec![first as u32],
                     last_change: now(),
+                    heat,
                 },
             );
             return Some((first, light));
@@ -177,7 +190,7 @@ impl LardReplicated {
         };
         // n and m are both taken before the set changes, as in the paper.
         let mut chosen = n;
-        if judge.should_move(n, tried) {
+        if judge.sheds(n, hot.judge(&mut set.heat, tried.is_empty(), now), tried) {
             if let Some(p) = self.common.placement.relieve(target, &judge, pool, tried) {
                 if !set.members.contains(&(p as u32)) {
                     set.members.push(p as u32);
@@ -319,6 +332,49 @@ mod tests {
         set_active(&servers, &[(first, 3), (second, 3), (third, 3)]);
         pick(&l, &pool);
         assert_eq!(l.members(t).len(), 2);
+    }
+
+    #[test]
+    fn only_a_hot_targets_set_grows() {
+        let clock = Arc::new(ManualClock::new());
+        let servers = pool_of(&[1, 1, 1, 1]);
+        let pool = PoolView { servers: &servers };
+        let l = build(&servers, Arc::clone(&clock), &[]);
+        let pick_path = |path: &'static [u8]| {
+            let mut r = request();
+            r.path = path;
+            l.pick(&r, &pool, &[]).unwrap()
+        };
+        // In an idle pool: /hot asked for 8 HOT_SHARE times, a target on the same server once.
+        let home = pick_path(b"/hot");
+        for _ in 1..8 * crate::lard_heat::HOT_SHARE {
+            pick_path(b"/hot");
+        }
+        let candidates: [&'static [u8]; 8] = [
+            b"/c0", b"/c1", b"/c2", b"/c3", b"/c4", b"/c5", b"/c6", b"/c7",
+        ];
+        let cold = candidates
+            .into_iter()
+            .find(|&path| pick_path(path) == home)
+            .expect("one of 8 targets shares a server with /hot");
+        // Home overloaded (auto: past T_high once the averaged loads follow, below 2 T_high),
+        // one server below T_low, the pool not light: the cold target's set stays as it is,
+        // the hot one's grows.
+        set_active(
+            &servers,
+            &[
+                (home, 24),
+                ((home + 1) % 4, 0),
+                ((home + 2) % 4, 15),
+                ((home + 3) % 4, 15),
+            ],
+        );
+        clock.advance(Duration::from_millis(100));
+        assert_eq!(pick_path(cold), home);
+        assert_eq!(l.members(stable_hash(cold)), vec![home]);
+        let grown = pick_path(b"/hot");
+        assert_ne!(grown, home);
+        assert_eq!(l.members(stable_hash(b"/hot")), vec![home, grown]);
     }
 
     #[test]

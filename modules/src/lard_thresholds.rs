@@ -16,6 +16,7 @@
 //! most `QUIET` requests is never overloaded: in a nearly idle pool one request more or less is
 //! noise, and a target moved on noise costs a cache miss.
 
+use crate::lard_heat::{HotTargets, Temperature};
 use crate::load::eligible;
 use crate::options::Options;
 use crate::{BuildError, PoolView};
@@ -115,6 +116,14 @@ impl LardSettings {
             },
             max_targets: NonZeroUsize::new(max_targets as usize).unwrap_or(NonZeroUsize::MIN),
         })
+    }
+}
+
+impl LardSettings {
+    /// Which targets an overloaded server sheds: with `auto`, its hot ones; with the fixed
+    /// thresholds, any, as in the paper (`lard_heat.rs`).
+    pub(crate) fn hot_targets(&self) -> HotTargets {
+        HotTargets::new(self.thresholds == Thresholds::Auto)
     }
 }
 
@@ -336,6 +345,16 @@ impl<'a> Judge<'a> {
                 let (load, twice_high) = self.sides(i, 2 * RATIO_NUM);
                 load >= twice_high
             }
+        }
+    }
+
+    /// Whether server `i` sheds a target of this `temperature` (`lard_heat.rs`): a hot or
+    /// unjudged one when `should_move`, a cold one only at 2 T_high, where any target is
+    /// relief.
+    pub(crate) fn sheds(&self, i: usize, temperature: Temperature, tried: &[usize]) -> bool {
+        match temperature {
+            Temperature::Cold => self.extreme(i),
+            Temperature::Hot | Temperature::Unjudged => self.should_move(i, tried),
         }
     }
 

@@ -15,6 +15,7 @@ pub mod hash;
 pub mod key;
 pub mod lard;
 mod lard_common;
+mod lard_heat;
 mod lard_placement;
 pub mod lard_r;
 mod lard_spill;
