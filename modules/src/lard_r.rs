@@ -39,6 +39,17 @@ struct ServerSet {
     heat: Heat,
 }
 
+impl ServerSet {
+    /// A new target's set: `first` alone, the target's first request counted in `heat`.
+    fn new(first: usize, heat: Heat, now: Duration) -> ServerSet {
+        ServerSet {
+            members: vec![first as u32],
+            last_change: now,
+            heat,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct LardReplicated {
     common: LardCommon,
@@ -154,14 +165,7 @@ impl LardReplicated {
                 .start(target, &judge, pool, tried, || {
                     hot.judge(&mut heat, tried.is_empty(), now)
                 })?;
-            sets.put(
-                target,
-                ServerSet {
-                    members: vec![first as u32],
-                    last_change: now(),
-                    heat,
-                },
-            );
+            sets.put(target, ServerSet::new(first, heat, now()));
             return Some((first, light));
         };
         // Servers that went away, became quiescent or failed for this request are no member.
