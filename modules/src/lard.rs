@@ -166,7 +166,7 @@ impl Lard {
             let s = home.server as usize;
             let moved = match pool.servers.get(s) {
                 Some(server) if eligible(server, s, tried) => {
-                    let temperature = hot.judge(&mut home.heat, tried.is_empty(), now);
+                    let temperature = hot.judge(&mut home.heat, s, tried.is_empty(), now);
                     if !judge.sheds(s, temperature, tried) {
                         return Some(self.stay_or_return(target, home, now, judge, pool, tried));
                     }
@@ -186,8 +186,8 @@ impl Lard {
         let chosen = self
             .common
             .placement
-            .start(target, judge, pool, tried, || {
-                hot.judge(&mut heat, tried.is_empty(), now)
+            .start(target, judge, pool, tried, |server| {
+                hot.judge(&mut heat, server, tried.is_empty(), now)
             })?;
         homes.put(
             target,
@@ -227,7 +227,7 @@ impl Scheduler for Lard {
             let State { targets, loads } = &mut *state;
             let judge = self.common.settings.judge(pool, loads, now);
             let home = self.place(target, targets, now, &judge, pool, tried)?;
-            Some((home, judge.light()))
+            Some((home, judge.pool_load()))
         })
     }
 
@@ -327,26 +327,10 @@ mod tests {
         assert_eq!(pick(&l, &pool, path), moved);
     }
 
-    /// Paths to pick a second target on a given server from.
-    const CANDIDATES: [&[u8]; 16] = [
-        b"/c0", b"/c1", b"/c2", b"/c3", b"/c4", b"/c5", b"/c6", b"/c7", b"/c8", b"/c9", b"/c10",
-        b"/c11", b"/c12", b"/c13", b"/c14", b"/c15",
-    ];
-
-    /// In an idle pool, `/hot` asked for `8 HOT_SHARE` times and a target on the same server
-    /// once, so that with `auto` the second stays cold for a few requests more. Returns
-    /// `(cold target's path, their server)`.
+    /// `testing::hot_and_cold_on_one_server` for `l`.
     fn hot_and_cold_on_one_server(l: &Lard, servers: &[ServerState]) -> (&'static [u8], usize) {
         let pool = PoolView { servers };
-        let home = pick(l, &pool, b"/hot");
-        for _ in 1..8 * HOT_SHARE {
-            assert_eq!(pick(l, &pool, b"/hot"), home);
-        }
-        let cold = CANDIDATES
-            .into_iter()
-            .find(|&path| pick(l, &pool, path) == home)
-            .expect("one of 16 targets shares a server with /hot");
-        (cold, home)
+        crate::testing::hot_and_cold_on_one_server(|path| pick(l, &pool, path))
     }
 
     #[test]
@@ -454,19 +438,26 @@ mod tests {
         // One in flight at home: nothing to gain.
         set_active(&servers, &[(idle, 0), (home, 1)]);
         assert_eq!(auto.pick(&r, &pool, &[]), Some(home));
-        // A busy pool (13 in flight per server), not enough to move the target, keeps every
-        // request home.
+        // A moderately loaded pool (11 in flight per server) spills while spills pay; a busy
+        // one (17 per server), not enough to move the target, keeps every request home.
         set_active(
             &servers,
             &[
                 (home, 13),
                 (idle, 0),
-                ((home + 2) % 4, 20),
-                ((home + 3) % 4, 20),
+                ((home + 2) % 4, 16),
+                ((home + 3) % 4, 16),
             ],
         );
         clock.advance(Duration::from_secs(1));
-        assert_eq!(auto.pick(&r, &pool, &[]), Some(home));
+        assert_eq!(
+            auto.pick(&r, &pool, &[]),
+            Some(idle),
+            "moderate, spills pay"
+        );
+        set_active(&servers, &[((home + 2) % 4, 26), ((home + 3) % 4, 30)]);
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(auto.pick(&r, &pool, &[]), Some(home), "busy");
         // Light again (the averaged loads follow within a second): a retry does not spill to
         // the server it failed on, and no other is half as loaded. The paper's fixed
         // thresholds, and `spill = "off"`, never spill.

@@ -7,7 +7,7 @@ use crate::clock::Clock;
 use crate::key::{client_hash, KeySource};
 use crate::lard_placement::{tie_start, Placement};
 use crate::lard_spill::Spill;
-use crate::lard_thresholds::LardSettings;
+use crate::lard_thresholds::{LardSettings, PoolLoad};
 use crate::load::least_loaded_from;
 use crate::options::Options;
 use crate::{BuildContext, BuildError, PoolView, RequestView, Ticket};
@@ -23,9 +23,9 @@ pub(crate) struct LardCommon {
     clock: Arc<dyn Clock>,
 }
 
-/// What a module's own step answered: the server, and whether the pool is light
-/// (`Judge::light`), which allows a spill.
-pub(crate) type Step = Option<(usize, bool)>;
+/// What a module's own step answered: the server, and how loaded the pool is
+/// (`Judge::pool_load`), which says whether a request may spill.
+pub(crate) type Step = Option<(usize, PoolLoad)>;
 
 impl LardCommon {
     /// Reads `key` (default: the path) and the options of `LardSettings`.
@@ -58,13 +58,18 @@ impl LardCommon {
         };
         let mut now_read = None;
         let mut now = || *now_read.get_or_insert_with(|| self.clock.now());
-        let (chosen, light) = step(target, &mut now)?;
-        if !(self.settings.spill && light) {
+        let (chosen, load) = step(target, &mut now)?;
+        if !self.settings.spill || load == PoolLoad::Busy {
             return Some((chosen, Ticket::NONE));
         }
-        let spill = self
-            .spill
-            .decide(chosen, tie_start(target, pool), pool, tried, &mut now);
+        let spill = self.spill.decide(
+            chosen,
+            tie_start(target, pool),
+            load == PoolLoad::Light,
+            pool,
+            tried,
+            &mut now,
+        );
         Some((spill.server, spill.ticket))
     }
 

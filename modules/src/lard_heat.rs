@@ -35,16 +35,25 @@
 //! | a sixteenth of the pool's hottest, any at `2 T_high` | 1.13 / 1.12 / 1.13 | 0.96, 0.97 |
 //!
 //! The pool's hottest rather than each server's: a server whose targets are all cold had a low
-//! peak and let targets of the catalogue's tail move, each a miss and a copy. The price is that
-//! one path flooded at many times the real hottest target's rate makes every other target
-//! cold, so that targets move only at `2 T_high` (RELIABILITY.md, "LARD moves hot targets
-//! only").
+//! peak and let targets of the catalogue's tail move, each a miss and a copy. Alone, that
+//! rule let one path flooded at many times the real hottest target's rate make every other
+//! target cold, so that targets moved only at `2 T_high` (RELIABILITY.md, "LARD moves hot
+//! targets only"); so a target is also hot when it carries an eighth of its own server's
+//! requests (`SERVER_SHARE`): a flood raises the pool's peak and its own server's count, and
+//! every other server keeps its largest targets movable.
 
 use std::time::Duration;
 
 /// A target is hot when its requests in this window and the last, times `HOT_SHARE`, reach
 /// those of the pool's hottest target.
 pub(crate) const HOT_SHARE: u32 = 16;
+
+/// A target is also hot when its requests, times `SERVER_SHARE`, reach those of the server it
+/// is judged on over the same windows: one flooded path raises the pool's peak, not the other
+/// servers' counts, so each of them keeps its own largest targets movable. Under the
+/// harness's Zipf popularity on 4 servers an eighth of a server's requests is about 3% of the
+/// pool's, past the pool rule's 0.5%: the rule adds hardly a target there.
+pub(crate) const SERVER_SHARE: u32 = 8;
 
 /// The window `now` falls in: windows are a second long, long enough that a target asked
 /// for a few times a second has a count, short enough that a target which went quiet leaves
@@ -105,13 +114,16 @@ pub(crate) enum Temperature {
 }
 
 /// The most requests one target of the pool had over two windows, as counted in the current
-/// window (`current`) and in the one before (`previous`).
+/// window (`current`) and in the one before (`previous`); and each server's requests over the
+/// same two windows.
 #[derive(Debug)]
 pub(crate) struct HotTargets {
     /// False with the fixed thresholds: every target is as good to move as any, and no clock
     /// is read for this.
     enabled: bool,
     peak: Windows,
+    /// By server index, grown to the highest index judged (a pool's size).
+    servers: Vec<Windows>,
 }
 
 impl HotTargets {
@@ -119,14 +131,16 @@ impl HotTargets {
         HotTargets {
             enabled,
             peak: Windows::default(),
+            servers: Vec::new(),
         }
     }
 
-    /// Whether the target whose `heat` this is is hot, counting the request first if this
-    /// is its `first_try` (a retry is the same request).
+    /// Whether the target whose `heat` this is, judged on `server`, is hot, counting the
+    /// request first if this is its `first_try` (a retry is the same request).
     pub(crate) fn judge(
         &mut self,
         heat: &mut Heat,
+        server: usize,
         first_try: bool,
         now: &mut dyn FnMut() -> Duration,
     ) -> Temperature {
@@ -141,7 +155,17 @@ impl HotTargets {
         // before; the two windows' peaks are compared as one.
         peak.current = peak.current.max(requests);
         let hottest = peak.current.max(peak.previous);
-        if requests.saturating_mul(HOT_SHARE) >= hottest {
+        if self.servers.len() <= server {
+            self.servers.resize(server + 1, Windows::default());
+        }
+        let on_server = &mut self.servers[server];
+        on_server.roll(window);
+        if first_try {
+            on_server.current = on_server.current.saturating_add(1);
+        }
+        if requests.saturating_mul(HOT_SHARE) >= hottest
+            || requests.saturating_mul(SERVER_SHARE) >= on_server.both()
+        {
             Temperature::Hot
         } else {
             Temperature::Cold
@@ -168,12 +192,42 @@ mod tests {
         let (mut popular, mut middling, mut cold) =
             (Heat::default(), Heat::default(), Heat::default());
         for _ in 0..HOTTEST {
-            assert_eq!(hot.judge(&mut popular, true, &mut at(10)), Hot);
+            assert_eq!(hot.judge(&mut popular, 0, true, &mut at(10)), Hot);
         }
         // 1 request against HOTTEST: cold; 2: hot.
-        assert_eq!(hot.judge(&mut cold, true, &mut at(20)), Cold);
-        assert_eq!(hot.judge(&mut middling, true, &mut at(20)), Cold);
-        assert_eq!(hot.judge(&mut middling, true, &mut at(20)), Hot);
+        assert_eq!(hot.judge(&mut cold, 0, true, &mut at(20)), Cold);
+        assert_eq!(hot.judge(&mut middling, 0, true, &mut at(20)), Cold);
+        assert_eq!(hot.judge(&mut middling, 0, true, &mut at(20)), Hot);
+    }
+
+    #[test]
+    fn a_flooded_path_leaves_other_servers_their_largest_targets() {
+        let mut hot = HotTargets::new(true);
+        let (mut flooded, mut large, mut small) =
+            (Heat::default(), Heat::default(), Heat::default());
+        // One path on server 0 flooded at 100 times the others' rate: 1600 requests.
+        for _ in 0..1600 {
+            hot.judge(&mut flooded, 0, true, &mut at(10));
+        }
+        // Server 1 serves 32 requests: 8 for one target (a quarter of them), 24 for others.
+        for _ in 0..24 {
+            hot.judge(&mut Heat::default(), 1, true, &mut at(20));
+        }
+        for _ in 0..7 {
+            hot.judge(&mut large, 1, true, &mut at(20));
+        }
+        // Against the pool's peak the large target is cold (8 x 16 < 1600), against its
+        // server it is hot (8 x 8 >= 32); one request is neither.
+        assert_eq!(hot.judge(&mut large, 1, true, &mut at(30)), Hot);
+        assert_eq!(hot.judge(&mut small, 1, true, &mut at(30)), Cold);
+        // The same target on the flooded server is cold: 8 x 8 < 1609.
+        let mut large_on_flooded = large;
+        assert_eq!(
+            hot.judge(&mut large_on_flooded, 0, false, &mut at(30)),
+            Cold
+        );
+        // Server counts fade as the peak does.
+        assert_eq!(hot.judge(&mut small, 1, true, &mut at(2_100)), Hot);
     }
 
     #[test]
@@ -181,21 +235,24 @@ mod tests {
         let mut hot = HotTargets::new(true);
         let (mut popular, mut cold) = (Heat::default(), Heat::default());
         for _ in 0..HOTTEST {
-            hot.judge(&mut popular, true, &mut at(900));
+            hot.judge(&mut popular, 0, true, &mut at(900));
         }
         // The next second still remembers the popular target's requests.
-        assert_eq!(hot.judge(&mut cold, true, &mut at(1_500)), Cold);
+        assert_eq!(hot.judge(&mut cold, 0, true, &mut at(1_500)), Cold);
         // Two seconds on, the popular target went quiet: the cold one (2 requests over the
         // last two windows) is the hottest there is.
-        assert_eq!(hot.judge(&mut cold, true, &mut at(2_100)), Hot);
-        assert_eq!(hot.judge(&mut cold, true, &mut at(3_100)), Hot);
+        assert_eq!(hot.judge(&mut cold, 0, true, &mut at(2_100)), Hot);
+        assert_eq!(hot.judge(&mut cold, 0, true, &mut at(3_100)), Hot);
         // A gap of more than a window forgets both: the popular target's burst at 4.5 s is
         // gone at 6.1 s with no request in between, and a new target's first request is the
         // hottest there is (one second later it was still remembered, as at 1.5 s above).
         for _ in 0..HOTTEST {
-            hot.judge(&mut popular, true, &mut at(4_500));
+            hot.judge(&mut popular, 0, true, &mut at(4_500));
         }
-        assert_eq!(hot.judge(&mut Heat::default(), true, &mut at(6_100)), Hot);
+        assert_eq!(
+            hot.judge(&mut Heat::default(), 0, true, &mut at(6_100)),
+            Hot
+        );
     }
 
     #[test]
@@ -203,13 +260,13 @@ mod tests {
         let mut hot = HotTargets::new(true);
         let (mut popular, mut retried) = (Heat::default(), Heat::default());
         for _ in 0..HOTTEST {
-            hot.judge(&mut popular, true, &mut at(10));
+            hot.judge(&mut popular, 0, true, &mut at(10));
         }
-        assert_eq!(hot.judge(&mut retried, true, &mut at(20)), Cold);
+        assert_eq!(hot.judge(&mut retried, 0, true, &mut at(20)), Cold);
         for _ in 0..10 {
-            assert_eq!(hot.judge(&mut retried, false, &mut at(20)), Cold);
+            assert_eq!(hot.judge(&mut retried, 0, false, &mut at(20)), Cold);
         }
-        assert_eq!(hot.judge(&mut retried, true, &mut at(20)), Hot);
+        assert_eq!(hot.judge(&mut retried, 0, true, &mut at(20)), Hot);
     }
 
     #[test]
@@ -233,7 +290,7 @@ mod tests {
         let mut hot = HotTargets::new(false);
         let mut target = Heat::default();
         let mut read = false;
-        let temperature = hot.judge(&mut target, true, &mut || {
+        let temperature = hot.judge(&mut target, 0, true, &mut || {
             read = true;
             Duration::ZERO
         });

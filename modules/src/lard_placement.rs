@@ -75,17 +75,18 @@ impl Placement {
 
     /// Where a new target starts: its first eligible server on the ring, unless that one is
     /// overloaded and sheds it (then where an overloaded target goes). `temperature` is asked
-    /// once, whatever the load: it counts the target's request (`lard_heat.rs`).
+    /// once, of that first server, whatever the load: it counts the target's request
+    /// (`lard_heat.rs`).
     pub(crate) fn start(
         &self,
         target: u64,
         judge: &Judge,
         pool: &PoolView<'_>,
         tried: &[usize],
-        temperature: impl FnOnce() -> Temperature,
+        temperature: impl FnOnce(usize) -> Temperature,
     ) -> Option<usize> {
         match self.along_ring(target, pool, tried, |_| true) {
-            Some(home) if !judge.sheds(home, temperature(), tried) => Some(home),
+            Some(home) if !judge.sheds(home, temperature(home), tried) => Some(home),
             _ => self.relieve(target, judge, pool, tried),
         }
     }
@@ -153,11 +154,11 @@ mod tests {
             let t = target.wrapping_mul(0x9e37_79b9_7f4a_7c15);
             // Different loads in the two instances' views (below any threshold) agree.
             set_active(&servers, &[((target % 4) as usize, 3)]);
-            let a = one.start(t, &judge, &pool, &[], || Temperature::Unjudged);
+            let a = one.start(t, &judge, &pool, &[], |_| Temperature::Unjudged);
             set_active(&servers, &[((target % 4) as usize, 0)]);
             assert_eq!(
                 a,
-                two.start(t, &judge, &pool, &[], || Temperature::Unjudged)
+                two.start(t, &judge, &pool, &[], |_| Temperature::Unjudged)
             );
         }
     }
@@ -170,7 +171,7 @@ mod tests {
         let judge = Judge::new(&auto(), &pool, None);
         let t = 42u64;
         let home = placement
-            .start(t, &judge, &pool, &[], || Temperature::Unjudged)
+            .start(t, &judge, &pool, &[], |_| Temperature::Unjudged)
             .unwrap();
         // Every server but home underloaded: the next along the ring, which is also where a
         // second instance with other loads would send it.

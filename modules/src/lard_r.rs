@@ -143,7 +143,7 @@ impl Scheduler for LardReplicated {
 
 impl LardReplicated {
     /// The member of `target`'s server set that takes the request, after the set grew or
-    /// shrank as figure 4 says, and whether the pool is light (`Judge::light`).
+    /// shrank as figure 4 says, and how loaded the pool is (`Judge::pool_load`).
     fn member(
         &self,
         target: u64,
@@ -154,7 +154,7 @@ impl LardReplicated {
         let mut state = self.state.lock().ok()?;
         let State { sets, loads, hot } = &mut *state;
         let judge = self.common.settings.judge(pool, loads, now);
-        let light = judge.light();
+        let load = judge.pool_load();
         let Some(set) = sets.get_mut(&target) else {
             // A new target. Nothing is stored when no server is eligible: an empty set would
             // only take a place in the map.
@@ -162,11 +162,11 @@ impl LardReplicated {
             let first = self
                 .common
                 .placement
-                .start(target, &judge, pool, tried, || {
-                    hot.judge(&mut heat, tried.is_empty(), now)
+                .start(target, &judge, pool, tried, |server| {
+                    hot.judge(&mut heat, server, tried.is_empty(), now)
                 })?;
             sets.put(target, ServerSet::new(first, heat, now()));
-            return Some((first, light));
+            return Some((first, load));
         };
         // Servers that went away, became quiescent or failed for this request are no member.
         let member_ok = |m: &u32| {
@@ -190,11 +190,11 @@ impl LardReplicated {
             };
             set.members.push(first as u32);
             set.last_change = now();
-            return Some((first, light));
+            return Some((first, load));
         };
         // n and m are both taken before the set changes, as in the paper.
         let mut chosen = n;
-        if judge.sheds(n, hot.judge(&mut set.heat, tried.is_empty(), now), tried) {
+        if judge.sheds(n, hot.judge(&mut set.heat, n, tried.is_empty(), now), tried) {
             if let Some(p) = self.common.placement.relieve(target, &judge, pool, tried) {
                 if !set.members.contains(&(p as u32)) {
                     set.members.push(p as u32);
@@ -216,7 +216,7 @@ impl LardReplicated {
         if changed {
             set.last_change = now();
         }
-        Some((chosen, light))
+        Some((chosen, load))
     }
 }
 
@@ -349,18 +349,7 @@ mod tests {
             r.path = path;
             l.pick(&r, &pool, &[]).unwrap()
         };
-        // In an idle pool: /hot asked for 8 HOT_SHARE times, a target on the same server once.
-        let home = pick_path(b"/hot");
-        for _ in 1..8 * crate::lard_heat::HOT_SHARE {
-            pick_path(b"/hot");
-        }
-        let candidates: [&'static [u8]; 8] = [
-            b"/c0", b"/c1", b"/c2", b"/c3", b"/c4", b"/c5", b"/c6", b"/c7",
-        ];
-        let cold = candidates
-            .into_iter()
-            .find(|&path| pick_path(path) == home)
-            .expect("one of 8 targets shares a server with /hot");
+        let (cold, home) = crate::testing::hot_and_cold_on_one_server(pick_path);
         // Home overloaded (auto: past T_high once the averaged loads follow, below 2 T_high),
         // one server below T_low, the pool not light: the cold target's set stays as it is,
         // the hot one's grows.

@@ -20,6 +20,10 @@
 //!   follows).
 //! - Otherwise at most one such request every `PROBE_EVERY_MS` is spilled anyway, so that the
 //!   measurement follows the servers (a catalogue that grows, caches that warm up).
+//! - While the pool is moderately loaded (`lard_thresholds::MODERATE`: at most 12 per
+//!   server), requests spill in the same way while spills are measured to pay, with no
+//!   probes: a probe that misses costs most where the pool is busiest, and the light pool's
+//!   probes keep the measurement fresh.
 //!
 //! Half as loaded, not only idle: with 16 clients on 4 servers and every cache holding the
 //! working set, spills to idle servers only served 0.92x `wlc`, these 0.93x to 0.99x
@@ -109,14 +113,16 @@ impl Default for Spill {
 }
 
 impl Spill {
-    /// Where the request of a target whose server is `home` goes, in a light pool: `home`, or
-    /// a spill to the least loaded server (ties from `tie_start`) when `home` has 2 or more in
-    /// flight, that server at most half as many per unit of weight, and spills pay or a probe
-    /// is due. `now` is read only when a ticket is issued.
+    /// Where the request of a target whose server is `home` goes, in a light or moderately
+    /// loaded pool: `home`, or a spill to the least loaded server (ties from `tie_start`) when
+    /// `home` has 2 or more in flight, that server at most half as many per unit of weight,
+    /// and spills pay or (`may_probe`: the pool is light) a probe is due. `now` is read only
+    /// when a ticket is issued.
     pub(crate) fn decide(
         &self,
         home: usize,
         tie_start: usize,
+        may_probe: bool,
         pool: &PoolView<'_>,
         tried: &[usize],
         now: &mut dyn FnMut() -> Duration,
@@ -128,7 +134,7 @@ impl Spill {
         // Cheapest first: the queue at home, then the gate (a probe's slot is only claimed
         // once a destination is found), and only then the pass over the servers.
         if pool.servers[home].active() >= 2 {
-            let probe = match self.spills_pay() {
+            let probe = match self.spills_pay() || !may_probe {
                 true => None,
                 false => self.probe_slot(now),
             };
@@ -253,7 +259,7 @@ mod tests {
         let servers = pool_of(&[1, 1, 1, 1]);
         let pool = PoolView { servers: &servers };
         let spill = Spill::default();
-        let d = spill.decide(2, 0, &pool, &[], &mut at(5));
+        let d = spill.decide(2, 0, true, &pool, &[], &mut at(5));
         assert_eq!(d.server, 2);
         // The first home request is timed.
         assert!(d.ticket.get().is_some());
@@ -266,32 +272,41 @@ mod tests {
         let spill = Spill::default();
         set_active(&servers, &[(0, 3), (1, 2), (2, 1), (3, 0)]);
         // Nothing measured: the first request is a probe, to the idle server.
-        let probe = spill.decide(0, 0, &pool, &[], &mut at(1000));
+        let probe = spill.decide(0, 0, true, &pool, &[], &mut at(1000));
         assert_eq!(probe.server, 3);
         // The next within PROBE_EVERY_MS stays home, measured or not.
         for ms in [1000, 1050, 1099] {
-            assert_eq!(spill.decide(0, 0, &pool, &[], &mut at(ms)).server, 0);
+            assert_eq!(spill.decide(0, 0, true, &pool, &[], &mut at(ms)).server, 0);
         }
         // Home requests took 8 ms, the probes 60 ms (misses): probes only.
         for _ in 0..HOME_SAMPLE * 2 {
-            let d = spill.decide(0, 0, &pool, &[], &mut at(1099));
+            let d = spill.decide(0, 0, true, &pool, &[], &mut at(1099));
             end(&spill, d, 1099, 8);
         }
         end(&spill, probe, 1000, 60);
         assert_eq!(spill.means(), (8000, 60_000));
         // The probe left spills costing more: the next waits twice as long.
-        assert_eq!(spill.decide(0, 0, &pool, &[], &mut at(1150)).server, 0);
-        assert_eq!(spill.decide(0, 0, &pool, &[], &mut at(1199)).server, 0);
-        let probe = spill.decide(0, 0, &pool, &[], &mut at(1200));
+        assert_eq!(
+            spill.decide(0, 0, true, &pool, &[], &mut at(1150)).server,
+            0
+        );
+        assert_eq!(
+            spill.decide(0, 0, true, &pool, &[], &mut at(1199)).server,
+            0
+        );
+        let probe = spill.decide(0, 0, true, &pool, &[], &mut at(1200));
         assert_eq!(probe.server, 3);
         end(&spill, probe, 1200, 60);
-        assert_eq!(spill.decide(0, 0, &pool, &[], &mut at(1599)).server, 0);
+        assert_eq!(
+            spill.decide(0, 0, true, &pool, &[], &mut at(1599)).server,
+            0
+        );
         // Probes that come back fast (the cache now holds the objects) open spilling; each
         // one that leaves the gate closed still doubles the wait (bounded).
         let mut ms = 1600;
         let mut probes = 0;
         while !spill.spills_pay() {
-            let d = spill.decide(0, 0, &pool, &[], &mut at(ms));
+            let d = spill.decide(0, 0, true, &pool, &[], &mut at(ms));
             if d.server == 3 {
                 end(&spill, d, ms, 2);
                 probes += 1;
@@ -308,8 +323,40 @@ mod tests {
             (home, away)
         );
         for ms in ms..ms + 9 {
-            assert_eq!(spill.decide(0, 0, &pool, &[], &mut at(ms)).server, 3);
+            assert_eq!(spill.decide(0, 0, true, &pool, &[], &mut at(ms)).server, 3);
         }
+    }
+
+    #[test]
+    fn a_moderately_loaded_pool_spills_only_while_spills_pay_and_never_probes() {
+        let servers = pool_of(&[1, 1, 1, 1]);
+        let pool = PoolView { servers: &servers };
+        let spill = Spill::default();
+        set_active(&servers, &[(0, 12), (1, 12), (2, 6), (3, 12)]);
+        // Nothing measured: a light pool would probe now; a moderate one keeps every request
+        // home, at any time.
+        for ms in [0, 1000, 20_000] {
+            assert_eq!(spill.decide(0, 0, false, &pool, &[], &mut at(ms)).server, 0);
+        }
+        // Measured to pay (spills 1 ms, home 10 ms): to the server half as loaded.
+        spill.ended(Ticket::issued(0), Duration::from_millis(10));
+        spill.ended(Ticket::issued(AWAY_BIT), Duration::from_millis(1));
+        let d = spill.decide(0, 0, false, &pool, &[], &mut at(20_001));
+        assert_eq!(d.server, 2);
+        // Spills measured to cost more (60 ms misses against 10 ms at home): home again,
+        // and no probe.
+        for _ in 0..100 {
+            spill.ended(Ticket::issued(AWAY_BIT), Duration::from_millis(60));
+        }
+        assert!(!spill.spills_pay(), "{:?}", spill.means());
+        for ms in [20_002, 30_000, 60_000] {
+            assert_eq!(spill.decide(0, 0, false, &pool, &[], &mut at(ms)).server, 0);
+        }
+        // The same pool, light, probes.
+        assert_eq!(
+            spill.decide(0, 0, true, &pool, &[], &mut at(60_001)).server,
+            2
+        );
     }
 
     #[test]
@@ -334,27 +381,27 @@ mod tests {
         assert!(spill.spills_pay());
         // One in flight at home: nothing to gain.
         set_active(&servers, &[(0, 1), (1, 0), (2, 0)]);
-        assert_eq!(spill.decide(0, 0, &pool, &[], &mut at(1)).server, 0);
+        assert_eq!(spill.decide(0, 0, true, &pool, &[], &mut at(1)).server, 0);
         // Two at home, two everywhere else: none half as loaded.
         set_active(&servers, &[(0, 2), (1, 2), (2, 2)]);
-        assert_eq!(spill.decide(0, 0, &pool, &[], &mut at(1)).server, 0);
+        assert_eq!(spill.decide(0, 0, true, &pool, &[], &mut at(1)).server, 0);
         // One in flight is half of two; the spill's ticket says so.
         set_active(&servers, &[(2, 1)]);
-        let d = spill.decide(0, 0, &pool, &[], &mut at(1));
+        let d = spill.decide(0, 0, true, &pool, &[], &mut at(1));
         assert_eq!(d.server, 2);
         assert_ne!(d.ticket.get().map(|bits| bits & AWAY_BIT), Some(0));
         // Four at home: the least loaded of 3 and 2 takes it; 3 would not have.
         set_active(&servers, &[(0, 4), (1, 3), (2, 2)]);
-        assert_eq!(spill.decide(0, 0, &pool, &[], &mut at(1)).server, 2);
+        assert_eq!(spill.decide(0, 0, true, &pool, &[], &mut at(1)).server, 2);
         set_active(&servers, &[(2, 3)]);
-        assert_eq!(spill.decide(0, 0, &pool, &[], &mut at(1)).server, 0);
+        assert_eq!(spill.decide(0, 0, true, &pool, &[], &mut at(1)).server, 0);
         // Server 2 failed this request: only server 1 is left, and it is not half as loaded.
         set_active(&servers, &[(1, 3), (2, 0)]);
-        assert_eq!(spill.decide(0, 0, &pool, &[2], &mut at(1)).server, 0);
+        assert_eq!(spill.decide(0, 0, true, &pool, &[2], &mut at(1)).server, 0);
         // Ties: the first least loaded server from the target's start.
         set_active(&servers, &[(1, 0)]);
-        assert_eq!(spill.decide(0, 2, &pool, &[], &mut at(1)).server, 2);
-        assert_eq!(spill.decide(0, 1, &pool, &[], &mut at(1)).server, 1);
+        assert_eq!(spill.decide(0, 2, true, &pool, &[], &mut at(1)).server, 2);
+        assert_eq!(spill.decide(0, 1, true, &pool, &[], &mut at(1)).server, 1);
     }
 
     #[test]
@@ -366,16 +413,16 @@ mod tests {
         spill.ended(Ticket::issued(AWAY_BIT), Duration::from_millis(1));
         // Two on weight 2 is one per unit: half of two at home (weight 1).
         set_active(&servers, &[(0, 2), (1, 2), (2, 2)]);
-        assert_eq!(spill.decide(0, 0, &pool, &[], &mut at(1)).server, 1);
+        assert_eq!(spill.decide(0, 0, true, &pool, &[], &mut at(1)).server, 1);
         // Three on weight 2 is 1.5 per unit: more than half.
         set_active(&servers, &[(1, 3)]);
-        assert_eq!(spill.decide(0, 0, &pool, &[], &mut at(1)).server, 0);
+        assert_eq!(spill.decide(0, 0, true, &pool, &[], &mut at(1)).server, 0);
         // A home of weight 2 with 4 in flight (2 per unit): one on weight 1 is half; with 3
         // (1.5 per unit) it is not, though it is less than half of 3.
         set_active(&servers, &[(0, 2), (1, 4), (2, 1)]);
-        assert_eq!(spill.decide(1, 0, &pool, &[], &mut at(1)).server, 2);
+        assert_eq!(spill.decide(1, 0, true, &pool, &[], &mut at(1)).server, 2);
         set_active(&servers, &[(1, 3)]);
-        assert_eq!(spill.decide(1, 0, &pool, &[], &mut at(1)).server, 1);
+        assert_eq!(spill.decide(1, 0, true, &pool, &[], &mut at(1)).server, 1);
     }
 
     #[test]

@@ -182,4 +182,26 @@ pub(crate) mod testing {
     pub fn pool_of(weights: &[u32]) -> Vec<ServerState> {
         weights.iter().map(|&w| ServerState::new(w)).collect()
     }
+
+    /// For `lard` and `lard-r` in an idle pool (`pick` asks for one path): `/hot` asked for
+    /// `8 HOT_SHARE` times, then paths until one lands on `/hot`'s server, asked for once, so
+    /// that with `auto` it stays cold for a few requests more. Returns `(the cold target's
+    /// path, their server)`.
+    pub fn hot_and_cold_on_one_server(
+        mut pick: impl FnMut(&'static [u8]) -> usize,
+    ) -> (&'static [u8], usize) {
+        const CANDIDATES: [&[u8]; 16] = [
+            b"/c0", b"/c1", b"/c2", b"/c3", b"/c4", b"/c5", b"/c6", b"/c7", b"/c8", b"/c9",
+            b"/c10", b"/c11", b"/c12", b"/c13", b"/c14", b"/c15",
+        ];
+        let home = pick(b"/hot");
+        for _ in 1..8 * crate::lard_heat::HOT_SHARE {
+            assert_eq!(pick(b"/hot"), home);
+        }
+        let cold = CANDIDATES
+            .into_iter()
+            .find(|&path| pick(path) == home)
+            .expect("one of 16 targets shares a server with /hot");
+        (cold, home)
+    }
 }
