@@ -16,10 +16,11 @@
 //! and the few targets that can move have a few copies at most, whatever the churn. At
 //! `2 T_high` any target still moves (`Judge::sheds`): a server that far over is relieved by
 //! whatever leaves it. When popularity is flat every target is about as hot as the hottest and
-//! any may move, as in the paper. A new target, with one request, is cold unless no target has
-//! had more than `HOT_SHARE` requests: it starts on its ring server even past `T_high` (below
-//! `2 T_high`), where every instance starts it. Only a request's first pick counts: a retry
-//! after a failed server is the same request. Each instance counts its own requests, so
+//! any may move, as in the paper. A new target, with one request, is cold unless the pool or
+//! its server is nearly idle (no target had more than `HOT_SHARE` requests over two seconds,
+//! or the server more than `SERVER_SHARE`): it starts on its ring server even past `T_high`
+//! (below `2 T_high`), where every instance starts it. Only a request's first pick counts: a
+//! retry after a failed server is the same request. Each instance counts its own requests, so
 //! instances may disagree on which targets are hot. The fixed thresholds keep the paper's rule.
 //!
 //! Measured with the locality harness (BENCHMARKS.md, "LARD moves hot targets only"), one
@@ -220,7 +221,7 @@ mod tests {
         // server it is hot (8 x 8 >= 32); one request is neither.
         assert_eq!(hot.judge(&mut large, 1, true, &mut at(30)), Hot);
         assert_eq!(hot.judge(&mut small, 1, true, &mut at(30)), Cold);
-        // The same target on the flooded server is cold: 8 x 8 < 1609.
+        // The same target judged on the flooded server is cold: 8 x 8 < 1600.
         let mut large_on_flooded = large;
         assert_eq!(
             hot.judge(&mut large_on_flooded, 0, false, &mut at(30)),
