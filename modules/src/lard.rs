@@ -243,7 +243,6 @@ impl Scheduler for Lard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lard_heat::HOT_SHARE;
     use crate::testing::{context, pool_of, request, set_active};
     use crate::ManualClock;
     use crate::{OptionValue, ServerState};
