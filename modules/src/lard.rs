@@ -21,8 +21,8 @@
 //! that one is below `T_low`. Load is the server's active requests as this switch counts them
 //! (per unit of weight, averaged over 10 ms, with `auto`; the count of the moment with
 //! `fixed`). In a light or moderately loaded pool one request may go to a server half as
-//! loaded instead while that is measured to pay, the target staying (`lard_spill.rs`; the frame both LARD modules share
-//! around their step is `lard_common.rs`). The map is bounded (`max_targets`, least recently
+//! loaded instead while that is measured to pay, the target staying (`lard_spill.rs`; the
+//! frame both LARD modules share around their step is `lard_common.rs`). The map is bounded (`max_targets`, least recently
 //! used targets forgotten) and keyed by a 64-bit hash of the target, so a target costs the
 //! same whatever its length.
 

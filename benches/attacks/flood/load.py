@@ -42,6 +42,30 @@ async def get(reader, writer, path, extra=b""):
     return status, server, cache
 
 
+class Conn:
+    """A keep-alive client connection that is opened again after a failed exchange."""
+
+    def __init__(self, port):
+        self.port = port
+        self.reader = self.writer = None
+
+    async def open(self):
+        self.reader, self.writer = await connect(self.port)
+        return self
+
+    async def get(self, path, extra):
+        """`get`'s (status, server, cache), or None when the exchange failed (reconnected)."""
+        try:
+            return await get(self.reader, self.writer, path, extra)
+        except (OSError, asyncio.IncompleteReadError, ValueError):
+            self.writer.close()
+            await self.open()
+            return None
+
+    def close(self):
+        self.writer.close()
+
+
 def pct(sorted_list, q):
     if not sorted_list:
         return None
@@ -62,7 +86,7 @@ async def honest(a):
     async def client(i):
         nonlocal hits, misses, errors, status_bad
         rng = random.Random(a.seed * 1000 + i)
-        reader, writer = await connect(a.port)
+        conn = await Conn(a.port).open()
         while True:
             now = time.time()
             if now >= t_to:
@@ -71,13 +95,11 @@ async def honest(a):
             obj = (rank + a.shift) % a.objects if a.shift and now >= a.t0 + a.shift_at else rank
             path = b"/o%d" % obj
             t1 = time.time()
-            try:
-                st, srv, cache = await get(reader, writer, path, b"X-Class: h\r\n")
-            except (OSError, asyncio.IncompleteReadError, ValueError):
+            answer = await conn.get(path, b"X-Class: h\r\n")
+            if answer is None:
                 errors += 1
-                writer.close()
-                reader, writer = await connect(a.port)
                 continue
+            st, srv, cache = answer
             t2 = time.time()
             if t_from <= t1 and t2 < t_to:
                 lat.append((t2 - t1) * 1000)
@@ -90,7 +112,7 @@ async def honest(a):
                     misses += 1
                 if rank < 10:
                     ranks[rank] += 1
-        writer.close()
+        conn.close()
 
     await asyncio.gather(*(client(i) for i in range(a.clients)))
     span = a.to_s - a.from_s
@@ -123,7 +145,7 @@ async def flood(a):
 
     async def conn(path, rate):
         nonlocal errors
-        reader, writer = await connect(a.port)
+        conn = await Conn(a.port).open()
         interval = a.conns / rate
         await asyncio.sleep(max(0.0, start - time.time()) + random.random() * interval)
         nxt = time.time()
@@ -136,18 +158,16 @@ async def flood(a):
             nxt += interval
             if nxt < time.time() - 1.0:  # behind by more than a second: do not burst
                 nxt = time.time()
-            try:
-                st, srv, _ = await get(reader, writer, path, b"X-Class: a\r\n")
-            except (OSError, asyncio.IncompleteReadError, ValueError):
+            answer = await conn.get(path, b"X-Class: a\r\n")
+            if answer is None:
                 errors += 1
-                writer.close()
-                reader, writer = await connect(a.port)
                 continue
+            srv = answer[1]
             t = time.time()
             if t_from <= t < t_to:
                 done[path.decode()] += 1
                 servers[srv] = servers.get(srv, 0) + 1
-        writer.close()
+        conn.close()
 
     await asyncio.gather(*(conn(p, r) for p, r in specs for _ in range(a.conns)))
     span = a.to_s - a.from_s
@@ -165,20 +185,18 @@ async def slow(a):
 
     async def conn(i):
         nonlocal sent
-        reader, writer = await connect(a.port)
+        conn = await Conn(a.port).open()
         await asyncio.sleep(max(0.0, start - time.time()) + i * 0.01)
         while time.time() < t_to - a.hold / 1000.0:
             k = next(it)
             path = paths[k % len(paths)]
-            try:
-                st, srv, _ = await get(reader, writer, path, hold)
-            except (OSError, asyncio.IncompleteReadError, ValueError):
-                writer.close()
-                reader, writer = await connect(a.port)
+            answer = await conn.get(path, hold)
+            if answer is None:
                 continue
             sent += 1
+            srv = answer[1]
             servers[srv] = servers.get(srv, 0) + 1
-        writer.close()
+        conn.close()
 
     await asyncio.gather(*(conn(i) for i in range(a.conns)))
     json.dump({"sent": sent, "servers": servers}, open(a.out, "w"))
