@@ -33,6 +33,7 @@ pub mod socket;
 pub mod state;
 pub mod stream;
 pub mod supervisor;
+pub mod throttled;
 pub mod timeouts;
 pub mod upgrade;
 

@@ -5,10 +5,11 @@ use crate::socket::Socket;
 use crate::state::stats::{self, ServerStats};
 use crate::state::status::ServerStatus;
 use crate::stream::{wait, Limit};
+use crate::throttled::Throttled;
 use rustix::net::RecvFlags;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 use tcpvs_modules::ServerState;
@@ -39,10 +40,8 @@ pub struct Backend {
     /// Set while a good exchange would change the status (failures counted, on trial, or
     /// down without checks): otherwise the data path reports nothing, at one relaxed load.
     pub report_success: AtomicBool,
-    /// When a failure was last logged as a warning (coarse ms), so a dead server does not
-    /// flood the log; and how many were not logged since.
-    warned_ms: AtomicU64,
-    unlogged: AtomicU64,
+    /// Its failures logged at most once a second, so a dead server does not flood the log.
+    warnings: Throttled,
 }
 
 #[derive(Debug)]
@@ -65,8 +64,7 @@ impl Backend {
             backup: AtomicBool::new(config.backup),
             status: Mutex::new(ServerStatus::new(config.weight)),
             report_success: AtomicBool::new(false),
-            warned_ms: AtomicU64::new(0),
-            unlogged: AtomicU64::new(0),
+            warnings: Throttled::new(),
         }
     }
 
@@ -110,13 +108,9 @@ impl Backend {
     /// A failure worth a warning, at most one per second per server (`now_ms` on the coarse
     /// clock): returns how many were left unlogged before this one, or `None` to stay quiet.
     pub fn may_warn(&self, now_ms: u64) -> Option<u64> {
-        let last = self.warned_ms.load(Ordering::Relaxed);
-        if last != 0 && now_ms.saturating_sub(last) < 1000 {
-            self.unlogged.fetch_add(1, Ordering::Relaxed);
-            return None;
-        }
-        self.warned_ms.store(now_ms.max(1), Ordering::Relaxed);
-        Some(self.unlogged.swap(0, Ordering::Relaxed))
+        let mut said = None;
+        self.warnings.warn_at(now_ms, |held| said = Some(held));
+        said
     }
 
     /// The idle list of `worker` (worker indexes beyond the count share the last list, which
