@@ -337,7 +337,9 @@ mod tests {
         let servers = pool_of(&[1, 1, 1, 1]);
         let pool = PoolView { servers: &servers };
         let clock = Arc::new(ManualClock::new());
-        let auto = build_clocked(&servers, &[], Arc::clone(&clock));
+        // Placement alone: a busy pool's requests may spill too (lard_spill.rs).
+        let no_spills = [("spill".to_string(), OptionValue::String("off".into()))];
+        let auto = build_clocked(&servers, &no_spills, Arc::clone(&clock));
         let (cold, home) = hot_and_cold_on_one_server(&auto, &servers);
         let (idle, b, c) = ((home + 1) % 4, (home + 2) % 4, (home + 3) % 4);
         // 24 in flight at home, 0 at one server, 15 at the others: the pool is not light, home
@@ -437,8 +439,9 @@ mod tests {
         // One in flight at home: nothing to gain.
         set_active(&servers, &[(idle, 0), (home, 1)]);
         assert_eq!(auto.pick(&r, &pool, &[]), Some(home));
-        // A moderately loaded pool (11 in flight per server) spills while spills pay; a busy
-        // one (17 per server), not enough to move the target, keeps every request home.
+        // A moderately loaded pool (11 in flight per server) spills while spills pay; so does a
+        // busy one (17 per server), where they are judged per place in the queue: the probe
+        // took 1 ms with nothing ahead of it, the home request 10 ms with 2 ahead.
         set_active(
             &servers,
             &[
@@ -456,7 +459,11 @@ mod tests {
         );
         set_active(&servers, &[((home + 2) % 4, 26), ((home + 3) % 4, 30)]);
         clock.advance(Duration::from_secs(1));
-        assert_eq!(auto.pick(&r, &pool, &[]), Some(home), "busy");
+        assert_eq!(
+            auto.pick(&r, &pool, &[]),
+            Some(idle),
+            "busy, spills pay per place"
+        );
         // Light again (the averaged loads follow within a second): a retry does not spill to
         // the server it failed on, and no other is half as loaded. The paper's fixed
         // thresholds, and `spill = "off"`, never spill.

@@ -59,17 +59,12 @@ impl LardCommon {
         let mut now_read = None;
         let mut now = || *now_read.get_or_insert_with(|| self.clock.now());
         let (chosen, load) = step(target, &mut now)?;
-        if !self.settings.spill || load == PoolLoad::Busy {
+        if !self.settings.spill {
             return Some((chosen, Ticket::NONE));
         }
-        let spill = self.spill.decide(
-            chosen,
-            tie_start(target, pool),
-            load == PoolLoad::Light,
-            pool,
-            tried,
-            &mut now,
-        );
+        let spill = self
+            .spill
+            .decide(chosen, tie_start(target, pool), load, pool, tried, &mut now);
         Some((spill.server, spill.ticket))
     }
 

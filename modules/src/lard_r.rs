@@ -343,7 +343,9 @@ mod tests {
         let clock = Arc::new(ManualClock::new());
         let servers = pool_of(&[1, 1, 1, 1]);
         let pool = PoolView { servers: &servers };
-        let l = build(&servers, Arc::clone(&clock), &[]);
+        // Placement alone: a busy pool's requests may spill too (lard_spill.rs).
+        let no_spills = [("spill".to_string(), OptionValue::String("off".into()))];
+        let l = build(&servers, Arc::clone(&clock), &no_spills);
         let pick_path = |path: &'static [u8]| {
             let mut r = request();
             r.path = path;

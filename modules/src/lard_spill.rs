@@ -22,8 +22,27 @@
 //!   measurement follows the servers (a catalogue that grows, caches that warm up).
 //! - While the pool is moderately loaded (`lard_thresholds::MODERATE`: at most 12 per
 //!   server), requests spill in the same way while spills are measured to pay, with no
-//!   probes: a probe that misses costs most where the pool is busiest, and the light pool's
-//!   probes keep the measurement fresh.
+//!   probes.
+//! - While the pool is busy, requests spill and probe as in a light pool, but the times are
+//!   counted *per place in the queue*: each timed request's time divided by the requests in
+//!   flight at its server when it left, itself included (its own pair of means).
+//!
+//! Whole times say whether a spill finished sooner than it would have at home, which is what
+//! it is for while queues are short. In long queues they hide misses: a spill to a shorter
+//! queue looks faster than home even when it misses. Each of four switches at the paper's
+//! load counts about 14 in flight per server, and with spills by whole times up to 16 per
+//! server they held 1.19 copies of each object and lost 0.4 points of hits; so busy pools did
+//! not spill, and 64 clients on one cache (16 per server; LARD's servers idled in turn)
+//! served 0.978x `wlc`. Per place, a hit costs about the same in any queue and a miss (the
+//! harness's disk: 28 ms and more, against about 3 ms of CPU) several times more. Not at
+//! every load: per place, a short queue's hit carries more of a request's fixed part
+//! (connect, relay, the harness's millisecond timers) than a long queue's, and with per-place
+//! times at every load 16 and 32 clients on one cache served 0.96x and 0.97x `wlc`; asking
+//! only for less than twice home's cost per place brought those back to 0.99x and 1.00x but
+//! let four switches hold 1.20 copies and lose 1.1 points of hits (their per-place view of a
+//! queue sees a quarter of it). A server that runs requests side by side (several cores)
+//! shows short queues as costlier per place than long ones: there busy pools' spills stop
+//! sooner, which leaves the paper's LARD.
 //!
 //! Half as loaded, not only idle: with 16 clients on 4 servers and every cache holding the
 //! working set, spills to idle servers only served 0.92x `wlc`, these 0.93x to 0.99x
@@ -34,10 +53,12 @@
 //! spills on and off: there the pool is not light, and the copies come from LARD's moves.
 //!
 //! Each spill and one in `HOME_SAMPLE` requests served at their target's server carry a
-//! [`Ticket`] with the time they left; the switch hands it back when the request stops
-//! occupying its server (`Scheduler::request_ended`). `spill = "off"`, and the paper's fixed
-//! thresholds unless `spill` is given, keep every request on its target's server.
+//! [`Ticket`] with the time they left and their server's queue then; the switch hands it
+//! back when the request stops occupying its server (`Scheduler::request_ended`), if the
+//! server served it (2xx or 3xx). `spill = "off"`, and the paper's fixed thresholds unless
+//! `spill` is given, keep every request on its target's server.
 
+use crate::lard_thresholds::PoolLoad;
 use crate::load::least_loaded_from;
 use crate::{PoolView, Ticket};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -89,6 +110,18 @@ const AWAY_BIT: u64 = 1 << 63;
 /// The ticket's next bit: the spill was a probe.
 const PROBE_BIT: u64 = 1 << 62;
 
+/// The ticket's next bit: the pool was busy when the request left, so the gate in force was
+/// the one per place in the queue.
+const BUSY_BIT: u64 = 1 << 61;
+
+/// The ticket's bits 48 to 60: how many requests were in flight at the request's server when
+/// it left (at most `DEPTH_MAX`), for its time per place in that queue.
+const DEPTH_SHIFT: u32 = 48;
+const DEPTH_MAX: u64 = (1 << 13) - 1;
+
+/// The ticket's low 48 bits: when the request left, in microseconds (8.9 years).
+const TIME_MASK: u64 = (1 << DEPTH_SHIFT) - 1;
+
 /// What a spill decided for one request: the server, and the ticket to hand back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Decision {
@@ -96,13 +129,53 @@ pub(crate) struct Decision {
     pub ticket: Ticket,
 }
 
-/// The two means and the probe clock of one pool's module.
+/// What requests cost at their target's server and away from it, by one measure.
+#[derive(Debug)]
+struct Means {
+    /// Mean cost of a request at its target's server, in microseconds (`UNKNOWN` at first).
+    home_us: AtomicU32,
+    /// Mean cost of a spilled request at the server it went to, in microseconds.
+    away_us: AtomicU32,
+}
+
+impl Default for Means {
+    fn default() -> Self {
+        Means {
+            home_us: AtomicU32::new(UNKNOWN),
+            away_us: AtomicU32::new(UNKNOWN),
+        }
+    }
+}
+
+impl Means {
+    /// Spilled requests have lately cost less than `PAYS_NUM / PAYS_DEN` of requests at home.
+    fn pay(&self) -> bool {
+        self.would_pay(self.away_us.load(Ordering::Relaxed))
+    }
+
+    /// A spill that cost `away_us` cost less than `PAYS_NUM / PAYS_DEN` of requests at home.
+    fn would_pay(&self, away_us: u32) -> bool {
+        let home = self.home_us.load(Ordering::Relaxed);
+        home != UNKNOWN && u64::from(away_us) * PAYS_DEN < u64::from(home) * PAYS_NUM
+    }
+
+    #[cfg(test)]
+    fn get(&self) -> (u32, u32) {
+        (
+            self.home_us.load(Ordering::Relaxed),
+            self.away_us.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// The means and the probe clock of one pool's module.
 #[derive(Debug)]
 pub(crate) struct Spill {
-    /// Mean time a request held its target's server, in microseconds (`UNKNOWN` at first).
-    home_us: AtomicU32,
-    /// Mean time a spilled request held the server it went to, in microseconds.
-    away_us: AtomicU32,
+    /// Each request's whole time at its server: the gate while the pool is not busy.
+    whole: Means,
+    /// Each request's time divided by the places in its server's queue when it left, itself
+    /// included: the gate while the pool is busy.
+    per_place: Means,
     /// When the last probe left, in milliseconds of the module's clock, plus one (0: never).
     last_probe_ms: AtomicU32,
     /// The wait between probes now, in milliseconds.
@@ -114,8 +187,8 @@ pub(crate) struct Spill {
 impl Default for Spill {
     fn default() -> Self {
         Spill {
-            home_us: AtomicU32::new(UNKNOWN),
-            away_us: AtomicU32::new(UNKNOWN),
+            whole: Means::default(),
+            per_place: Means::default(),
             last_probe_ms: AtomicU32::new(0),
             probe_every_ms: AtomicU32::new(PROBE_EVERY_MS),
             home_count: AtomicU32::new(0),
@@ -124,16 +197,16 @@ impl Default for Spill {
 }
 
 impl Spill {
-    /// Where the request of a target whose server is `home` goes, in a light or moderately
-    /// loaded pool: `home`, or a spill to the least loaded server (ties from `tie_start`) when
-    /// `home` has 2 or more in flight, that server at most half as many per unit of weight,
-    /// and spills pay or (`may_probe`: the pool is light) a probe is due. `now` is read only
-    /// when a ticket is issued.
+    /// Where the request of a target whose server is `home` goes: `home`, or a spill to the
+    /// least loaded server (ties from `tie_start`) when `home` has 2 or more in flight, that
+    /// server at most half as many per unit of weight, and spills pay (by whole times, or per
+    /// place when the pool is busy) or a probe is due (not in a moderately loaded pool). `now`
+    /// is read only when a ticket is issued.
     pub(crate) fn decide(
         &self,
         home: usize,
         tie_start: usize,
-        may_probe: bool,
+        load: PoolLoad,
         pool: &PoolView<'_>,
         tried: &[usize],
         now: &mut dyn FnMut() -> Duration,
@@ -142,23 +215,29 @@ impl Spill {
             server: home,
             ticket,
         };
+        let (gate, busy_bit) = match load {
+            PoolLoad::Busy => (&self.per_place, BUSY_BIT),
+            PoolLoad::Light | PoolLoad::Moderate => (&self.whole, 0),
+        };
         // Cheapest first: the queue at home, then the gate (a probe's slot is only claimed
         // once a destination is found), and only then the pass over the servers.
         if pool.servers[home].active() >= 2 {
-            let probe = match self.spills_pay() || !may_probe {
+            let pays = gate.pay();
+            let probe = match pays || load == PoolLoad::Moderate {
                 true => None,
                 false => self.probe_slot(now),
             };
-            if self.spills_pay() || probe.is_some() {
+            if pays || probe.is_some() {
                 if let Some(away) = relief(pool, tried, tie_start, home) {
                     if probe.is_none_or(|slot| self.claim_probe(slot)) {
                         let kind = match probe {
                             Some(_) => AWAY_BIT | PROBE_BIT,
                             None => AWAY_BIT,
                         };
+                        let bits = micros(now()) | depth(pool, away) | busy_bit | kind;
                         return Decision {
                             server: away,
-                            ticket: Ticket::issued(micros(now()) | kind),
+                            ticket: Ticket::issued(bits),
                         };
                     }
                 }
@@ -166,7 +245,7 @@ impl Spill {
         }
         let count = self.home_count.fetch_add(1, Ordering::Relaxed);
         match count % HOME_SAMPLE {
-            0 => stay(Ticket::issued(micros(now()))),
+            0 => stay(Ticket::issued(micros(now()) | depth(pool, home) | busy_bit)),
             _ => stay(Ticket::NONE),
         }
     }
@@ -176,43 +255,43 @@ impl Spill {
         let Some(bits) = ticket.get() else {
             return;
         };
-        let held = micros(now).saturating_sub(bits & !(AWAY_BIT | PROBE_BIT));
-        let held = u32::try_from(held).unwrap_or(UNKNOWN - 1);
-        if bits & AWAY_BIT != 0 {
-            let probe = bits & PROBE_BIT != 0;
+        let places = ((bits >> DEPTH_SHIFT) & DEPTH_MAX) + 1;
+        let whole = micros(now).saturating_sub(bits & TIME_MASK);
+        let samples = [(&self.whole, whole), (&self.per_place, whole / places)]
+            .map(|(means, held)| (means, u32::try_from(held).unwrap_or(UNKNOWN - 1)));
+        if bits & AWAY_BIT == 0 {
+            for (means, held) in samples {
+                blend(&means.home_us, held, HOME_WEIGHT);
+            }
+            return;
+        }
+        let probe = bits & PROBE_BIT != 0;
+        for (means, held) in samples {
             blend(
-                &self.away_us,
+                &means.away_us,
                 held,
                 if probe { PROBE_WEIGHT } else { AWAY_WEIGHT },
             );
-            // The wait moves once per probe, not once per spill: the spills in flight when
-            // the gate shuts would each have doubled it.
-            let every = self.probe_every_ms.load(Ordering::Relaxed);
-            let every = if self.spills_pay() {
-                PROBE_EVERY_MS
-            } else if !probe {
-                every
-            } else if self.would_pay(held) {
-                (every / 2).max(PROBE_EVERY_MS)
-            } else {
-                (every * 2).min(PROBE_EVERY_MAX_MS)
-            };
-            self.probe_every_ms.store(every, Ordering::Relaxed);
-        } else {
-            blend(&self.home_us, held, HOME_WEIGHT);
         }
-    }
-
-    /// Spilled requests have lately taken less than 5/4 of the time of requests at home.
-    fn spills_pay(&self) -> bool {
-        self.would_pay(self.away_us.load(Ordering::Relaxed))
-    }
-
-    /// A spill that held its server `away_us` took less than 5/4 of the time of requests at
-    /// home.
-    fn would_pay(&self, away_us: u32) -> bool {
-        let home = self.home_us.load(Ordering::Relaxed);
-        home != UNKNOWN && u64::from(away_us) * PAYS_DEN < u64::from(home) * PAYS_NUM
+        // The wait moves once per probe, not once per spill: the spills in flight when the
+        // gate shuts would each have doubled it. A regular spill only brings it back when the
+        // gate is open. Judged by the gate in force when the request left; read and written
+        // in one step, so that a probe and a spill that end together keep both changes.
+        let (gate, held) = samples[usize::from(bits & BUSY_BIT != 0)];
+        let (open, paid) = (gate.pay(), gate.would_pay(held));
+        _ = self
+            .probe_every_ms
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |every| {
+                if open {
+                    Some(PROBE_EVERY_MS)
+                } else if !probe {
+                    None
+                } else if paid {
+                    Some((every / 2).max(PROBE_EVERY_MS))
+                } else {
+                    Some(every.saturating_mul(2).min(PROBE_EVERY_MAX_MS))
+                }
+            });
     }
 
     /// `(last, now)` in the probe clock's milliseconds when no probe left in the last
@@ -233,10 +312,12 @@ impl Spill {
 
     #[cfg(test)]
     fn means(&self) -> (u32, u32) {
-        (
-            self.home_us.load(Ordering::Relaxed),
-            self.away_us.load(Ordering::Relaxed),
-        )
+        self.whole.get()
+    }
+
+    #[cfg(test)]
+    fn spills_pay(&self) -> bool {
+        self.whole.pay()
     }
 }
 
@@ -251,10 +332,14 @@ fn relief(pool: &PoolView<'_>, tried: &[usize], start: usize, home: usize) -> Op
     (away != home && half).then_some(away)
 }
 
-/// Microseconds since the clock's start, kept below the ticket's flag bits (62 bits: 146 000
-/// years).
+/// Microseconds since the clock's start, kept below the ticket's depth and flag bits.
 fn micros(now: Duration) -> u64 {
-    (now.as_micros() as u64) & ((1 << 62) - 1)
+    (now.as_micros() as u64) & TIME_MASK
+}
+
+/// The requests in flight at `server` now, in the ticket's depth bits.
+fn depth(pool: &PoolView<'_>, server: usize) -> u64 {
+    u64::from(pool.servers[server].active()).min(DEPTH_MAX) << DEPTH_SHIFT
 }
 
 /// Moves `mean` toward `sample` (at most `CLIP` times the mean) by 1 / `weight`; the first
@@ -292,7 +377,7 @@ mod tests {
         let servers = pool_of(&[1, 1, 1, 1]);
         let pool = PoolView { servers: &servers };
         let spill = Spill::default();
-        let d = spill.decide(2, 0, true, &pool, &[], &mut at(5));
+        let d = spill.decide(2, 0, PoolLoad::Light, &pool, &[], &mut at(5));
         assert_eq!(d.server, 2);
         // The first home request is timed.
         assert!(d.ticket.get().is_some());
@@ -305,53 +390,66 @@ mod tests {
         let spill = Spill::default();
         set_active(&servers, &[(0, 3), (1, 2), (2, 1), (3, 0)]);
         // Nothing measured: the first request is a probe, to the idle server.
-        let probe = spill.decide(0, 0, true, &pool, &[], &mut at(1000));
+        let probe = spill.decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(1000));
         assert_eq!(probe.server, 3);
         // The next within PROBE_EVERY_MS stays home, measured or not.
         for ms in [1000, 1050, 1099] {
-            assert_eq!(spill.decide(0, 0, true, &pool, &[], &mut at(ms)).server, 0);
+            assert_eq!(
+                spill
+                    .decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(ms))
+                    .server,
+                0
+            );
         }
         // Home requests took 8 ms, the probes 60 ms (misses): probes only.
         for _ in 0..HOME_SAMPLE * 2 {
-            let d = spill.decide(0, 0, true, &pool, &[], &mut at(1099));
+            let d = spill.decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(1099));
             end(&spill, d, 1099, 8);
         }
         end(&spill, probe, 1000, 60);
         assert_eq!(spill.means(), (8000, 60_000));
         // The probe left spills costing more: the next waits twice as long.
         assert_eq!(
-            spill.decide(0, 0, true, &pool, &[], &mut at(1150)).server,
+            spill
+                .decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(1150))
+                .server,
             0
         );
         assert_eq!(
-            spill.decide(0, 0, true, &pool, &[], &mut at(1199)).server,
+            spill
+                .decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(1199))
+                .server,
             0
         );
-        let probe = spill.decide(0, 0, true, &pool, &[], &mut at(1200));
+        let probe = spill.decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(1200));
         assert_eq!(probe.server, 3);
         end(&spill, probe, 1200, 60);
         assert_eq!(
-            spill.decide(0, 0, true, &pool, &[], &mut at(1599)).server,
+            spill
+                .decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(1599))
+                .server,
             0
         );
         // A probe that comes back fast (the cache now holds the objects) halves the wait: the
         // next is due 200 ms later, not 800.
-        let probe = spill.decide(0, 0, true, &pool, &[], &mut at(1600));
+        let probe = spill.decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(1600));
         assert_eq!(probe.server, 3);
         end(&spill, probe, 1600, 2);
         assert!(!spill.spills_pay(), "{:?}", spill.means());
         assert_eq!(
-            spill.decide(0, 0, true, &pool, &[], &mut at(1799)).server,
+            spill
+                .decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(1799))
+                .server,
             0
         );
-        let probe = spill.decide(0, 0, true, &pool, &[], &mut at(1800));
+        let probe = spill.decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(1800));
         assert_eq!(probe.server, 3);
         end(&spill, probe, 1800, 2);
         // Fast probes open spilling within a few, each moving the mean by a quarter.
         let mut ms = 1850;
         let mut probes = 2;
         while !spill.spills_pay() {
-            let d = spill.decide(0, 0, true, &pool, &[], &mut at(ms));
+            let d = spill.decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(ms));
             if d.server == 3 {
                 end(&spill, d, ms, 2);
                 probes += 1;
@@ -368,7 +466,12 @@ mod tests {
             (home, away)
         );
         for ms in ms..ms + 9 {
-            assert_eq!(spill.decide(0, 0, true, &pool, &[], &mut at(ms)).server, 3);
+            assert_eq!(
+                spill
+                    .decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(ms))
+                    .server,
+                3
+            );
         }
     }
 
@@ -382,7 +485,7 @@ mod tests {
         spill.ended(Ticket::issued(0), Duration::from_millis(10));
         spill.ended(Ticket::issued(AWAY_BIT), Duration::from_millis(8));
         let spills: Vec<Decision> = (0..8)
-            .map(|_| spill.decide(0, 0, true, &pool, &[], &mut at(1000)))
+            .map(|_| spill.decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(1000)))
             .collect();
         assert!(spills.iter().all(|d| d.server == 3));
         // The servers slowed down: all eight take 60 ms; the third shuts the gate.
@@ -391,21 +494,27 @@ mod tests {
         }
         assert!(!spill.spills_pay(), "{:?}", spill.means());
         // The wait is still the shortest: a probe leaves at once, and the next 100 ms later.
-        let probe = spill.decide(0, 0, true, &pool, &[], &mut at(1060));
+        let probe = spill.decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(1060));
         assert_eq!(probe.server, 3);
         assert_ne!(probe.ticket.get().map(|bits| bits & PROBE_BIT), Some(0));
         assert_eq!(
-            spill.decide(0, 0, true, &pool, &[], &mut at(1159)).server,
+            spill
+                .decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(1159))
+                .server,
             0
         );
         // That probe costs more too: the wait doubles, once.
         end(&spill, probe, 1060, 60);
         assert_eq!(
-            spill.decide(0, 0, true, &pool, &[], &mut at(1259)).server,
+            spill
+                .decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(1259))
+                .server,
             0
         );
         assert_eq!(
-            spill.decide(0, 0, true, &pool, &[], &mut at(1260)).server,
+            spill
+                .decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(1260))
+                .server,
             3
         );
     }
@@ -419,12 +528,17 @@ mod tests {
         // Nothing measured: a light pool would probe now; a moderate one keeps every request
         // home, at any time.
         for ms in [0, 1000, 20_000] {
-            assert_eq!(spill.decide(0, 0, false, &pool, &[], &mut at(ms)).server, 0);
+            assert_eq!(
+                spill
+                    .decide(0, 0, PoolLoad::Moderate, &pool, &[], &mut at(ms))
+                    .server,
+                0
+            );
         }
         // Measured to pay (spills 1 ms, home 10 ms): to the server half as loaded.
         spill.ended(Ticket::issued(0), Duration::from_millis(10));
         spill.ended(Ticket::issued(AWAY_BIT), Duration::from_millis(1));
-        let d = spill.decide(0, 0, false, &pool, &[], &mut at(20_001));
+        let d = spill.decide(0, 0, PoolLoad::Moderate, &pool, &[], &mut at(20_001));
         assert_eq!(d.server, 2);
         // Spills measured to cost more (60 ms misses against 10 ms at home): home again,
         // and no probe.
@@ -433,13 +547,78 @@ mod tests {
         }
         assert!(!spill.spills_pay(), "{:?}", spill.means());
         for ms in [20_002, 30_000, 60_000] {
-            assert_eq!(spill.decide(0, 0, false, &pool, &[], &mut at(ms)).server, 0);
+            assert_eq!(
+                spill
+                    .decide(0, 0, PoolLoad::Moderate, &pool, &[], &mut at(ms))
+                    .server,
+                0
+            );
         }
         // The same pool, light, probes.
         assert_eq!(
-            spill.decide(0, 0, true, &pool, &[], &mut at(60_001)).server,
+            spill
+                .decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(60_001))
+                .server,
             2
         );
+    }
+
+    #[test]
+    fn a_busy_pool_times_spills_per_place_in_the_queue_so_a_short_queue_hides_no_miss() {
+        let servers = pool_of(&[1, 1, 1, 1]);
+        let pool = PoolView { servers: &servers };
+        let spill = Spill::default();
+        let busy = PoolLoad::Busy;
+        // 16 in flight at home, 4 at the least loaded server.
+        set_active(&servers, &[(0, 16), (1, 15), (2, 14), (3, 4)]);
+        // A home request that left behind 16 others took 51 ms: 3 ms per place.
+        spill.ended(
+            Ticket::issued((16 << DEPTH_SHIFT) | BUSY_BIT),
+            Duration::from_millis(51),
+        );
+        // A probe to the server with 4 in flight misses: 40 ms, less than the 51 at home,
+        // but 8 ms per place of its queue.
+        let probe = spill.decide(0, 0, busy, &pool, &[], &mut at(1000));
+        assert_eq!(probe.server, 3);
+        end(&spill, probe, 1000, 40);
+        assert_eq!(spill.per_place.get(), (3000, 8000));
+        assert!(!spill.per_place.pay());
+        // By whole times the miss looks cheaper than home: that is the gate of a pool that
+        // is not busy, where queues are short.
+        assert!(spill.whole.pay());
+        assert_eq!(
+            spill.decide(0, 0, busy, &pool, &[], &mut at(1001)).server,
+            0
+        );
+        // The probe cost more: the next leaves 200 ms later.
+        assert_eq!(
+            spill.decide(0, 0, busy, &pool, &[], &mut at(1199)).server,
+            0
+        );
+        // Now the objects are there: 12 ms in the same queue, 2.4 ms per place. Each such
+        // probe halves the wait and moves the mean by a quarter; a few open the gate.
+        let mut ms = 1200;
+        let mut probes = 0;
+        while !spill.per_place.pay() {
+            let d = spill.decide(0, 0, busy, &pool, &[], &mut at(ms));
+            if d.server == 3 {
+                end(&spill, d, ms, 12);
+                probes += 1;
+            }
+            ms += 50;
+            assert!(probes < 20, "{:?}", spill.per_place.get());
+        }
+        assert_eq!(probes, 5);
+        // Every request with a queue at home now spills to the server half as loaded; its
+        // ticket carries the queue it joined.
+        let d = spill.decide(0, 0, busy, &pool, &[], &mut at(ms));
+        assert_eq!(d.server, 3);
+        let bits = d.ticket.get().unwrap_or(0);
+        assert_eq!(
+            bits & (AWAY_BIT | PROBE_BIT | BUSY_BIT),
+            AWAY_BIT | BUSY_BIT
+        );
+        assert_eq!((bits >> DEPTH_SHIFT) & DEPTH_MAX, 4);
     }
 
     #[test]
@@ -464,27 +643,62 @@ mod tests {
         assert!(spill.spills_pay());
         // One in flight at home: nothing to gain.
         set_active(&servers, &[(0, 1), (1, 0), (2, 0)]);
-        assert_eq!(spill.decide(0, 0, true, &pool, &[], &mut at(1)).server, 0);
+        assert_eq!(
+            spill
+                .decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(1))
+                .server,
+            0
+        );
         // Two at home, two everywhere else: none half as loaded.
         set_active(&servers, &[(0, 2), (1, 2), (2, 2)]);
-        assert_eq!(spill.decide(0, 0, true, &pool, &[], &mut at(1)).server, 0);
+        assert_eq!(
+            spill
+                .decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(1))
+                .server,
+            0
+        );
         // One in flight is half of two; the spill's ticket says so.
         set_active(&servers, &[(2, 1)]);
-        let d = spill.decide(0, 0, true, &pool, &[], &mut at(1));
+        let d = spill.decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(1));
         assert_eq!(d.server, 2);
         assert_ne!(d.ticket.get().map(|bits| bits & AWAY_BIT), Some(0));
         // Four at home: the least loaded of 3 and 2 takes it; 3 would not have.
         set_active(&servers, &[(0, 4), (1, 3), (2, 2)]);
-        assert_eq!(spill.decide(0, 0, true, &pool, &[], &mut at(1)).server, 2);
+        assert_eq!(
+            spill
+                .decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(1))
+                .server,
+            2
+        );
         set_active(&servers, &[(2, 3)]);
-        assert_eq!(spill.decide(0, 0, true, &pool, &[], &mut at(1)).server, 0);
+        assert_eq!(
+            spill
+                .decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(1))
+                .server,
+            0
+        );
         // Server 2 failed this request: only server 1 is left, and it is not half as loaded.
         set_active(&servers, &[(1, 3), (2, 0)]);
-        assert_eq!(spill.decide(0, 0, true, &pool, &[2], &mut at(1)).server, 0);
+        assert_eq!(
+            spill
+                .decide(0, 0, PoolLoad::Light, &pool, &[2], &mut at(1))
+                .server,
+            0
+        );
         // Ties: the first least loaded server from the target's start.
         set_active(&servers, &[(1, 0)]);
-        assert_eq!(spill.decide(0, 2, true, &pool, &[], &mut at(1)).server, 2);
-        assert_eq!(spill.decide(0, 1, true, &pool, &[], &mut at(1)).server, 1);
+        assert_eq!(
+            spill
+                .decide(0, 2, PoolLoad::Light, &pool, &[], &mut at(1))
+                .server,
+            2
+        );
+        assert_eq!(
+            spill
+                .decide(0, 1, PoolLoad::Light, &pool, &[], &mut at(1))
+                .server,
+            1
+        );
     }
 
     #[test]
@@ -496,16 +710,36 @@ mod tests {
         spill.ended(Ticket::issued(AWAY_BIT), Duration::from_millis(1));
         // Two on weight 2 is one per unit: half of two at home (weight 1).
         set_active(&servers, &[(0, 2), (1, 2), (2, 2)]);
-        assert_eq!(spill.decide(0, 0, true, &pool, &[], &mut at(1)).server, 1);
+        assert_eq!(
+            spill
+                .decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(1))
+                .server,
+            1
+        );
         // Three on weight 2 is 1.5 per unit: more than half.
         set_active(&servers, &[(1, 3)]);
-        assert_eq!(spill.decide(0, 0, true, &pool, &[], &mut at(1)).server, 0);
+        assert_eq!(
+            spill
+                .decide(0, 0, PoolLoad::Light, &pool, &[], &mut at(1))
+                .server,
+            0
+        );
         // A home of weight 2 with 4 in flight (2 per unit): one on weight 1 is half; with 3
         // (1.5 per unit) it is not, though it is less than half of 3.
         set_active(&servers, &[(0, 2), (1, 4), (2, 1)]);
-        assert_eq!(spill.decide(1, 0, true, &pool, &[], &mut at(1)).server, 2);
+        assert_eq!(
+            spill
+                .decide(1, 0, PoolLoad::Light, &pool, &[], &mut at(1))
+                .server,
+            2
+        );
         set_active(&servers, &[(1, 3)]);
-        assert_eq!(spill.decide(1, 0, true, &pool, &[], &mut at(1)).server, 1);
+        assert_eq!(
+            spill
+                .decide(1, 0, PoolLoad::Light, &pool, &[], &mut at(1))
+                .server,
+            1
+        );
     }
 
     #[test]

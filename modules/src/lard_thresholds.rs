@@ -36,11 +36,11 @@ const RATIO_DEN: u64 = 5;
 pub(crate) const QUIET: u32 = 4;
 
 /// Requests in flight per server up to which the pool is light, and a request may spill to a
-/// server half as loaded (`lard_spill.rs`): twice `QUIET`. A busier pool has no idle server worth the
-/// miss: at the paper's load LARD's own moves reach the all-hits ceiling. Measured with the
-/// locality harness (4 s runs): spills at any load lifted 64 clients on 2.5 caches from 0.94x
-/// to 1.01x the ceiling, but four switches at the paper's load (14 in flight per server in each
-/// switch's count) ended with 1.64 copies of each object instead of 1.15.
+/// server half as loaded, or probe, by whole times (`lard_spill.rs`): twice `QUIET`. Measured
+/// with the locality harness (4 s runs, before spills were measured): spills at any load
+/// lifted 64 clients on 2.5 caches from 0.94x to 1.01x the ceiling, but four switches at the
+/// paper's load (14 in flight per server in each switch's count) ended with 1.64 copies of
+/// each object instead of 1.15.
 pub(crate) const LIGHT: u32 = 2 * QUIET;
 
 /// Requests in flight per server up to which the pool is moderately loaded: a request may
@@ -51,7 +51,8 @@ pub(crate) const LIGHT: u32 = 2 * QUIET;
 /// with spills up to 16 per server. But each of four switches at the paper's load counts
 /// about 14 per server, and there a spill to a shorter queue is measured faster than home
 /// even when it misses: up to 16, four switches held 1.19 copies of each object and lost 0.4
-/// points of hits (1.12 and +0.03 without). So 12, between the two.
+/// points of hits (1.12 and +0.03 without). So 12, between the two; busier pools judge
+/// spills per place in the queue.
 pub(crate) const MODERATE: u32 = LIGHT + LIGHT / 2;
 
 /// How loaded the pool is, for spills (`Judge::pool_load`).
@@ -61,7 +62,7 @@ pub(crate) enum PoolLoad {
     Light,
     /// At most `MODERATE` per server: spills only while they pay.
     Moderate,
-    /// Busier: LARD's own moves balance it, every request goes to its target's server.
+    /// Busier: spills and probes judged per place in the queue.
     Busy,
 }
 

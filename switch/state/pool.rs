@@ -199,16 +199,18 @@ pub struct Lease<'a> {
     pool: &'a Pool,
     pub server: usize,
     ticket: Ticket,
-    /// The server answered the request (below 500): only then is the ticket handed back. A
+    /// The server served the request (2xx or 3xx): only then is the ticket handed back. A
     /// connection refused, a 503 at once or a client gone before the answer would teach the
-    /// module that the server is fast (an attack round: a server failing fast drew spills).
+    /// module that the server is fast (an attack round: a server failing fast drew spills); so
+    /// would a server that answers 404 or 403 without reading its disk, and a 101 holds its
+    /// server for as long as the tunnel lasts.
     answered: bool,
 }
 
 impl<'a> Lease<'a> {
     /// The server answered with `status`.
     pub fn answered(&mut self, status: u16) {
-        self.answered = (100..500).contains(&status);
+        self.answered = (200..400).contains(&status);
     }
 
     pub fn backend(&self) -> &'a Backend {
@@ -248,5 +250,87 @@ impl<'a> QueueTicket<'a> {
 impl Drop for QueueTicket<'_> {
     fn drop(&mut self) {
         self.pool.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Mutex;
+
+    /// Issues a ticket with every pick and records the ones handed back.
+    #[derive(Debug, Default)]
+    struct Recorder {
+        ended: Mutex<Vec<(usize, Ticket)>>,
+        issued: AtomicU64,
+    }
+
+    impl Scheduler for Recorder {
+        fn name(&self) -> &'static str {
+            "recorder"
+        }
+
+        fn pick(&self, _: &RequestView<'_>, _: &PoolView<'_>, _: &[usize]) -> Option<usize> {
+            Some(0)
+        }
+
+        fn request_ended(&self, server: usize, ticket: Ticket) {
+            self.ended.lock().unwrap().push((server, ticket));
+        }
+    }
+
+    impl Recorder {
+        fn ticket(&self) -> Ticket {
+            Ticket::issued(self.issued.fetch_add(1, Ordering::Relaxed) + 1)
+        }
+    }
+
+    fn pool_with(recorder: &Arc<Recorder>) -> Pool {
+        let text = "[virtual.web]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"p\"\n[pool.p]\n\
+                    servers = [{ addr = \"127.0.0.1:1\" }]\n";
+        let config = crate::config::Config::parse("test.toml", text).unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(tcpvs_modules::MonotonicClock::new());
+        let mut pool = Pool::new(&config.pools[0], clock, 1).unwrap();
+        pool.scheduler = Arc::clone(recorder) as Arc<dyn Scheduler>;
+        pool
+    }
+
+    #[test]
+    fn only_requests_the_server_served_hand_their_ticket_back() {
+        let recorder = Arc::new(Recorder::default());
+        let pool = pool_with(&recorder);
+        let mut handed_back = Vec::new();
+        for status in [
+            None,
+            Some(101),
+            Some(200),
+            Some(206),
+            Some(304),
+            Some(403),
+            Some(404),
+            Some(503),
+        ] {
+            let ticket = recorder.ticket();
+            let mut lease = pool.try_lease(0, ticket).unwrap();
+            if let Some(status) = status {
+                lease.answered(status);
+            }
+            drop(lease);
+            if recorder.ended.lock().unwrap().last() == Some(&(0, ticket)) {
+                handed_back.push(status);
+            }
+        }
+        assert_eq!(handed_back, [Some(200), Some(206), Some(304)]);
+        assert_eq!(
+            pool.servers[0].active(),
+            0,
+            "every lease gave its slot back"
+        );
+        // A lease without a ticket hands nothing back, whatever the answer.
+        let mut lease = pool.try_lease(0, Ticket::NONE).unwrap();
+        lease.answered(200);
+        drop(lease);
+        assert_eq!(recorder.ended.lock().unwrap().len(), 3);
     }
 }
