@@ -20,11 +20,12 @@
 //! server is at `2 T_high` (`lard_heat.rs`); a moved target goes back to its first server once
 //! that one is below `T_low`. Load is the server's active requests as this switch counts them
 //! (per unit of weight, averaged over 10 ms, with `auto`; the count of the moment with
-//! `fixed`). In a light or moderately loaded pool one request may go to a server half as
-//! loaded instead while that is measured to pay, the target staying (`lard_spill.rs`; the
-//! frame both LARD modules share around their step is `lard_common.rs`). The map is bounded (`max_targets`, least recently
-//! used targets forgotten) and keyed by a 64-bit hash of the target, so a target costs the
-//! same whatever its length.
+//! `fixed`). One request may go to a server half as loaded instead while that is measured to
+//! pay, the target staying (`lard_spill.rs`: whole times in a light or moderately loaded
+//! pool, times per place in the queue in a busy one; the frame both LARD modules share around
+//! their step is `lard_common.rs`). The map is bounded (`max_targets`, least recently used
+//! targets forgotten) and keyed by a 64-bit hash of the target, so a target costs the same
+//! whatever its length.
 
 use crate::lard_common::LardCommon;
 use crate::lard_heat::{Heat, HotTargets};

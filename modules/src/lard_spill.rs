@@ -25,7 +25,8 @@
 //!   probes.
 //! - While the pool is busy, requests spill and probe as in a light pool, but the times are
 //!   counted *per place in the queue*: each timed request's time divided by the requests in
-//!   flight at its server when it left, itself included (its own pair of means).
+//!   flight at its server when it left, itself included. Each measure has its own means and
+//!   probes, fed only by the requests that left under it (`Gate`).
 //!
 //! Whole times say whether a spill finished sooner than it would have at home, which is what
 //! it is for while queues are short. In long queues they hide misses: a spill to a shorter
@@ -82,6 +83,9 @@ const PROBE_EVERY_MAX_MS: u32 = 10_000;
 /// up for as many requests again.
 const CLIP: u64 = 4;
 
+/// The least mean a sample is clipped against, in microseconds (`blend`).
+const CLIP_FLOOR_US: u64 = 1000;
+
 /// One home request in this many is timed (two clock readings each).
 const HOME_SAMPLE: u32 = 4;
 
@@ -129,27 +133,35 @@ pub(crate) struct Decision {
     pub ticket: Ticket,
 }
 
-/// What requests cost at their target's server and away from it, by one measure.
+/// One measure of what requests cost at their target's server and away from it, and the
+/// probes that keep it fresh. Each measure has its own probes: a probe's cost says something
+/// only of its own measure, and a gate open by one measure must not hurry the other's probes.
 #[derive(Debug)]
-struct Means {
+struct Gate {
     /// Mean cost of a request at its target's server, in microseconds (`UNKNOWN` at first).
     home_us: AtomicU32,
     /// Mean cost of a spilled request at the server it went to, in microseconds.
     away_us: AtomicU32,
+    /// When the last probe left, in milliseconds of the module's clock, plus one (0: never).
+    last_probe_ms: AtomicU32,
+    /// The wait between probes now, in milliseconds.
+    probe_every_ms: AtomicU32,
 }
 
-impl Default for Means {
+impl Default for Gate {
     fn default() -> Self {
-        Means {
+        Gate {
             home_us: AtomicU32::new(UNKNOWN),
             away_us: AtomicU32::new(UNKNOWN),
+            last_probe_ms: AtomicU32::new(0),
+            probe_every_ms: AtomicU32::new(PROBE_EVERY_MS),
         }
     }
 }
 
-impl Means {
+impl Gate {
     /// Spilled requests have lately cost less than `PAYS_NUM / PAYS_DEN` of requests at home.
-    fn pay(&self) -> bool {
+    fn open(&self) -> bool {
         self.would_pay(self.away_us.load(Ordering::Relaxed))
     }
 
@@ -159,8 +171,55 @@ impl Means {
         home != UNKNOWN && u64::from(away_us) * PAYS_DEN < u64::from(home) * PAYS_NUM
     }
 
+    /// A request that cost `cost` microseconds ended: home, a regular spill or a probe.
+    fn ended(&self, cost: u32, away: bool, probe: bool) {
+        if !away {
+            blend(&self.home_us, cost, HOME_WEIGHT);
+            return;
+        }
+        blend(
+            &self.away_us,
+            cost,
+            if probe { PROBE_WEIGHT } else { AWAY_WEIGHT },
+        );
+        // The wait moves once per probe, not once per spill: the spills in flight when the
+        // gate shuts would each have doubled it. A regular spill only brings it back when the
+        // gate is open. Read and written in one step, so that a probe and a spill that end
+        // together keep both changes.
+        let (open, paid) = (self.open(), self.would_pay(cost));
+        _ = self
+            .probe_every_ms
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |every| {
+                if open {
+                    Some(PROBE_EVERY_MS)
+                } else if !probe {
+                    None
+                } else if paid {
+                    Some((every / 2).max(PROBE_EVERY_MS))
+                } else {
+                    Some(every.saturating_mul(2).min(PROBE_EVERY_MAX_MS))
+                }
+            });
+    }
+
+    /// `(last, now)` in the probe clock's milliseconds when no probe left in the last
+    /// `probe_every_ms`.
+    fn probe_slot(&self, now: &mut dyn FnMut() -> Duration) -> Option<(u32, u32)> {
+        let now_ms = (now().as_millis() as u32).wrapping_add(1).max(1);
+        let last = self.last_probe_ms.load(Ordering::Relaxed);
+        let every = self.probe_every_ms.load(Ordering::Relaxed);
+        (last == 0 || now_ms.wrapping_sub(last) >= every).then_some((last, now_ms))
+    }
+
+    /// Takes the probe slot: false when another request took it first.
+    fn claim_probe(&self, (last, now_ms): (u32, u32)) -> bool {
+        self.last_probe_ms
+            .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
     #[cfg(test)]
-    fn get(&self) -> (u32, u32) {
+    fn means(&self) -> (u32, u32) {
         (
             self.home_us.load(Ordering::Relaxed),
             self.away_us.load(Ordering::Relaxed),
@@ -168,32 +227,17 @@ impl Means {
     }
 }
 
-/// The means and the probe clock of one pool's module.
-#[derive(Debug)]
+/// The two gates of one pool's module.
+#[derive(Debug, Default)]
 pub(crate) struct Spill {
-    /// Each request's whole time at its server: the gate while the pool is not busy.
-    whole: Means,
+    /// Each request's whole time at its server: the gate while the pool is light or
+    /// moderately loaded.
+    whole: Gate,
     /// Each request's time divided by the places in its server's queue when it left, itself
     /// included: the gate while the pool is busy.
-    per_place: Means,
-    /// When the last probe left, in milliseconds of the module's clock, plus one (0: never).
-    last_probe_ms: AtomicU32,
-    /// The wait between probes now, in milliseconds.
-    probe_every_ms: AtomicU32,
+    per_place: Gate,
     /// Home requests seen, for `HOME_SAMPLE`.
     home_count: AtomicU32,
-}
-
-impl Default for Spill {
-    fn default() -> Self {
-        Spill {
-            whole: Means::default(),
-            per_place: Means::default(),
-            last_probe_ms: AtomicU32::new(0),
-            probe_every_ms: AtomicU32::new(PROBE_EVERY_MS),
-            home_count: AtomicU32::new(0),
-        }
-    }
 }
 
 impl Spill {
@@ -222,14 +266,14 @@ impl Spill {
         // Cheapest first: the queue at home, then the gate (a probe's slot is only claimed
         // once a destination is found), and only then the pass over the servers.
         if pool.servers[home].active() >= 2 {
-            let pays = gate.pay();
-            let probe = match pays || load == PoolLoad::Moderate {
+            let open = gate.open();
+            let probe = match open || load == PoolLoad::Moderate {
                 true => None,
-                false => self.probe_slot(now),
+                false => gate.probe_slot(now),
             };
-            if pays || probe.is_some() {
+            if open || probe.is_some() {
                 if let Some(away) = relief(pool, tried, tie_start, home) {
-                    if probe.is_none_or(|slot| self.claim_probe(slot)) {
+                    if probe.is_none_or(|slot| gate.claim_probe(slot)) {
                         let kind = match probe {
                             Some(_) => AWAY_BIT | PROBE_BIT,
                             None => AWAY_BIT,
@@ -250,74 +294,32 @@ impl Spill {
         }
     }
 
-    /// A request with `ticket` stopped occupying its server at `now`.
+    /// A request with `ticket` stopped occupying its server at `now`: its cost joins the
+    /// means of the gate it was issued under, whole or per place.
     pub(crate) fn ended(&self, ticket: Ticket, now: Duration) {
         let Some(bits) = ticket.get() else {
             return;
         };
-        let places = ((bits >> DEPTH_SHIFT) & DEPTH_MAX) + 1;
         let whole = micros(now).saturating_sub(bits & TIME_MASK);
-        let samples = [(&self.whole, whole), (&self.per_place, whole / places)]
-            .map(|(means, held)| (means, u32::try_from(held).unwrap_or(UNKNOWN - 1)));
-        if bits & AWAY_BIT == 0 {
-            for (means, held) in samples {
-                blend(&means.home_us, held, HOME_WEIGHT);
-            }
-            return;
-        }
-        let probe = bits & PROBE_BIT != 0;
-        for (means, held) in samples {
-            blend(
-                &means.away_us,
-                held,
-                if probe { PROBE_WEIGHT } else { AWAY_WEIGHT },
-            );
-        }
-        // The wait moves once per probe, not once per spill: the spills in flight when the
-        // gate shuts would each have doubled it. A regular spill only brings it back when the
-        // gate is open. Judged by the gate in force when the request left; read and written
-        // in one step, so that a probe and a spill that end together keep both changes.
-        let (gate, held) = samples[usize::from(bits & BUSY_BIT != 0)];
-        let (open, paid) = (gate.pay(), gate.would_pay(held));
-        _ = self
-            .probe_every_ms
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |every| {
-                if open {
-                    Some(PROBE_EVERY_MS)
-                } else if !probe {
-                    None
-                } else if paid {
-                    Some((every / 2).max(PROBE_EVERY_MS))
-                } else {
-                    Some(every.saturating_mul(2).min(PROBE_EVERY_MAX_MS))
-                }
-            });
-    }
-
-    /// `(last, now)` in the probe clock's milliseconds when no probe left in the last
-    /// `PROBE_EVERY_MS`.
-    fn probe_slot(&self, now: &mut dyn FnMut() -> Duration) -> Option<(u32, u32)> {
-        let now_ms = (now().as_millis() as u32).wrapping_add(1).max(1);
-        let last = self.last_probe_ms.load(Ordering::Relaxed);
-        let every = self.probe_every_ms.load(Ordering::Relaxed);
-        (last == 0 || now_ms.wrapping_sub(last) >= every).then_some((last, now_ms))
-    }
-
-    /// Takes the probe slot: false when another request took it first.
-    fn claim_probe(&self, (last, now_ms): (u32, u32)) -> bool {
-        self.last_probe_ms
-            .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
+        let (gate, cost) = match bits & BUSY_BIT != 0 {
+            true => (
+                &self.per_place,
+                whole / (((bits >> DEPTH_SHIFT) & DEPTH_MAX) + 1),
+            ),
+            false => (&self.whole, whole),
+        };
+        let cost = u32::try_from(cost).unwrap_or(UNKNOWN - 1);
+        gate.ended(cost, bits & AWAY_BIT != 0, bits & PROBE_BIT != 0);
     }
 
     #[cfg(test)]
     fn means(&self) -> (u32, u32) {
-        self.whole.get()
+        self.whole.means()
     }
 
     #[cfg(test)]
     fn spills_pay(&self) -> bool {
-        self.whole.pay()
+        self.whole.open()
     }
 }
 
@@ -342,20 +344,28 @@ fn depth(pool: &PoolView<'_>, server: usize) -> u64 {
     u64::from(pool.servers[server].active()).min(DEPTH_MAX) << DEPTH_SHIFT
 }
 
-/// Moves `mean` toward `sample` (at most `CLIP` times the mean) by 1 / `weight`; the first
-/// sample sets it. Two requests ending at once may each read the old mean and one update is
-/// lost: a sample among many.
+/// Moves `mean` toward `sample` (at most `CLIP` times the mean, or times `CLIP_FLOOR_US`
+/// while the mean is below it) by 1 / `weight`, rounded toward the sample; the first sample
+/// sets it. Truncated, and clipped against the mean alone, a small mean could not be raised:
+/// at 21 us with weight 64 (5 us with 16) the largest sample allowed moved it by less than
+/// one, and a mean per place driven that low behind a few hundred held requests kept a gate
+/// open for good (an attacker's reading of the code). Two requests ending at once may each
+/// read the old mean and one update is lost: a sample among many.
 fn blend(mean: &AtomicU32, sample: u32, weight: u64) {
     let old = mean.load(Ordering::Relaxed);
     let new = match old {
-        UNKNOWN => sample,
+        UNKNOWN => u64::from(sample),
         old => {
             let old = u64::from(old);
-            let sample = u64::from(sample).min(old.max(1) * CLIP);
-            ((old * (weight - 1) + sample) / weight) as u32
+            let sample = u64::from(sample).min(old.max(CLIP_FLOOR_US) * CLIP);
+            if sample >= old {
+                old + (sample - old).div_ceil(weight)
+            } else {
+                old - (old - sample).div_ceil(weight)
+            }
         }
     };
-    mean.store(new.min(UNKNOWN - 1), Ordering::Relaxed);
+    mean.store(new.min(u64::from(UNKNOWN - 1)) as u32, Ordering::Relaxed);
 }
 
 #[cfg(test)]
@@ -581,11 +591,14 @@ mod tests {
         let probe = spill.decide(0, 0, busy, &pool, &[], &mut at(1000));
         assert_eq!(probe.server, 3);
         end(&spill, probe, 1000, 40);
-        assert_eq!(spill.per_place.get(), (3000, 8000));
-        assert!(!spill.per_place.pay());
-        // By whole times the miss looks cheaper than home: that is the gate of a pool that
-        // is not busy, where queues are short.
-        assert!(spill.whole.pay());
+        assert_eq!(spill.per_place.means(), (3000, 8000));
+        assert!(!spill.per_place.open());
+        // By whole times the miss would have looked cheaper than home (40 ms against 51):
+        // the busy pool's requests feed only their own gate, so the one of a moderately
+        // loaded pool, which never probes, heard nothing and keeps its requests home.
+        assert_eq!(spill.whole.means(), (UNKNOWN, UNKNOWN));
+        let moderate = spill.decide(0, 0, PoolLoad::Moderate, &pool, &[], &mut at(1001));
+        assert_eq!(moderate.server, 0);
         assert_eq!(
             spill.decide(0, 0, busy, &pool, &[], &mut at(1001)).server,
             0
@@ -599,14 +612,14 @@ mod tests {
         // probe halves the wait and moves the mean by a quarter; a few open the gate.
         let mut ms = 1200;
         let mut probes = 0;
-        while !spill.per_place.pay() {
+        while !spill.per_place.open() {
             let d = spill.decide(0, 0, busy, &pool, &[], &mut at(ms));
             if d.server == 3 {
                 end(&spill, d, ms, 12);
                 probes += 1;
             }
             ms += 50;
-            assert!(probes < 20, "{:?}", spill.per_place.get());
+            assert!(probes < 20, "{:?}", spill.per_place.means());
         }
         assert_eq!(probes, 5);
         // Every request with a queue at home now spills to the server half as loaded; its
@@ -619,6 +632,25 @@ mod tests {
             AWAY_BIT | BUSY_BIT
         );
         assert_eq!((bits >> DEPTH_SHIFT) & DEPTH_MAX, 4);
+    }
+
+    #[test]
+    fn a_mean_driven_near_zero_is_raised_again_by_real_samples() {
+        // Cheap requests behind many held ones cost a few microseconds per place.
+        let mean = AtomicU32::new(UNKNOWN);
+        blend(&mean, 3, AWAY_WEIGHT);
+        assert_eq!(mean.load(Ordering::Relaxed), 3);
+        // Honest misses of 40 ms per place raise it past 5/4 of a 3 ms home within 64.
+        for _ in 0..64 {
+            blend(&mean, 40_000, AWAY_WEIGHT);
+        }
+        assert!(mean.load(Ordering::Relaxed) > 3750, "{mean:?}");
+        // Rounded toward the sample: one microsecond more moves a mean of 100 with weight 64.
+        let mean = AtomicU32::new(100);
+        blend(&mean, 101, HOME_WEIGHT);
+        assert_eq!(mean.load(Ordering::Relaxed), 101);
+        blend(&mean, 100, HOME_WEIGHT);
+        assert_eq!(mean.load(Ordering::Relaxed), 100);
     }
 
     #[test]

@@ -202,8 +202,9 @@ pub struct Lease<'a> {
     /// The server served the request (2xx or 3xx): only then is the ticket handed back. A
     /// connection refused, a 503 at once or a client gone before the answer would teach the
     /// module that the server is fast (an attack round: a server failing fast drew spills); so
-    /// would a server that answers 404 or 403 without reading its disk, and a 101 holds its
-    /// server for as long as the tunnel lasts.
+    /// would a server that answers 404 or 403 without reading its disk. A 101 holds its server
+    /// for as long as the tunnel lasts, and is not timed; a 2xx to CONNECT opens a tunnel too
+    /// and is timed, one long sample that the module clips.
     answered: bool,
 }
 
