@@ -259,6 +259,7 @@ fn shared_state(
         generation: arc_swap::ArcSwap::from_pointee(Generation::empty()),
         clients: AtomicUsize::new(0),
         h2_streams: AtomicUsize::new(0),
+        stream_sources: Default::default(),
         max_clients,
         shutdown,
         started: std::time::Instant::now(),

@@ -6,6 +6,7 @@
 
 use crate::access_log::AccessLog;
 use crate::config::SwitchSettings;
+use crate::policy::source_conns::SourceConns;
 use crate::state::generation::Generation;
 use crate::state::snapshot::{self, Snapshot};
 use arc_swap::ArcSwap;
@@ -27,6 +28,9 @@ pub struct Shared {
     /// (limits/descriptors.rs: a client and its server): without this, one client's
     /// connections of 100 streams each ran the switch out of descriptors.
     pub h2_streams: AtomicUsize,
+    /// HTTP/2 streams running now per client address, in the whole switch: who may take the
+    /// last quarter of `max_clients` (connection/h2/admission.rs).
+    pub stream_sources: std::sync::Arc<SourceConns>,
     /// `max_clients` in effect: the configured one, or lower if the open-file limit could not
     /// be raised far enough (limits/descriptors.rs).
     pub max_clients: usize,

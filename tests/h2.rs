@@ -1141,39 +1141,3 @@ async fn a_reload_that_removes_the_service_sends_goaway_to_its_connections() {
     assert!(kept.goaways().is_empty(), "{:?}", kept.goaways());
     assert_eq!(switch.stats().generation, 2);
 }
-
-/// The streams of every connection and the client connections share `max_clients`, the
-/// descriptor budget (each stream may hold a server connection): an attacker's connections of
-/// 100 slow streams each once ran the switch out of descriptors. Here one connection (one of
-/// `max_clients = 4`) may have only 3 streams at a server at once; the rest wait, and all are
-/// served as the first ones end.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn streams_and_connections_share_max_clients() {
-    let web = backend().await;
-    let rules = ONE_POOL.replace("access_log = false", "access_log = false\nmax_clients = 4");
-    let switch = start_switch(&rules, &[("web", web.addr.to_string())]).await;
-    let client = H2::plain(switch.local_addr("web").unwrap()).await;
-    let mut tasks = Vec::new();
-    for i in 0..10usize {
-        let streams = client.streams();
-        tasks.push(tokio::spawn(async move {
-            let reply = streams.get("a.test", &format!("/hold?stream={i}")).await;
-            assert_eq!(reply.status, 200);
-        }));
-    }
-    web.wait_for_requests(3).await;
-    // Were the budget not kept, the other seven would be at the server by now.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert_eq!(
-        web.requests(),
-        3,
-        "1 client connection + 3 streams fill max_clients = 4"
-    );
-    for served in [6, 9, 10] {
-        web.release(3);
-        web.wait_for_requests(served).await;
-    }
-    web.release(1);
-    join_all(tasks).await;
-    assert_eq!(switch.stats().services[0].h2_streams, 10);
-}

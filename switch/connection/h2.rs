@@ -11,7 +11,9 @@
 //! | limit | value | bounds |
 //! |---|---|---|
 //! | streams running at once | [`MAX_CONCURRENT_STREAMS`] (more: `REFUSED_STREAM`) | many streams |
-//! | streams running in the switch | client connections + streams <= `max_clients` (the descriptor budget); none taken up meanwhile | descriptors exhausted by many connections of many streams |
+//! | streams running in the switch | client connections + streams <= `max_clients` (the descriptor budget); beyond, `503` at once (`h2/admission.rs`) | descriptors exhausted by many connections of many streams |
+//! | streams one client address runs | in the budget's last quarter, a sixteenth of `max_clients` (`503` beyond); under `max_conns_per_source`, its connections and their streams beyond the first | one source stalling every other client |
+//! | streams refused at once | a budget of their own, as large as the control frames' (`frames::Budget`), then `ENHANCE_YOUR_CALM` | a flood of streams the switch answers without running |
 //! | streams whose task runs, reset or not | the same: no new stream is accepted meanwhile | Rapid Reset (CVE-2023-44487) |
 //! | streams reset before they were accepted | [`MAX_PENDING_ACCEPT_RESETS`], then `ENHANCE_YOUR_CALM` | Rapid Reset |
 //! | streams the switch reset for the client's errors | [`MAX_LOCAL_ERROR_RESETS`], then `ENHANCE_YOUR_CALM` | MadeYouReset (CVE-2025-8671) |
@@ -20,6 +22,7 @@
 //! | bytes the client may send unread | [`STREAM_WINDOW`] per stream, [`CONNECTION_WINDOW`] in all | memory |
 //! | bytes waiting for a client that does not read | [`MAX_SEND_BUFFER`] per stream | zero-window readers |
 
+mod admission;
 mod error;
 mod frames;
 mod io;
@@ -90,6 +93,9 @@ struct Driver<'c> {
     /// GOAWAY sent: no new stream, the connection ends with its last one.
     going_away: bool,
     flooded: bool,
+    /// Streams answered `503` at once: more than a budget's worth is a flood (a browser's
+    /// burst of requests on a full switch fits in it).
+    refusals: frames::Budget,
     /// Coarse-clock deadline of the current wait: idle, or the grace after GOAWAY.
     deadline_ms: u64,
     keepalive_ms: u64,
@@ -120,6 +126,7 @@ impl Connection {
             relay: self.relay,
             timer: Arc::clone(&self.timer),
             running: Running::default(),
+            spare_place: Arc::new(admission::SparePlace::new(self.source_place.take())),
         });
         let alarm = Alarm::default();
         let io = H2Io::new(&self.client, early, &alarm, &stats);
@@ -142,6 +149,7 @@ impl Connection {
             service: self.service,
             going_away: false,
             flooded: false,
+            refusals: frames::Budget::new(),
             deadline_ms: self.timer.now_ms().saturating_add(keepalive_ms),
             keepalive_ms,
         };
@@ -169,7 +177,12 @@ impl Driver<'_> {
             match poll_fn(|cx| self.poll_event(cx)).await {
                 Event::Stream(accepted) => {
                     let (request, respond) = *accepted;
-                    self.start_stream(request, respond);
+                    if !self.start_stream(request, respond) {
+                        tracing::debug!(client = %self.link.peer, "HTTP/2 client keeps opening refused streams: GOAWAY");
+                        self.flooded = true;
+                        self.conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+                        self.go_away_until_grace();
+                    }
                 }
                 Event::Closed(error) => {
                     if let Some(e) = error {
@@ -199,8 +212,13 @@ impl Driver<'_> {
     }
 
     /// Runs the stream's request under the current configuration if the service is still
-    /// there (else under the connection's, which is leaving).
-    fn start_stream(&mut self, request: http::Request<RecvStream>, respond: SendResponse<Bytes>) {
+    /// there (else under the connection's, which is leaving), or answers `503` at once if it
+    /// is not admitted (admission.rs). `false`: the client spent its budget of refusals.
+    fn start_stream(
+        &mut self,
+        request: http::Request<RecvStream>,
+        mut respond: SendResponse<Bytes>,
+    ) -> bool {
         let current = self.link.shared.generation.load();
         if !Arc::ptr_eq(&current, &self.generation) {
             let name = &self.generation.services[self.service].name;
@@ -209,13 +227,26 @@ impl Driver<'_> {
                 self.generation = arc_swap::Guard::into_inner(current);
             }
         }
-        stream::spawn(
-            &self.link,
-            Arc::clone(&self.generation),
-            self.service,
-            request,
-            respond,
-        );
+        let service = &self.generation.services[self.service];
+        let client = admission::Client {
+            shared: &self.link.shared,
+            address: self.link.peer.ip(),
+            spare: &self.link.spare_place,
+        };
+        match admission::admit(client, service) {
+            Ok(pass) => {
+                let at = (Arc::clone(&self.generation), self.service);
+                stream::spawn(&self.link, at, pass, request, respond);
+                true
+            }
+            Err(refusal) => {
+                stats::bump(&service.stats.h2_streams_refused);
+                tracing::debug!(client = %self.link.peer, service = %service.name, ?refusal, "HTTP/2 stream refused: 503");
+                let is_head = request.method() == http::Method::HEAD;
+                response::refuse_at_once(&mut respond, is_head, refusal.why());
+                self.refusals.spend()
+            }
+        }
     }
 
     /// Whether the connection should say GOAWAY: the switch stops, or its service is gone.
@@ -238,8 +269,9 @@ impl Driver<'_> {
             return Poll::Ready(Event::Leave);
         }
         let running = self.link.running.poll_count(cx);
-        let switch_full = self.switch_full();
-        let room = running < MAX_CONCURRENT_STREAMS as usize && !switch_full;
+        // A stream the budget has no room for is answered at once (admission.rs), so the
+        // driver accepts whenever the connection's own limit allows.
+        let room = running < MAX_CONCURRENT_STREAMS as usize;
         // After a graceful GOAWAY the streams the client opened before it still come in.
         let polled = if room && !self.flooded {
             match self.conn.poll_accept(cx) {
@@ -258,24 +290,7 @@ impl Driver<'_> {
         if let Poll::Ready(error) = polled {
             return Poll::Ready(Event::Closed(error));
         }
-        if switch_full {
-            // Streams of other connections free the room: looked at again at the next tick.
-            let retry = self.link.timer.deadline_after(crate::timeouts::TICK);
-            if self.link.timer.poll_expired(retry, cx).is_ready() {
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
-            }
-        }
         self.poll_deadline(cx, running)
-    }
-
-    /// Whether the switch's client connections and HTTP/2 streams fill `max_clients` (the
-    /// descriptor budget): then no stream is taken up, on any connection, until one ends.
-    fn switch_full(&self) -> bool {
-        let shared = &self.link.shared;
-        let load =
-            |n: &std::sync::atomic::AtomicUsize| n.load(std::sync::atomic::Ordering::Relaxed);
-        load(&shared.clients) + load(&shared.h2_streams) >= shared.max_clients
     }
 
     /// The idle timeout (no stream running), or the grace after GOAWAY; the slot also wakes the

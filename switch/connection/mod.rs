@@ -83,8 +83,9 @@ pub(crate) struct Connection {
     /// after it): nothing is sent until our side shuts down or closes (see `linger`).
     response_corked: bool,
     relay: RelaySettings,
-    /// Counts this connection against its client's `max_conns_per_source` while it lives.
-    _source: Option<SourceGuard>,
+    /// Counts this connection against its client's `max_conns_per_source` while it lives
+    /// (over HTTP/2, lent to its streams: h2/admission.rs).
+    source_place: Option<SourceGuard>,
 }
 
 /// A closed connection's request memory goes back to the thread's free lists too: with a new
@@ -133,7 +134,7 @@ impl Connection {
             unread_input: false,
             response_corked: false,
             relay,
-            _source: None,
+            source_place: None,
         }
     }
 
@@ -212,8 +213,8 @@ impl Connection {
         if cap == 0 {
             return true;
         }
-        self._source = service.source_conns.enter(self.peer.ip(), cap);
-        self._source.is_some()
+        self.source_place = service.source_conns.enter(self.peer.ip(), cap);
+        self.source_place.is_some()
     }
 
     /// A connection over `max_conns_per_source`: 503 and closed. A TLS client gets no

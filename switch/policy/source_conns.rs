@@ -1,8 +1,15 @@
-//! `[virtual.NAME] max_conns_per_source`: client connections open at once per client
-//! address (the one a PROXY header names, if the service takes them), idle kept-alive ones
-//! included, as nginx's `limit_conn` keyed by `$binary_remote_addr`. The count lives beside the
-//! service's counters and is kept across reloads with them; it holds one entry per address
-//! with a connection open, so its memory follows the connections themselves.
+//! What each client address holds at once, counted while it holds it:
+//!
+//! - `[virtual.NAME] max_conns_per_source`: client connections open at once per client
+//!   address (the one a PROXY header names, if the service takes them), idle kept-alive ones
+//!   included, and an HTTP/2 connection's streams beyond its first, as nginx's `limit_conn`
+//!   keyed by `$binary_remote_addr` (which counts HTTP/2 streams). This count lives beside the
+//!   service's counters and is kept across reloads with them;
+//! - the HTTP/2 streams running in the whole switch per address (`Shared::stream_sources`),
+//!   which decide who may take the last quarter of `max_clients` (connection/h2/admission.rs).
+//!
+//! Either holds one entry per address with something open, so its memory follows the
+//! connections themselves.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -24,10 +31,20 @@ pub struct SourceGuard {
 impl SourceConns {
     /// Counts a connection from `address` if fewer than `cap` are open; `None`: it is over.
     pub fn enter(self: &Arc<Self>, address: IpAddr, cap: u32) -> Option<SourceGuard> {
+        self.enter_if(address, |held| held < cap)
+    }
+
+    /// Counts one more for `address` if `admits` says yes to what it holds now (read and
+    /// counted under one lock); `None`: refused.
+    pub fn enter_if(
+        self: &Arc<Self>,
+        address: IpAddr,
+        admits: impl FnOnce(u32) -> bool,
+    ) -> Option<SourceGuard> {
         let address = address.to_canonical();
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let count = open.entry(address).or_insert(0);
-        if *count >= cap {
+        if !admits(*count) {
             if *count == 0 {
                 open.remove(&address);
             }
@@ -42,7 +59,7 @@ impl SourceConns {
 
     /// Connections open now from `address`.
     #[cfg(test)]
-    fn open_from(&self, address: IpAddr) -> u32 {
+    pub(crate) fn open_from(&self, address: IpAddr) -> u32 {
         let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         open.get(&address.to_canonical()).copied().unwrap_or(0)
     }

@@ -169,6 +169,25 @@ impl H2 {
         H2::over(tcp, None).await
     }
 
+    /// HTTP/2 with prior knowledge over TCP from the loopback address `source`, so that tests
+    /// can tell clients apart by address.
+    pub async fn plain_from(source: std::net::IpAddr, addr: SocketAddr) -> H2 {
+        let socket = match source {
+            std::net::IpAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+            std::net::IpAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+        }
+        .expect("a socket");
+        socket
+            .bind(SocketAddr::new(source, 0))
+            .unwrap_or_else(|e| panic!("bind to {source}: {e}"));
+        let tcp = tokio::time::timeout(PATIENCE, socket.connect(addr))
+            .await
+            .expect("a connection within PATIENCE")
+            .expect("connect to the switch");
+        tcp.set_nodelay(true).expect("TCP_NODELAY");
+        H2::over(tcp, None).await
+    }
+
     /// HTTP/2 over TLS for `name`, with `config` (which must offer `h2`, see [`offering`]);
     /// panics unless the handshake chose `h2`.
     pub async fn tls(addr: SocketAddr, name: &str, config: &Arc<rustls::ClientConfig>) -> H2 {
@@ -292,6 +311,20 @@ impl Streams {
         self.exchange(request, Upload::None)
             .await
             .unwrap_or_else(|e| panic!("GET {authority}{path}: {e}"))
+    }
+
+    /// Opens a stream for `request`, which should announce a body (`content-length`), and
+    /// sends none of it: the response's future, and the body's sender, which keeps the stream
+    /// open while the test holds it.
+    pub async fn open_stalled(
+        &self,
+        request: Request<()>,
+    ) -> (h2::client::ResponseFuture, h2::SendStream<Bytes>) {
+        let mut send = tokio::time::timeout(PATIENCE, self.0.clone().ready())
+            .await
+            .expect("room for a stream within PATIENCE")
+            .expect("the connection takes streams");
+        send.send_request(request, false).expect("the stream opens")
     }
 
     /// Sends `request` with `upload` and reads the whole response (informational responses

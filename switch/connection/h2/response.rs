@@ -91,6 +91,26 @@ pub(super) async fn send_local(
     send_answer(respond, &answer, is_head, idle).await
 }
 
+/// Answers a stream the switch does not run (connection/h2/admission.rs): `503` and its text,
+/// queued at once without waiting for the client's window (a few dozen bytes, charged to the
+/// connection's budget of refusals), so that nothing waits for a client that does not read.
+pub(super) fn refuse_at_once(respond: &mut SendResponse<Bytes>, is_head: bool, why: &str) {
+    let mut out = Vec::new();
+    write_error_body(&mut out, 503, why);
+    let fields: [(&[u8], &[u8]); 2] = [
+        (b"content-type", b"text/plain"),
+        (b"cache-control", b"no-store"),
+    ];
+    let answer = Answer {
+        status: 503,
+        fields: &fields,
+        body: &out,
+    };
+    if let Some(mut send) = start_answer(respond, &answer, is_head) {
+        let _ = send.send_data(Bytes::from(out), true);
+    }
+}
+
 /// Sends `answer` on `respond`: its fields, `content-length`, and its body unless the request
 /// was HEAD or the status frames none (204, 304). Returns the body bytes sent.
 async fn send_answer(
@@ -99,6 +119,23 @@ async fn send_answer(
     is_head: bool,
     idle: Duration,
 ) -> u64 {
+    let Some(mut send) = start_answer(respond, answer, is_head) else {
+        return 0;
+    };
+    let body = Bytes::copy_from_slice(answer.body);
+    let n = body.len() as u64;
+    match send_data(&mut send, body, true, Limit::Idle(idle)).await {
+        Ok(()) => n,
+        Err(_) => 0,
+    }
+}
+
+/// Sends `answer`'s head; the stream to send its body on, if it has one.
+fn start_answer(
+    respond: &mut SendResponse<Bytes>,
+    answer: &Answer<'_>,
+    is_head: bool,
+) -> Option<SendStream<Bytes>> {
     let mut head = Response::new(());
     *head.status_mut() =
         StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -114,18 +151,8 @@ async fn send_answer(
         );
     }
     let no_body = is_head || !frames_content || answer.body.is_empty();
-    let Ok(mut send) = respond.send_response(head, no_body) else {
-        return 0;
-    };
-    if no_body {
-        return 0;
-    }
-    let body = Bytes::copy_from_slice(answer.body);
-    let n = body.len() as u64;
-    match send_data(&mut send, body, true, Limit::Idle(idle)).await {
-        Ok(()) => n,
-        Err(_) => 0,
-    }
+    let send = respond.send_response(head, no_body).ok()?;
+    (!no_body).then_some(send)
 }
 
 impl ResponseSink for H2Sink {

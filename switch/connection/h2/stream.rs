@@ -4,6 +4,7 @@
 //! translated to HTTP/1.1 (request.rs), its DATA as the body source, and the response sent as
 //! HEADERS, DATA and trailers (response.rs).
 
+use super::admission::{SparePlace, StreamPass};
 use super::error::h2_error;
 use super::request::{self, Refusal};
 use super::response::{send_local, H2Sink};
@@ -49,6 +50,8 @@ pub(super) struct Link {
     /// The connection's timer slot: each stream gets a slot of the same worker.
     pub timer: Arc<Slot>,
     pub running: Running,
+    /// The connection's place under `max_conns_per_source`, lent to its streams.
+    pub spare_place: Arc<SparePlace>,
 }
 
 /// The streams of a connection whose tasks have not ended. A stream reset by the client still
@@ -86,11 +89,12 @@ impl Drop for RunningGuard {
     }
 }
 
-/// Starts the task of a stream just accepted, under the configuration and service given.
+/// Starts the task of a stream just accepted and admitted (`pass`, held until the task ends),
+/// under the configuration and service given.
 pub(super) fn spawn(
     link: &Arc<Link>,
-    generation: Arc<Generation>,
-    service: usize,
+    (generation, service): (Arc<Generation>, usize),
+    pass: StreamPass,
     request: http::Request<RecvStream>,
     respond: SendResponse<Bytes>,
 ) {
@@ -110,6 +114,7 @@ pub(super) fn spawn(
             sni: link.sni.as_deref(),
         };
         serve(cx, link, request, respond, started).await;
+        drop(pass);
     };
     // Boxed: the exchange's state is several kilobytes, which tokio would otherwise copy into
     // its task cell and again at each change of the task's stage (a twelfth of a stream's

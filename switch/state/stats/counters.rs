@@ -106,6 +106,14 @@ macro_rules! service_counters {
                     metric: Counter "tcpvs_service_h2_protocol_errors"
                         "HTTP/2 streams reset and connections closed for a protocol error",
                 }
+                /// HTTP/2 streams answered `503` as they arrived, never run: the switch's
+                /// budget (`max_clients`) full, their client over its share of the budget's
+                /// last quarter, or over `max_conns_per_source` (connection/h2/admission.rs).
+                h2_streams_refused {
+                    json: "h2_streams_refused",
+                    metric: Counter "tcpvs_service_h2_streams_refused"
+                        "HTTP/2 streams answered 503 at once (budget full, share or max_conns_per_source)",
+                }
                 /// GOAWAY frames sent to HTTP/2 clients (stopping, reloads, budgets spent,
                 /// errors).
                 h2_goaways_sent {
