@@ -54,7 +54,7 @@ class Backend:
                     continue
                 await reader.read()  # the body that never comes
                 return
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             return
         finally:
             self.open -= 1
