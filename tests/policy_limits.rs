@@ -1,7 +1,8 @@
 //! Rate limits and per-source connection caps (issue 26; design.md, "Traffic policy in rules"),
 //! end to end over loopback sockets: a fresh key's `burst`, then `status` (429) with
-//! `Retry-After` and the IETF `RateLimit-Policy` / `RateLimit` fields; keys by source, header,
-//! cookie and host, each independent, a request without the key's field not limited (and
+//! `Retry-After` and the IETF `RateLimit-Policy` / `RateLimit` fields, `Retry-After` following
+//! the rate's unit; keys by source, header, cookie, host (in its normal form) and path (in its
+//! normal form), each independent, a request without the key's field not limited (and
 //! counted allowed); `dry_run`; `/stats` `limits.NAME` `{allowed, limited, keys}` and `/metrics`
 //! `tcpvs_limit_allowed_total` / `tcpvs_limit_limited_total`; `max_keys`; `max_conns_per_source`
 //! with and without PROXY; and two `tcpvs run` processes sharing one limit through a Redis of
