@@ -2,7 +2,8 @@
 //! pick a server, rebuild the head for the server. Reports time per request (criterion) and
 //! heap allocations per steady request (a counting global allocator), for several requests:
 //! one that no rule matches (all 52 rules tried, default pool), and ones matching an early path
-//! rule, a middle one (rule 8 of 50), a host rule, a method + path rule and the header rule,
+//! rule, a middle one (rule 8 of 50), a host rule (also spelled `Shop2.Example.COM.:80`: its
+//! normal form is made on the stack), a method + path rule and the header rule,
 //! a rule that sets, adds and removes fields, and one with a rate limit (issue 26); and, apart, the statistics the admin endpoint reads, as each request records them, and what
 //! the access log keeps of each request's head (`access_log_capture/text`: the text and JSON
 //! formats; `/combined`: the combined format, which also copies Referer and User-Agent).
@@ -25,6 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tcpvs::access_log::{AccessLog, Request};
 use tcpvs::config::{AccessLogFormat, AccessLogTarget, Config};
+use tcpvs::http::host::{normal_host, HostScratch};
 use tcpvs::http::path::normalize;
 use tcpvs::http::rewrite::{forwarded_for, write_request_head, ForwardedFor, RequestEdit, Scheme};
 use tcpvs::http::{parse_request, RequestHead};
@@ -163,6 +165,13 @@ fn cases() -> Vec<Case> {
             Some(43),
         ),
         case(
+            "rule 43 of 50 (host, upper case, a trailing dot and a port)",
+            "host_rule_43_matches_spelled_otherwise",
+            "Host: www.example.com",
+            "Host: Shop2.Example.COM.:80",
+            Some(43),
+        ),
+        case(
             "rule 46 of 50 (method and path)",
             "method_rule_46_matches",
             "GET /static/img/12345/photo.jpg",
@@ -241,11 +250,13 @@ impl HotPath {
         // The rules see the path in its normal form (exchange/mod.rs `decide`).
         let raw_path = self.head.path.get(buf);
         let path = normalize(raw_path, &mut self.normal_path).unwrap_or(raw_path);
+        // And the host in its normal form (exchange/route.rs `request_view`).
+        let mut host = HostScratch::default();
         let view = RequestView {
             method: self.head.method(buf),
             path,
             query: self.head.query.map(|q| q.get(buf)),
-            host: self.head.host.map(|h| h.get(buf)),
+            host: self.head.host.map(|h| normal_host(h.get(buf), &mut host)),
             headers: &headers,
             client: IpAddr::V4(Ipv4Addr::new(198, 51, 100, 7)),
         };
@@ -286,11 +297,12 @@ impl HotPath {
         let (pool, _) = self.request(raw);
         let buf = &self.buffer[..];
         let headers = self.head.lookup(buf);
+        let mut host = HostScratch::default();
         let view = RequestView {
             method: self.head.method(buf),
             path: self.head.path.get(buf),
             query: self.head.query.map(|q| q.get(buf)),
-            host: self.head.host.map(|h| h.get(buf)),
+            host: self.head.host.map(|h| normal_host(h.get(buf), &mut host)),
             headers: &headers,
             client: IpAddr::V4(Ipv4Addr::new(198, 51, 100, 7)),
         };

@@ -15,9 +15,10 @@ use tcpvs_modules::RequestView;
 /// One `[[virtual.NAME.rule]]`. A rule without conditions matches every request.
 #[derive(Debug)]
 pub struct Rule {
-    /// Regex on the path, query excluded, as the client sent it (no decoding).
+    /// Regex on the path in its normal form (http/path.rs), query excluded.
     pub path: Option<Regex>,
-    /// Case-insensitive regex on the host, port excluded.
+    /// Case-insensitive regex on the host in its normal form (http/host.rs: port excluded, lower
+    /// case, no trailing dot), as exchange/route.rs gives it.
     pub host: Option<Regex>,
     /// Exact method.
     pub method: Option<String>,

@@ -1,7 +1,8 @@
 //! Rate limits and per-source connection caps (issue 26; design.md, "Traffic policy in rules"),
 //! end to end over loopback sockets: a fresh key's `burst`, then `status` (429) with
-//! `Retry-After` and the IETF `RateLimit-Policy` / `RateLimit` fields; keys by source, header,
-//! cookie and host, each independent, a request without the key's field not limited (and
+//! `Retry-After` and the IETF `RateLimit-Policy` / `RateLimit` fields, `Retry-After` following
+//! the rate's unit; keys by source, header, cookie, host (in its normal form) and path (in its
+//! normal form), each independent, a request without the key's field not limited (and
 //! counted allowed); `dry_run`; `/stats` `limits.NAME` `{allowed, limited, keys}` and `/metrics`
 //! `tcpvs_limit_allowed_total` / `tcpvs_limit_limited_total`; `max_keys`; `max_conns_per_source`
 //! with and without PROXY; and two `tcpvs run` processes sharing one limit through a Redis of
@@ -288,6 +289,114 @@ async fn keys_by_host_are_independent() {
     }
     assert_eq!(seen, [200, 200, 429, 200, 200, 429]);
     wait_for_limit(s.admin, "vhost", 4, 2, 2).await;
+}
+
+/// Host keys are counted in the host's normal form (http/host.rs): `Example.org`,
+/// `example.org`, `EXAMPLE.ORG.` and `example.org:80` are one key. Fails if the key were the
+/// host as sent (case kept: three keys of their own; the trailing dot kept: a fourth).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_keys_are_counted_without_case_dot_or_port() {
+    let s = limited("vhost", "key = \"host\"\nrate = \"1/m\"\nburst = 2").await;
+    let get =
+        |host: &str| format!("GET /limited HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    let mut seen = Vec::new();
+    for host in [
+        "Example.org",
+        "example.org",
+        "EXAMPLE.ORG",
+        "example.org.",
+        "example.org:80",
+    ] {
+        seen.push((host, exchange(s.web, &get(host)).await.status));
+    }
+    assert_eq!(
+        seen.iter().map(|(_, status)| *status).collect::<Vec<_>>(),
+        [200, 200, 429, 429, 429],
+        "{seen:?}"
+    );
+    // Another host has a bucket of its own.
+    assert_eq!(exchange(s.web, &get("Other.org")).await.status, 200);
+    wait_for_limit(s.admin, "vhost", 3, 3, 2).await;
+}
+
+/// `key = "path"`: one bucket per path, whoever sends it, and the path in its normal form
+/// (http/path.rs: `/limited//a`, `/limited/./a` and `/limited/%61` are `/limited/a`), its query
+/// left out. Fails if the key fell back to the client's address (a second client would have
+/// its own bucket), to anything the paths share (`/limited/b` refused), or to the path as sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn path_keys_are_one_bucket_per_normal_path_whoever_sends_it() {
+    let s = limited("per-path", "key = \"path\"\nrate = \"1/m\"\nburst = 1").await;
+    let (one, two) = (IpAddr::from([127, 0, 0, 2]), IpAddr::from([127, 0, 0, 3]));
+    assert_eq!(statuses_from(one, s.web, 1, "/limited/a", &[]).await, [200]);
+    assert_eq!(
+        statuses_from(two, s.web, 1, "/limited/a", &[]).await,
+        [429],
+        "the same path from another client is the same key"
+    );
+    assert_eq!(
+        statuses_from(one, s.web, 1, "/limited/b", &[]).await,
+        [200],
+        "another path is another key"
+    );
+    for spelling in [
+        "/limited//a",
+        "/limited/./a",
+        "/limited/%61",
+        "/limited/a?page=2",
+    ] {
+        assert_eq!(
+            statuses_from(two, s.web, 1, spelling, &[]).await,
+            [429],
+            "{spelling} is /limited/a's key"
+        );
+    }
+    assert_eq!(s.app.requests(), 2, "{:?}", s.app.heads());
+    wait_for_limit(s.admin, "per-path", 2, 5, 2).await;
+}
+
+/// The rate's unit read from `N/s`, `N/m` and `N/h`, pinned by what a refusal says rather than
+/// by the `RateLimit-Policy` text alone: with `burst = 1` the second request of a fresh key is
+/// refused, and its `Retry-After` is the time until the next token, one emission interval
+/// (`per / N`) less the moment between the two requests, rounded up to whole seconds. So
+/// `1/h` says more than a minute (at most 3600), `1/m` more than a second (at most 60) and
+/// `2/m` at most 30 (`N/s` is `after_retry_after_the_key_is_admitted_again`'s): a unit read as another (`m` as `s` or `h`, `h` as `m`) or the
+/// count ignored gives a value outside the range. The two requests follow each other at once;
+/// the ranges leave them tens of seconds (or, for `1/h`, 59 minutes) before a correct switch
+/// could give a value outside them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_follows_the_rates_unit() {
+    for (rate, window, range) in [
+        ("1/h", 3600, 61..=3600),
+        ("1/m", 60, 2..=60),
+        ("2/m", 60, 2..=30),
+    ] {
+        let s = limited(
+            "unit",
+            &format!("key = \"source\"\nrate = \"{rate}\"\nburst = 1"),
+        )
+        .await;
+        let mut client = Client::connect(s.web).await;
+        assert_eq!(client.get("/limited/1").await.status, 200, "{rate}");
+        let refused = client.get("/limited/2").await;
+        assert_eq!(refused.status, 429, "{rate}");
+        let seconds = retry_after(&refused);
+        assert!(
+            range.contains(&seconds),
+            "{rate}: Retry-After {seconds}, expected within {range:?}"
+        );
+        // The RateLimit fields agree with Retry-After and the window.
+        let count = rate.split('/').next().unwrap_or("?");
+        assert_eq!(
+            response_values(&refused, "ratelimit-policy"),
+            [format!("\"unit\";q={count};w={window}")],
+            "{rate}"
+        );
+        assert_eq!(
+            response_values(&refused, "ratelimit"),
+            [format!("\"unit\";r=0;t={seconds}")],
+            "{rate}"
+        );
+    }
 }
 
 // ---------------------------------------------------------------- dry run, counters

@@ -17,8 +17,9 @@ pub struct RequestView<'a> {
     pub path: &'a [u8],
     /// The query after `?`, if any, without the `?`.
     pub query: Option<&'a [u8]>,
-    /// The host the request is for, without port, as the client sent it (host names ignore
-    /// ASCII case: a module keying on it folds the case, as `key = "host"` does).
+    /// The host the request is for, in the switch's normal form: without port, lower case,
+    /// without a trailing dot (`Admin.Example.Org.:80` is `admin.example.org`), so that one
+    /// site is one key. A module used elsewhere still folds the case, as `key = "host"` does.
     pub host: Option<&'a [u8]>,
     pub headers: &'a dyn HeaderLookup,
     pub client: IpAddr,

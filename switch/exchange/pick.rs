@@ -6,6 +6,7 @@ use super::connect::{ConnectFailure, OUT_OF_DESCRIPTORS};
 use super::route::request_view;
 use super::{Connected, Picker};
 use crate::config::ServiceMode;
+use crate::http::host::HostScratch;
 use crate::http::RequestHead;
 use crate::socket::Socket;
 use crate::state::control::Evidence;
@@ -209,7 +210,8 @@ impl<'a> Picker<'a> {
     /// The pool module's next candidate for the request, and its ticket.
     fn pick(&self, (head, buf): Request<'_>) -> Option<(usize, Ticket)> {
         let headers = head.lookup(buf);
-        let view = request_view(&self.cx, head, buf, &headers);
+        let mut host = HostScratch::default();
+        let view = request_view(&self.cx, head, buf, &headers, &mut host);
         self.pool.pick(&view, self.tried)
     }
 
@@ -220,7 +222,8 @@ impl<'a> Picker<'a> {
         server: usize,
     ) -> Option<ResponseField> {
         let headers = head.lookup(buf);
-        let view = request_view(&self.cx, head, buf, &headers);
+        let mut host = HostScratch::default();
+        let view = request_view(&self.cx, head, buf, &headers, &mut host);
         let field = self.pool.scheduler.response_field(&view, server)?;
         let safe = field
             .value

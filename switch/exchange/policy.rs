@@ -7,6 +7,7 @@ use super::account::Outcome;
 use super::client::ClientSide;
 use super::{Buffers, Context};
 use crate::http::fields::FieldRole;
+use crate::http::host::{normal_host, HostScratch};
 use crate::http::status::Answer;
 use crate::http::RequestHead;
 use crate::policy::headers::same_name;
@@ -115,7 +116,7 @@ fn check_limit(
         }
         // `/api//login` is `/api/login`'s bucket.
         LimitKey::Path => check_value(limiter, normal.unwrap_or(head.path.get(buf)), now),
-        // Hosts are case-insensitive: `SHOP.example` is `shop.example`'s bucket.
+        // `SHOP.example.` is `shop.example`'s bucket.
         LimitKey::Host => check_each(limiter, head.host.map(|h| h.get(buf)), now, check_host),
         LimitKey::Header(name) => {
             let values = head
@@ -179,20 +180,11 @@ fn check_value(limiter: &Limiter, key: &[u8], now: u64) -> Decision {
     limiter.check(&held, now)
 }
 
-/// The host as its key, in lower case (copied only when it has upper case).
+/// The host as its key, in its normal form (http/host.rs): `Shop.Example.` is
+/// `shop.example`'s bucket, as it is the same site to the server behind.
 fn check_host(limiter: &Limiter, host: &[u8], now: u64) -> Decision {
-    if !host.iter().any(u8::is_ascii_uppercase) {
-        return check_value(limiter, host, now);
-    }
-    let mut lower = [0u8; LONGEST_KEY];
-    match lower.get_mut(..host.len()) {
-        Some(key) => {
-            key.copy_from_slice(host);
-            key.make_ascii_lowercase();
-            check_value(limiter, key, now)
-        }
-        None => check_value(limiter, &host.to_ascii_lowercase(), now),
-    }
+    let mut scratch = HostScratch::default();
+    check_value(limiter, normal_host(host, &mut scratch), now)
 }
 
 /// The value of every cookie `name` in every Cookie field (`a=1; a=2`), surrounding quotes

@@ -1,8 +1,11 @@
 //! Route: the pool a request goes to, by the service's rules (rules.rs), and what the rules and
-//! the pool's module see of the request ([`request_view`]).
+//! the pool's module see of the request ([`request_view`]): its path in normal form
+//! (http/path.rs, given by the caller) and its host in normal form (http/host.rs), so that
+//! `Admin.Example.Org.` meets the rules, and hashes, as `admin.example.org`.
 
 use super::Context;
 use crate::config::ServiceMode;
+use crate::http::host::{normal_host, HostScratch};
 use crate::http::RequestHead;
 use crate::rules::Matched;
 use tcpvs_modules::{HeaderLookup, RequestView};
@@ -32,7 +35,8 @@ pub(crate) fn route<'a>(
     path: Option<&[u8]>,
 ) -> Option<Matched<'a>> {
     let headers = head.lookup(buf);
-    let mut view = request_view(cx, head, buf, &headers);
+    let mut host = HostScratch::default();
+    let mut view = request_view(cx, head, buf, &headers, &mut host);
     if let Some(path) = path {
         view.path = path;
     }
@@ -40,23 +44,26 @@ pub(crate) fn route<'a>(
     cx.service.rules.route(&view, sni)
 }
 
-/// The request as the rules and the pool's module see it.
+/// The request as the rules and the pool's module see it, its host in normal form (made in
+/// `host` when that is not a slice of the request's own).
 pub(super) fn request_view<'a>(
     cx: &Context<'a>,
     head: &'a RequestHead,
     buf: &'a [u8],
     headers: &'a dyn HeaderLookup,
+    host: &'a mut HostScratch,
 ) -> RequestView<'a> {
-    let host = match cx.service.mode {
+    let as_sent = match cx.service.mode {
         ServiceMode::Http => head.host.map(|h| h.get(buf)),
-        // No HTTP request: the module sees the server name as the host (hash key "host").
+        // No HTTP request: the module sees the server name as the host (hash key "host"),
+        // which rustls gives in lower case without a trailing dot already.
         ServiceMode::TlsPassthrough => cx.sni.map(str::as_bytes),
     };
     RequestView {
         method: head.method(buf),
         path: head.path.get(buf),
         query: head.query.map(|q| q.get(buf)),
-        host,
+        host: as_sent.map(|h| normal_host(h, host)),
         headers,
         client: cx.peer.ip(),
     }
