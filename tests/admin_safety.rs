@@ -676,3 +676,40 @@ async fn requests_from_this_machine_naming_another_host_are_refused() {
     assert_eq!(tcp_call(admin, "GET", "/stats", &[], "").await.status, 200);
     switch.shutdown(std::time::Duration::from_secs(1)).await;
 }
+
+/// RFC 9112 section 3.2: a request with two `Host` fields is a `400`, as on the data path
+/// (`protocol_edges.rs` `host_missing_duplicated_or_invalid_is_400`). The endpoint took the
+/// last one, so a request naming another host first and `localhost` last passed the check of
+/// `requests_from_this_machine_naming_another_host_are_refused`, changes included.
+#[tokio::test]
+async fn two_host_fields_are_refused() {
+    let live = backend().await;
+    let scratch = Scratch::new("admin_two_hosts");
+    let (switch, _) = start_from_file(&scratch, "listen = \"127.0.0.1:0\"", live.addr).await;
+    let admin = switch.admin_addr().unwrap();
+    let path = format!("/pools/p/servers/{}", live.addr);
+    let json = "Content-Type: application/json";
+    for (method, target, first, body) in [
+        ("GET", "/stats", "rebound.example", ""),
+        ("GET", "/stats", "localhost", ""),
+        (
+            "PUT",
+            path.as_str(),
+            "rebound.example:8022",
+            r#"{"state":"maint"}"#,
+        ),
+    ] {
+        let stream = TcpStream::connect(admin).await.unwrap();
+        let fields = [json, "Host: localhost", "Connection: close"];
+        let refused = exchange(stream, &request(method, target, first, &fields, body)).await;
+        assert_eq!(
+            (refused.status, refused.json()["error"].as_str()),
+            (400, Some("more than one Host field")),
+            "{method} {target} naming {first} and localhost: {}",
+            refused.body
+        );
+    }
+    let stats = tcp_call(admin, "GET", "/stats", &[], "").await.json();
+    assert_eq!(server_state(&stats, live.addr).0, "up", "nothing changed");
+    switch.shutdown(std::time::Duration::from_secs(1)).await;
+}

@@ -250,6 +250,7 @@ fn request_of(parsed: &httparse::Request<'_, '_>) -> Result<(Request, usize), Un
         ..Request::default()
     };
     let mut body_len: Option<usize> = None;
+    let mut seen_host = false;
     for field in parsed.headers.iter() {
         let value = std::str::from_utf8(field.value).unwrap_or("").trim();
         if field.name.eq_ignore_ascii_case("content-length") {
@@ -261,6 +262,13 @@ fn request_of(parsed: &httparse::Request<'_, '_>) -> Result<(Request, usize), Un
             }
             body_len = Some(length);
         } else if field.name.eq_ignore_ascii_case("host") {
+            // RFC 9112 section 3.2: two Host fields are a 400, as on the data path. Taking
+            // either would let a request name a loopback host beside another one
+            // (`named_as_local`, routes.rs).
+            if seen_host {
+                return Err(Unread::Refuse(400, "more than one Host field"));
+            }
+            seen_host = true;
             request.host = value.to_string();
         } else if field.name.eq_ignore_ascii_case("origin") {
             request.origin = value.to_string();

@@ -4,9 +4,21 @@
 //! request may go to the next server, and what is counted at the server. The steps return an
 //! [`ExchangeError`]; [`ExchangeError::verdict`] says what follows, and `Exchange::failed`
 //! (mod.rs) carries it out.
+//!
+//! A response the server did send is never evidence that it is dead. A head the switch cannot
+//! relay after a valid status line (CR, LF or NUL in a value, a bad `Content-Length`, too many
+//! or too large fields) is answered `502` and counted in the server's `response_errors`, but
+//! passive health hears it as [`Evidence::Answered`] and counts nothing: what is wrong may be a
+//! field its application filled from the request, and counting it let six requests take both
+//! servers of a pool down (issue 42; the control bytes an application lets through are relayed
+//! since: http/response.rs). nginx counts an `invalid_header` toward `max_fails`; HAProxy counts
+//! an invalid response only under `observe layer7`, off by default. A server that answers every
+//! request so is found by its active check, which no client steers. An answer that is not HTTP
+//! at all (no `HTTP/1.x NNN` first: a wrong port) stays [`Evidence::Broken`].
 
 use super::connect::{ConnectFailure, OUT_OF_DESCRIPTORS};
 use super::Picker;
+use crate::http::response::BadResponse;
 use crate::relay::RelayError;
 use crate::state::control::{self, Evidence, Failure};
 use crate::state::stats;
@@ -36,6 +48,21 @@ impl ExchangeError {
         ExchangeError::Server {
             status,
             failure: Failure::broken(why),
+        }
+    }
+
+    /// The server's head cannot be relayed (502): [`Evidence::Answered`] when it began with a
+    /// valid status line, [`Evidence::Broken`] when it is not HTTP.
+    pub(super) fn bad_response(bad: BadResponse) -> ExchangeError {
+        ExchangeError::Server {
+            status: 502,
+            failure: Failure {
+                why: bad.to_string(),
+                evidence: match bad.answered {
+                    true => Evidence::Answered,
+                    false => Evidence::Broken,
+                },
+            },
         }
     }
 }
@@ -215,6 +242,7 @@ impl Picker<'_> {
                 Evidence::Busy => {
                     " (busy: it answered other requests meanwhile; not counted against it)"
                 }
+                Evidence::Answered => " (it answered: not counted against it)",
                 Evidence::Broken | Evidence::Silent => "",
             };
             if unlogged > 0 {

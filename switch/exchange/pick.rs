@@ -198,7 +198,7 @@ impl<'a> Picker<'a> {
                         // still tried once at most).
                         self.attempts -= 1;
                     }
-                    Evidence::Broken | Evidence::Silent => {}
+                    Evidence::Broken | Evidence::Silent | Evidence::Answered => {}
                 }
                 self.retry_from = Some(server);
                 self.server_failed(server, failure);

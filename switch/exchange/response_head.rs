@@ -113,7 +113,7 @@ impl<S: ResponseSink> Attempt<'_, S> {
             }
             Ok(true) => Ok(Parsed::Final),
             Ok(false) => Ok(Parsed::Incomplete),
-            Err(bad) => Err(ExchangeError::server(502, bad.to_string())),
+            Err(bad) => Err(ExchangeError::bad_response(bad)),
         }
     }
 }

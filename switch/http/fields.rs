@@ -356,6 +356,31 @@ pub(crate) fn is_token_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
+/// A control byte that a field value of a server's response may carry on its way to the
+/// client: every CTL (RFC 5234) but HT, which is valid, and CR, LF and NUL, which RFC 9110
+/// section 5.5 calls dangerous (a CR or LF could end the field where another parser does not:
+/// response splitting). Applications let the others through (PHP and Werkzeug refuse only CR,
+/// LF and NUL), so a value filled from the request may hold them; nginx and HAProxy relay them.
+pub(crate) fn is_tolerated_control(b: u8) -> bool {
+    (b < 0x20 && !matches!(b, b'\t' | b'\r' | b'\n' | 0)) || b == 0x7f
+}
+
+/// `value` with each [`is_tolerated_control`] byte replaced by SP and the white space at its
+/// ends trimmed, for a peer that cannot carry those bytes (the `http` crate under HTTP/2
+/// refuses them, although RFC 9113 does not): the field keeps its meaning, where dropping it
+/// could change the response's (a `Content-Disposition: attachment` lost would have a browser
+/// show an uploaded page inline).
+pub(crate) fn with_controls_as_spaces(value: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if !value.iter().any(|&b| is_tolerated_control(b)) {
+        return std::borrow::Cow::Borrowed(value);
+    }
+    let spaced: Vec<u8> = value
+        .iter()
+        .map(|&b| if is_tolerated_control(b) { b' ' } else { b })
+        .collect();
+    std::borrow::Cow::Owned(trim_ows(&spaced).to_vec())
+}
+
 /// A field name written with `_` where a field the switch acts on has `-`
 /// (`Content_Length`, `X_Forwarded_For`): many applications (CGI, PHP, WSGI) see both
 /// spellings as one, so such a field could carry framing or a forged client address past the
@@ -463,6 +488,22 @@ mod tests {
         assert!(matches!(
             check(&[b"chunked", b"chunked"]),
             Err(CodingRefusal::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn control_bytes_tolerated_in_values() {
+        let tolerated: Vec<u8> = (0..=255).filter(|&b| is_tolerated_control(b)).collect();
+        let expected: Vec<u8> = (1..0x20)
+            .filter(|&b| !matches!(b, b'\t' | b'\n' | b'\r'))
+            .chain([0x7f])
+            .collect();
+        assert_eq!(tolerated, expected);
+        assert_eq!(&*with_controls_as_spaces(b"a\x01b\x7fc\td"), b"a b c\td");
+        assert_eq!(&*with_controls_as_spaces(b"\x1bx\x1b"), b"x");
+        assert!(matches!(
+            with_controls_as_spaces(b"plain \xff"),
+            std::borrow::Cow::Borrowed(_)
         ));
     }
 

@@ -1,8 +1,8 @@
 //! Response heads from servers: parsing, validation and framing (RFC 9112 section 6.3).
 
 use super::fields::{
-    fold_content_length, read_connection, record_fields, transfer_coding_of, Field, FieldRole,
-    Span, TransferCoding, Version,
+    fold_content_length, is_token_byte, is_tolerated_control, read_connection, record_fields,
+    role_of, transfer_coding_of, Field, FieldRole, Span, TransferCoding, Version,
 };
 use super::{BodyFraming, MAX_HEADER_FIELDS, MAX_HEAD_BYTES};
 use std::mem::MaybeUninit;
@@ -44,11 +44,17 @@ impl ResponseHead {
 
 /// Why a server's response cannot be relayed: the client gets 502.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BadResponse(pub &'static str);
+pub struct BadResponse {
+    pub why: &'static str,
+    /// A valid status line (`HTTP/1.x NNN`) came before the fault: the server speaks HTTP and
+    /// answered, with a head the switch cannot relay (a field an application filled from the
+    /// request, say). Not evidence that it is broken (exchange/failure.rs).
+    pub answered: bool,
+}
 
 impl std::fmt::Display for BadResponse {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.0)
+        f.write_str(self.why)
     }
 }
 
@@ -59,40 +65,137 @@ pub struct RequestKind {
     pub is_connect: bool,
 }
 
+/// What httparse's refusal of a byte in a field value is called, so that the parse can be
+/// tried again with the bytes [`tolerated_bytes_hidden`] lets through.
+const INVALID_FIELD_VALUE: &str = "invalid byte in a response field value";
+
 /// Parses a response head at the start of `buf`. `Ok(false)`: not complete yet.
+///
+/// A control byte other than HT, CR, LF and NUL in the value of a field the switch passes on
+/// without reading it (an application's `Content-Disposition` filename, say: PHP and Werkzeug
+/// refuse only CR, LF and NUL) does not make the head unusable: it is relayed as sent, as nginx
+/// and HAProxy do (RFC 9110 section 5.5 lets a recipient keep such bytes). Refusing the head
+/// would turn whatever a client puts in such a field into a `502`. CR, LF and NUL (response
+/// splitting), obs-fold and a bad byte in a field the switch reads (framing, `Connection`)
+/// stay refused.
 pub fn parse_response(
+    buf: &[u8],
+    request: RequestKind,
+    head: &mut ResponseHead,
+) -> Result<bool, BadResponse> {
+    match parse_response_from(buf, buf, request, head) {
+        Err(bad) if bad.why == INVALID_FIELD_VALUE => match tolerated_bytes_hidden(buf) {
+            Some(syntax) => parse_response_from(&syntax, buf, request, head),
+            None => Err(bad),
+        },
+        other => other,
+    }
+}
+
+/// Parses the head whose syntax is `syntax` (`buf` itself, or a copy of its head with tolerated
+/// bytes hidden, byte for byte in place): spans are offsets, so they hold for `buf`, from which
+/// the field values are read.
+fn parse_response_from(
+    syntax: &[u8],
     buf: &[u8],
     request: RequestKind,
     head: &mut ResponseHead,
 ) -> Result<bool, BadResponse> {
     let mut storage = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADER_FIELDS];
     let mut response = httparse::Response::new(&mut []);
-    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+    let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
         &mut response,
-        buf,
+        syntax,
         &mut storage,
-    ) {
+    );
+    // httparse sets the code once the status line's `HTTP/1.x NNN` is read.
+    let bad = |why| BadResponse {
+        why,
+        answered: response.code.is_some(),
+    };
+    let len = match parsed {
         Ok(httparse::Status::Complete(len)) if len <= MAX_HEAD_BYTES => len,
         Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD_BYTES => return Ok(false),
-        Ok(_) => return Err(BadResponse("response head too large")),
-        Err(httparse::Error::TooManyHeaders) => {
-            return Err(BadResponse("too many response header fields"))
-        }
-        Err(_) => return Err(BadResponse("malformed response head")),
+        Ok(_) => return Err(bad("response head too large")),
+        Err(httparse::Error::TooManyHeaders) => return Err(bad("too many response header fields")),
+        Err(httparse::Error::HeaderValue) => return Err(bad(INVALID_FIELD_VALUE)),
+        Err(_) => return Err(bad("malformed response head")),
     };
     let (Some(status), Some(minor)) = (response.code, response.version) else {
-        return Err(BadResponse("malformed status line"));
+        return Err(bad("malformed status line"));
     };
     if !(100..=999).contains(&status) {
-        return Err(BadResponse("invalid status code"));
+        return Err(bad("invalid status code"));
     }
     head.len = len;
     head.status = status;
     head.reason = reason_phrase(buf);
     head.version = Version::from_minor(minor);
-    record_fields(buf, response.headers, &mut head.fields);
-    read_fields(buf, request, head)?;
+    record_fields(syntax, response.headers, &mut head.fields);
+    read_fields(buf, request, head).map_err(|why| BadResponse {
+        why,
+        answered: true,
+    })?;
     Ok(true)
+}
+
+/// A copy of the head at the start of `buf` (to its empty line, or all of `buf` while it is
+/// incomplete) in which each control byte tolerated in a field value ([`is_tolerated_control`])
+/// is replaced by `!` for httparse, when it lies in the value of a field the switch passes on
+/// unread ([`FieldRole::Forward`]): every byte keeps its place, so the copy's spans are
+/// `buf`'s, and the field goes on with the byte as sent. `None` when there is no such byte: the head
+/// is refused as it is.
+fn tolerated_bytes_hidden(buf: &[u8]) -> Option<Vec<u8>> {
+    let mut copy: Option<Vec<u8>> = None;
+    let mut at = 0;
+    let mut status_line_read = false;
+    // Each pass moves `at` past one line: bounded by the bytes of `buf`.
+    while at < buf.len() {
+        let end = buf[at..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(buf.len(), |i| at + i + 1);
+        let line = &buf[at..end];
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let start = at;
+        at = end;
+        if line.is_empty() {
+            if status_line_read {
+                break;
+            }
+            // Empty lines before the status line, which httparse skips.
+            continue;
+        }
+        if !status_line_read {
+            status_line_read = true;
+            continue;
+        }
+        let Some(value) = passed_on_value(line) else {
+            continue;
+        };
+        for i in value {
+            if is_tolerated_control(line[i]) {
+                copy.get_or_insert_with(|| buf.to_vec())[start + i] = b'!';
+            }
+        }
+    }
+    copy.map(|mut copy| {
+        copy.truncate(at);
+        copy
+    })
+}
+
+/// Where the value of the field line `line` (without its line end) lies, when its name is a
+/// valid token of a field the switch passes on without reading it. A line that is no
+/// `name: value` (obs-fold, white space before the colon) gets nothing: httparse refuses it.
+fn passed_on_value(line: &[u8]) -> Option<std::ops::Range<usize>> {
+    let colon = line.iter().position(|&b| b == b':')?;
+    let name = &line[..colon];
+    let passed_on = !name.is_empty()
+        && name.iter().all(|&b| is_token_byte(b))
+        && role_of(name) == FieldRole::Forward;
+    passed_on.then_some(colon + 1..line.len())
 }
 
 /// The reason phrase of a status line httparse accepted, cut from the line itself: httparse
@@ -117,14 +220,13 @@ fn read_fields(
     buf: &[u8],
     request: RequestKind,
     head: &mut ResponseHead,
-) -> Result<(), BadResponse> {
+) -> Result<(), &'static str> {
     let mut content_length: Option<u64> = None;
     let mut has_transfer_encoding = false;
     for field in &head.fields {
         match field.role {
             FieldRole::ContentLength => {
-                fold_content_length(&mut content_length, field.value.get(buf))
-                    .map_err(BadResponse)?
+                fold_content_length(&mut content_length, field.value.get(buf))?
             }
             FieldRole::TransferEncoding => has_transfer_encoding = true,
             _ => {}
@@ -157,7 +259,7 @@ fn read_fields(
         } else if has_transfer_encoding {
             match transfer_coding_of(&head.fields, buf) {
                 TransferCoding::Chunked if head.version == Version::Http11 => BodyFraming::Chunked,
-                TransferCoding::Invalid => return Err(BadResponse("invalid Transfer-Encoding")),
+                TransferCoding::Invalid => return Err("invalid Transfer-Encoding"),
                 _ => BodyFraming::UntilClose,
             }
         } else {
@@ -258,6 +360,94 @@ mod tests {
             b"HTTP/1.1 2000 OK\r\n\r\n",
             b"HTTP/1.1 OK\r\n\r\n",
             b"ICY 200 OK\r\n\r\n",
+        ] {
+            assert!(
+                parse(raw, GET).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(raw)
+            );
+        }
+    }
+
+    #[test]
+    fn a_status_line_read_before_the_fault_means_the_server_answered() {
+        for (raw, answered) in [
+            (&b"this is not HTTP\r\n\r\n"[..], false),
+            (b"SSH-2.0-OpenSSH_9.6\r\n", false),
+            (b"HTTP/1.1 OK\r\n\r\n", false),
+            (b"HTTP/1.1 200 OK\r\nX: a\0b\r\n\r\n", true),
+            (b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", true),
+            (b"HTTP/1.1 200 O\x01K\r\n\r\n", true),
+        ] {
+            let bad = parse(raw, GET).unwrap_err();
+            assert_eq!(bad.answered, answered, "{:?}", String::from_utf8_lossy(raw));
+        }
+    }
+
+    /// A control byte an application let into a field it fills (all but HT, CR, LF, NUL) is
+    /// relayed as sent: the field's span holds it.
+    #[test]
+    fn tolerated_control_bytes_stay_in_their_field() {
+        let raw = b"HTTP/1.1 200 OK\r\n\
+            Content-Disposition: attachment; filename=\"a\x01b\x7fc\x1bd\tz.txt\"\r\n\
+            X-Edge:\x02lead and trail\x03 \r\n\
+            Content-Length: 2\r\n\r\nhi";
+        let head = parse(raw, GET).unwrap();
+        let fields: Vec<(&[u8], &[u8])> = head
+            .fields
+            .iter()
+            .map(|f| (f.name.get(raw), f.value.get(raw)))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                (
+                    &b"Content-Disposition"[..],
+                    &b"attachment; filename=\"a\x01b\x7fc\x1bd\tz.txt\""[..]
+                ),
+                (b"X-Edge", b"\x02lead and trail\x03"),
+                (b"Content-Length", b"2"),
+            ]
+        );
+        assert_eq!(
+            (head.len, head.framing),
+            (raw.len() - 2, BodyFraming::Length(2))
+        );
+    }
+
+    #[test]
+    fn a_head_with_tolerated_bytes_may_arrive_in_pieces() {
+        let raw = b"\r\nHTTP/1.1 200 OK\r\nX-Name: a\x01b\r\nX-Other: \x7f\r\n\r\n";
+        for end in 1..raw.len() {
+            let mut head = ResponseHead::default();
+            assert_eq!(
+                parse_response(&raw[..end], GET, &mut head),
+                Ok(false),
+                "{end}"
+            );
+        }
+        let head = parse(raw, GET).unwrap();
+        assert_eq!(head.fields[0].value.get(raw), b"a\x01b");
+        assert_eq!(head.fields[1].value.get(raw), b"\x7f");
+    }
+
+    /// What stays refused: CR and NUL in a value (response splitting), a control byte in a
+    /// field the switch reads (framing, Connection), in a name, in an obs-fold line.
+    #[test]
+    fn dangerous_bytes_and_bytes_in_fields_the_switch_reads_stay_refused() {
+        for raw in [
+            &b"HTTP/1.1 200 OK\r\nX-A: a\rb\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\nX-A: a\x01\rb\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nX-A: a\0b\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nX-A: a\x01\0b\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\x01\r\n\r\nhi",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\x01\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nConnection: close\x01\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nKeep-Alive: \x01\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nX-\x01A: a\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nX-A : \x01\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nX-A: a\r\n \x01folded\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\n\x01\r\n\r\n",
         ] {
             assert!(
                 parse(raw, GET).is_err(),

@@ -43,8 +43,9 @@ impl Failure {
 /// one after the other under load (issue 22: 101 492 of 109 513 requests answered 503).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Evidence {
-    /// Refused, reset, closed before a complete response head, an unparsable head, a check's
-    /// wrong status: the server is not working. Counts toward `max_fails` and `fall`.
+    /// Refused, reset, closed before a complete response head, an answer that is not HTTP, a
+    /// check's wrong status or invalid answer: the server is not working. Counts toward
+    /// `max_fails` and `fall`.
     Broken,
     /// No answer in time (connect or response), and the server answered nothing else through
     /// this switch meanwhile, nor was it moving another exchange's body: it may be dead.
@@ -55,6 +56,12 @@ pub enum Evidence {
     /// or slow on this one. Does not count (nor clear the count): the request was retried or
     /// refused, the server keeps its state.
     Busy,
+    /// A request answered with a head the switch cannot relay (a control byte where none may
+    /// be, a bad length), after a valid status line: the server is alive and speaks HTTP, and
+    /// what is wrong may be what its application put in a field from the request, so any
+    /// client could send it. Does not count (nor clear the count), as `Busy`; its active check,
+    /// which no client steers, still counts an invalid answer.
+    Answered,
 }
 
 impl Evidence {
@@ -259,8 +266,8 @@ fn exchange_failed_by(
     now: Instant,
 ) {
     let Failure { why, evidence } = failure;
-    if evidence == Evidence::Busy {
-        // Alive and answering others: neither counted nor clearing the count.
+    if matches!(evidence, Evidence::Busy | Evidence::Answered) {
+        // Alive (answering others, or this one): neither counted nor clearing the count.
         return;
     }
     status.exchange_failures = status.exchange_failures.saturating_add(1);

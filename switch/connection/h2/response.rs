@@ -12,7 +12,7 @@ use super::error::h2_error;
 use crate::buffer::IoBuf;
 use crate::exchange::client::{ResponseEdit, ResponseSink};
 use crate::http::chunked::{for_each_trailer, may_be_trailer, ChunkedDecoder, Decoded};
-use crate::http::fields::FieldRole;
+use crate::http::fields::{with_controls_as_spaces, FieldRole};
 use crate::http::status::{write_error_body, Answer};
 use crate::http::{BodyFraming, ResponseHead};
 use crate::relay::{Meter, RelayError, RelaySettings};
@@ -229,7 +229,10 @@ fn response_head(response: &ResponseHead, raw: &[u8], edit: ResponseEdit<'_>) ->
             | FieldRole::Host
             | FieldRole::ForwardedFor
             | FieldRole::ForwardedProto => {
-                append(fields, f.name.get(raw), f.value.get(raw));
+                // A control byte an HTTP/1 client gets as sent (http/response.rs) goes as a
+                // space here: the http crate refuses it, and the field keeps its meaning.
+                let value = with_controls_as_spaces(f.value.get(raw));
+                append(fields, f.name.get(raw), &value);
             }
             FieldRole::Drop | FieldRole::TransferEncoding | FieldRole::Upgrade => {}
             FieldRole::ContentLength => {}
