@@ -7,15 +7,21 @@
 //!   a server; the connection (for a stream error) and the switch go on serving;
 //! - streams beyond `SETTINGS_MAX_CONCURRENT_STREAMS` (100) get `REFUSED_STREAM`;
 //! - Rapid Reset (CVE-2023-44487), CONTINUATION floods (CVE-2024-27316), HPACK bombs,
-//!   MadeYouReset (CVE-2025-8671) and floods of SETTINGS, PING, empty DATA and PRIORITY end
-//!   in `GOAWAY` (`ENHANCE_YOUR_CALM` when a budget is spent) with a bounded number of requests
-//!   at the backend;
+//!   MadeYouReset (CVE-2025-8671) and floods of the frames a client sends for free (SETTINGS,
+//!   PING with or without ACK, WINDOW_UPDATE, PRIORITY, PRIORITY_UPDATE, unknown types, empty
+//!   or padding-only DATA) end in `GOAWAY` (`ENHANCE_YOUR_CALM` when a budget is spent) with a
+//!   bounded number of requests at the backend, others served meanwhile, and no line in the
+//!   log of the binary; a client within the budget's burst and then its rate is never cut,
+//!   nor are transfers larger than the budget whose client answers every DATA frame;
 //! - a client that never opens its flow-control window holds a bounded part of a large
 //!   response, and loses the stream after `idle_timeout`;
 //! - `/stats` counts the protocol errors and GOAWAYs the clients saw.
 //!
 //! Verdicts never depend on elapsed time: every step waits for a frame, a response or the
-//! switch's statistics; timeouts (`PATIENCE`) only turn hangs into failures.
+//! switch's statistics; timeouts (`PATIENCE`) only turn hangs into failures. The budget's
+//! refill is a rate, so two tests let time pass, and use it only in the direction that makes
+//! a slow machine pass: as a client's own pace (more time, more frames allowed), and as an
+//! upper bound measured around a connection's whole life.
 
 mod common;
 #[path = "common/h2_frames.rs"]
@@ -30,8 +36,10 @@ use std::sync::atomic::Ordering;
 
 /// `SETTINGS_MAX_CONCURRENT_STREAMS` of switch/connection/h2.rs.
 const MAX_CONCURRENT_STREAMS: usize = 100;
-/// The overhead frames a client may send at once (switch/connection/h2/frames.rs).
+/// The free frames a client may send at once, and each second after
+/// (switch/connection/h2/frames.rs).
 const OVERHEAD_BURST: usize = 1000;
+const OVERHEAD_PER_SECOND: usize = 100;
 /// Streams the switch may reset for the client's errors before `ENHANCE_YOUR_CALM`
 /// (`MAX_LOCAL_ERROR_RESETS`, switch/connection/h2.rs).
 const MAX_LOCAL_ERROR_RESETS: usize = 200;
@@ -656,13 +664,22 @@ async fn made_you_reset_is_bounded_and_calmed() {
     counters_are(&switch, counted(&frames)).await;
 }
 
-// ---------------------------------------------------------------- 6. control-frame floods
+// ---------------------------------------------------------------- 6. floods of free frames
+
+/// The most free frames the switch may have read on a connection that lasted at most
+/// `elapsed` (measured by the test around the connection's whole life, so no less than the
+/// switch's own measure): the burst, and the rate for each whole second. A machine slower than
+/// expected only raises the bound; a switch refilling faster than its rate passes it.
+fn free_frames_within(elapsed: std::time::Duration) -> usize {
+    OVERHEAD_BURST + (elapsed.as_millis() as usize) * OVERHEAD_PER_SECOND / 1000
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pings_are_answered_until_a_flood_is_calmed() {
     let backend = common::backend().await;
     let switch = switch_before(backend.addr, "").await;
     let addr = web(&switch);
+    let opened = std::time::Instant::now();
     let mut conn = Conn::open(addr).await;
     let mut pings = Vec::new();
     for i in 0..10u8 {
@@ -686,10 +703,11 @@ async fn pings_are_answered_until_a_flood_is_calmed() {
     }
     conn.send(&flood).await;
     let frames = calmed(&mut conn, "PING flood").await;
+    let bound = free_frames_within(opened.elapsed());
     let acks: Vec<&Frame> = frames.iter().filter(|f| f.kind == PING).collect();
     assert!(
-        acks.len() <= OVERHEAD_BURST,
-        "{} PINGs answered of a budget of {OVERHEAD_BURST}",
+        acks.len() <= bound,
+        "{} PINGs answered of a budget of {bound}",
         acks.len()
     );
     for ack in &acks[10..] {
@@ -699,6 +717,69 @@ async fn pings_are_answered_until_a_flood_is_calmed() {
     all.extend(served_anew(addr).await);
     assert_eq!(settled_requests(&switch, &backend).await, 1);
     counters_are(&switch, counted(&all)).await;
+}
+
+/// The burst, then the rate, by events: a client that spends exactly the burst is not cut;
+/// one that then lets the time of 30 frames pass (timed by the test from a moment the switch's
+/// budget already existed) may send 20 more. A switch that never refills cuts it; one with a
+/// smaller burst cuts it sooner. The client's pace is its own: a slower machine lets more time
+/// pass, which only adds to what it may send, so the verdict never rests on speed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_within_the_burst_and_then_the_rate_is_never_cut() {
+    let backend = common::backend().await;
+    let switch = switch_before(backend.addr, "").await;
+    let mut conn = Conn::open(web(&switch)).await;
+    // Free frames so far: the client's SETTINGS, its SETTINGS ACK (sent when the switch's
+    // SETTINGS is read, before any PING ACK), this PING.
+    assert!(conn.round_trip(*b"budget-1").await);
+    // The switch's budget was made before it sent anything: before now.
+    let budget_made_before = std::time::Instant::now();
+    let switch_settings = conn
+        .seen
+        .iter()
+        .filter(|f| f.kind == SETTINGS && !f.has(ACK))
+        .count();
+    assert_eq!(
+        switch_settings, 1,
+        "one SETTINGS from the switch, so one ACK"
+    );
+    let spent = 3;
+    let rest = OVERHEAD_BURST - spent;
+    let mut pings = Vec::new();
+    for i in 0..rest as u32 {
+        let mut payload = [0xb0; 8];
+        payload[4..].copy_from_slice(&i.to_be_bytes());
+        pings.extend(ping(payload));
+    }
+    conn.send(&pings).await;
+    let mut answered = 0;
+    for _ in 0..rest {
+        let ack = conn.until(|f| f.kind == PING || f.kind == GOAWAY).await;
+        match ack {
+            Some(f) if f.kind == PING && f.payload[..4] == [0xb0; 4] => answered += 1,
+            other => panic!("after {answered} of {rest} PINGs within the burst: {other:?}"),
+        }
+    }
+    // The burst is spent. The time of 30 frames at the rate, then 20 frames.
+    let interval = std::time::Duration::from_millis(1000 / OVERHEAD_PER_SECOND as u64);
+    tokio::time::sleep_until((budget_made_before + 30 * interval).into()).await;
+    let mut paced = Vec::new();
+    for i in 0..19u32 {
+        let mut payload = [0xc0; 8];
+        payload[4..].copy_from_slice(&i.to_be_bytes());
+        paced.extend(ping(payload));
+    }
+    conn.send(&paced).await;
+    assert!(
+        conn.round_trip(*b"budget-2").await,
+        "the budget refilled: 20 frames after the time of 30"
+    );
+    let cut: Vec<&Frame> = conn.seen.iter().filter(|f| f.kind == GOAWAY).collect();
+    assert!(cut.is_empty(), "{cut:?}");
+    fetch(&mut conn, 1, 1000).await;
+    drop(conn);
+    assert_eq!(settled_requests(&switch, &backend).await, 1);
+    counters_are(&switch, (0, 0)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -735,6 +816,246 @@ async fn settings_empty_data_and_priority_floods_are_calmed() {
     let total = settled_requests(&switch, &backend).await;
     assert!((3..=4).contains(&total), "{total} requests at the backend");
     counters_are(&switch, counted(&frames)).await;
+}
+
+/// PRIORITY_UPDATE (RFC 9218, type 0x10) for `stream`: urgency 3.
+fn priority_update(stream: u32) -> Vec<u8> {
+    let mut payload = stream.to_be_bytes().to_vec();
+    payload.extend_from_slice(b"u=3");
+    frame(0x10, 0, 0, &payload)
+}
+
+/// DATA on `stream` holding nothing but its Pad Length byte (no data, no padding).
+fn padding_only(stream: u32) -> Vec<u8> {
+    const PADDED: u8 = 0x8;
+    frame(DATA, PADDED, stream, &[0])
+}
+
+/// Floods of frames a client sends for free, each: what opens the connection's flood (a
+/// stream it needs), and the frame repeated.
+fn free_floods() -> Vec<(&'static str, Vec<u8>, Vec<u8>)> {
+    let post = Block::request("POST", "/sha256", "h2.test");
+    vec![
+        ("PING ACK", Vec::new(), frame(PING, ACK, 0, &[0xa5; 8])),
+        (
+            "WINDOW_UPDATE (connection)",
+            Vec::new(),
+            window_update(0, 1),
+        ),
+        (
+            "WINDOW_UPDATE (stream)",
+            headers(1, Block::get("/hold").bytes(), true),
+            window_update(1, 1),
+        ),
+        ("PRIORITY_UPDATE", Vec::new(), priority_update(1)),
+        (
+            "unknown type 0xfa",
+            Vec::new(),
+            frame(0xfa, 0, 0, b"unknown!"),
+        ),
+        (
+            "DATA of padding only",
+            headers(1, post.bytes(), false),
+            padding_only(1),
+        ),
+    ]
+}
+
+/// Frames in each flood of [`free_floods`].
+const FLOOD: usize = 100_000;
+
+/// Sends each of [`free_floods`] on a connection of its own to `addr`, and expects
+/// `GOAWAY ENHANCE_YOUR_CALM` and the connection closed; an honest client on another
+/// connection, opened before, is served meanwhile and after. Returns every frame the clients
+/// got.
+async fn floods_are_calmed(addr: SocketAddr) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    let mut honest = Conn::open(addr).await;
+    let mut stream = 1;
+    for (what, opening, one) in free_floods() {
+        let mut conn = Conn::open(addr).await;
+        let mut flood = opening;
+        for _ in 0..FLOOD {
+            flood.extend_from_slice(&one);
+        }
+        let flooding = tokio::spawn(async move {
+            conn.send(&flood).await;
+            calmed(&mut conn, what).await
+        });
+        fetch(&mut honest, stream, 1000).await;
+        let seen = flooding
+            .await
+            .unwrap_or_else(|e| panic!("{}", common::panic_text(e)));
+        println!("{what}: calmed after {} frames from the switch", seen.len());
+        frames.extend(seen);
+        fetch(&mut honest, stream + 2, 1000).await;
+        stream += 4;
+    }
+    drop(honest);
+    frames
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn floods_of_free_frames_are_calmed_while_others_are_served() {
+    let backend = common::backend().await;
+    let switch = switch_before(backend.addr, "").await;
+    let frames = floods_are_calmed(web(&switch)).await;
+    backend.release(100);
+    // The honest client's two requests a flood; the floods' own streams (a held GET, an
+    // upload never finished) may have reached the backend.
+    let total = settled_requests(&switch, &backend).await;
+    let honest = 2 * free_floods().len();
+    assert!(
+        (honest..=honest + 2).contains(&total),
+        "{total} requests at the backend"
+    );
+    counters_are(&switch, counted(&frames)).await;
+}
+
+/// The same floods against the binary run as an operator runs it (`RUST_LOG=info`, as
+/// `Process` sets it, one worker): the log gets no line from them. The h2 crate wrote one WARN
+/// line for each unsolicited PING ACK, and nothing cut the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn floods_of_free_frames_leave_the_log_quiet() {
+    let backend = common::backend().await;
+    let scratch = common::Scratch::new("h2_free_floods_log");
+    let rules = scratch.file(
+        "rules.toml",
+        &format!(
+            "[switch]\nworkers = 1\naccess_log = false\n\
+             [virtual.web]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"p\"\n\
+             [pool.p]\nservers = [{{ addr = \"{}\" }}]\n",
+            backend.addr
+        ),
+    );
+    let switch = common::Process::start(&["run".as_ref(), "-c".as_ref(), rules.as_os_str()]);
+    let (addr, _) = switch.address_after("listening on ");
+    floods_are_calmed(addr).await;
+    backend.release(100);
+    let (lines, status) = common::stop(switch).await;
+    assert!(status.success(), "{status:?}");
+    // The log is read to its end: the stop's own line is there.
+    assert!(lines.iter().any(|l| l.contains("stopping: ")), "{lines:#?}");
+    // What the stop itself says (SIGTERM): not the floods'.
+    let flood_lines: Vec<&String> = lines.iter().filter(|l| !l.contains("stopping: ")).collect();
+    println!(
+        "{} floods of {FLOOD} frames: {} log lines",
+        free_floods().len(),
+        flood_lines.len()
+    );
+    assert!(
+        flood_lines.is_empty(),
+        "{} log lines from {} floods of {FLOOD} free frames, the first: {:#?}",
+        flood_lines.len(),
+        free_floods().len(),
+        &flood_lines[..flood_lines.len().min(5)]
+    );
+}
+
+/// Honest transfers larger than the budget: a download whose client answers every DATA frame
+/// with two WINDOW_UPDATEs (stream and connection: 4096 for 32 MiB, four times the burst,
+/// forty times what 10 s of the rate add), and an upload of 2048 DATA frames within the
+/// windows the switch grants. Neither is cut: WINDOW_UPDATEs that answer DATA frames are
+/// credited by the DATA sent, and frames that carry data are never charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_transfers_answering_every_frame_are_never_cut() {
+    const SIZE: usize = 32 * 1024 * 1024;
+    let backend = common::backend().await;
+    let switch = switch_before(backend.addr, "").await;
+    let addr = web(&switch);
+    let mut conn = Conn::open(addr).await;
+    fetch(&mut conn, 1, SIZE).await;
+    let updates = conn.seen.iter().filter(|f| f.kind == DATA).count() * 2;
+    assert!(
+        updates >= 4 * OVERHEAD_BURST,
+        "{updates} WINDOW_UPDATEs sent"
+    );
+    assert!(conn.seen.iter().all(|f| f.kind != GOAWAY), "no GOAWAY");
+    drop(conn);
+    let mut conn = Conn::open(addr).await;
+    let body = pattern(SIZE, 42);
+    let response = upload(&mut conn, 1, &body).await;
+    assert_eq!(response.status, 200);
+    assert_eq!(
+        String::from_utf8_lossy(&response.body),
+        format!("{} {SIZE}\n", sha256_hex(&body))
+    );
+    assert!(conn.seen.iter().all(|f| f.kind != GOAWAY), "no GOAWAY");
+    drop(conn);
+    assert_eq!(settled_requests(&switch, &backend).await, 2);
+    counters_are(&switch, (0, 0)).await;
+}
+
+/// POSTs `body` to `/sha256` on `stream` of `conn` in DATA frames of 16 KiB, each sent only
+/// within the windows the switch has granted (RFC 9113 section 6.9), and returns the response.
+/// The windows start from what `conn` has seen so far (all it got from the switch).
+async fn upload(conn: &mut Conn, stream: u32, body: &[u8]) -> Response {
+    const FRAME: usize = 16 * 1024;
+    let increment = |f: &Frame| {
+        let p = &f.payload;
+        i64::from(u32::from_be_bytes([p[0], p[1], p[2], p[3]]) & 0x7fff_ffff)
+    };
+    if !conn.seen.iter().any(|f| f.kind == SETTINGS && !f.has(ACK)) {
+        conn.until(|f| f.kind == SETTINGS && !f.has(ACK))
+            .await
+            .expect("the switch's SETTINGS");
+    }
+    // The stream's window: SETTINGS_INITIAL_WINDOW_SIZE, the last the switch said.
+    let mut stream_window = 65_535;
+    for f in conn
+        .seen
+        .iter()
+        .filter(|f| f.kind == SETTINGS && !f.has(ACK))
+    {
+        for pair in f.payload.chunks_exact(6) {
+            if u16::from_be_bytes([pair[0], pair[1]]) == SETTINGS_INITIAL_WINDOW_SIZE {
+                stream_window = i64::from(u32::from_be_bytes([pair[2], pair[3], pair[4], pair[5]]));
+            }
+        }
+    }
+    let mut windows = (
+        65_535
+            + conn
+                .seen
+                .iter()
+                .filter(|f| f.is(WINDOW_UPDATE, 0))
+                .map(increment)
+                .sum::<i64>(),
+        stream_window,
+    );
+    let block = Block::request("POST", "/sha256", "h2.test")
+        .field("content-length", body.len().to_string());
+    conn.send(&headers(stream, block.bytes(), false)).await;
+    let mut sent = 0;
+    for _ in 0..1_000_000 {
+        if sent == body.len() {
+            return conn.response(stream).await;
+        }
+        let room = windows.0.min(windows.1).min(FRAME as i64);
+        if room > 0 {
+            let n = (room as usize).min(body.len() - sent);
+            conn.send(&data(stream, &body[sent..sent + n], sent + n == body.len()))
+                .await;
+            sent += n;
+            windows.0 -= n as i64;
+            windows.1 -= n as i64;
+            continue;
+        }
+        let f = conn
+            .next()
+            .await
+            .expect("the connection stays open during the upload");
+        assert_ne!(
+            f.kind, GOAWAY,
+            "an honest upload cut after {sent} bytes: {f:?}"
+        );
+        if f.is(WINDOW_UPDATE, 0) {
+            windows.0 += increment(&f);
+        } else if f.is(WINDOW_UPDATE, stream) {
+            windows.1 += increment(&f);
+        }
+    }
+    panic!("a million steps and the upload not sent");
 }
 
 // ---------------------------------------------------------------- 7. zero-window readers

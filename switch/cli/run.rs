@@ -97,9 +97,34 @@ pub fn run_demo(listen: SocketAddr, admin: SocketAddr, tls: bool) -> ExitCode {
     run(config, Launch::demo())
 }
 
+/// The log's filter when `RUST_LOG` names no level: the switch's own lines from `info` up.
+const DEFAULT_LOG: &str = "info";
+
+/// Directives that come before `RUST_LOG`'s (which override them by naming the same target):
+/// what dependencies log is about what a peer sent, line by line, with no throttle. The h2
+/// crate wrote a WARN line for each unsolicited PING ACK (2 million lines in 5 s from one
+/// connection, issue 42), others for each stream reset past its limits; rustls, built without
+/// its `logging` feature today, writes WARN lines for alerts and odd handshakes when it has
+/// it (its `log` records would come through tracing-subscriber's bridge). The switch says
+/// what matters of these itself (`/stats`' `h2_*` counters, its own `debug` lines).
+const QUIET_DEPENDENCIES: &str = "h2=off,rustls=off";
+
+/// The filter of `rust_log` (the `RUST_LOG` variable, if set): [`QUIET_DEPENDENCIES`], then
+/// its directives (or [`DEFAULT_LOG`] when it is unset, empty or unreadable).
+fn log_filter(rust_log: Option<&str>) -> tracing_subscriber::EnvFilter {
+    let directives = match rust_log.map(str::trim) {
+        Some(asked) if !asked.is_empty() => asked,
+        _ => DEFAULT_LOG,
+    };
+    tracing_subscriber::EnvFilter::try_new(format!("{QUIET_DEPENDENCIES},{directives}"))
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(format!("{QUIET_DEPENDENCIES},{DEFAULT_LOG}"))
+        })
+}
+
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let rust_log = std::env::var("RUST_LOG").ok();
+    let filter = log_filter(rust_log.as_deref());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -283,5 +308,73 @@ impl Announcement {
                 eprintln!("tcpvs demo: the monitor: http://{admin}/");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    /// The lines written through a subscriber filtered by `rust_log`'s filter while a WARN of
+    /// the h2 crate's (its line for an unsolicited PING ACK), an INFO of rustls' and an INFO
+    /// and a DEBUG of the switch's are logged.
+    fn logged_under(rust_log: Option<&str>) -> String {
+        #[derive(Clone, Default)]
+        struct Lines(Arc<Mutex<Vec<u8>>>);
+        impl Write for Lines {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().expect("lines").extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(log_filter(rust_log))
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(target: "h2::proto::ping_pong", "recv PING ack that we never sent");
+            tracing::info!(target: "rustls::conn", "sending fatal alert");
+            tracing::info!(target: "tcpvs::supervisor", "the switch's own line");
+            tracing::debug!(target: "tcpvs::connection::h2", "the switch's debug line");
+        });
+        let text = lines.0.lock().expect("lines").clone();
+        String::from_utf8(text).expect("text")
+    }
+
+    #[test]
+    fn dependencies_are_quiet_unless_rust_log_names_them() {
+        for quiet in [
+            None,
+            Some(""),
+            Some("info"),
+            Some("warn"),
+            Some("debug"),
+            Some("%%"),
+        ] {
+            let text = logged_under(quiet);
+            assert!(!text.contains("PING ack"), "RUST_LOG={quiet:?}: {text}");
+            assert!(!text.contains("fatal alert"), "RUST_LOG={quiet:?}: {text}");
+            let own = quiet != Some("warn");
+            assert_eq!(text.contains("own line"), own, "RUST_LOG={quiet:?}: {text}");
+            let debug = quiet == Some("debug");
+            assert_eq!(
+                text.contains("debug line"),
+                debug,
+                "RUST_LOG={quiet:?}: {text}"
+            );
+        }
+        let text = logged_under(Some("info,h2=warn,rustls=info"));
+        assert!(text.contains("PING ack"), "{text}");
+        assert!(text.contains("fatal alert"), "{text}");
+        assert!(text.contains("own line"), "{text}");
+        assert!(logged_under(Some("off")).is_empty());
     }
 }

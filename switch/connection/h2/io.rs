@@ -21,7 +21,8 @@ const FRAME_SIZE_ERROR: u32 = 0x6;
 const COMPRESSION_ERROR: u32 = 0x9;
 const ENHANCE_YOUR_CALM: u32 = 0xb;
 
-/// What the connection's driver learns from its I/O: the client spent its overhead budget.
+/// What the connection's driver learns from its I/O: the client spent its budget of free
+/// frames.
 #[derive(Debug, Default)]
 pub(super) struct Alarm {
     calm_down: AtomicBool,
@@ -69,7 +70,7 @@ impl<'c> H2Io<'c> {
         }
     }
 
-    /// Charges the client's overhead frames to its budget; returns how many of `bytes` the h2
+    /// Charges the client's free frames to its budget; returns how many of `bytes` the h2
     /// crate may have: all, or those before the frame that spent the budget (the rest is never
     /// read, so the budget bounds the frames handled, whatever the size of a read).
     fn received(&mut self, bytes: &[u8]) -> usize {
@@ -77,7 +78,7 @@ impl<'c> H2Io<'c> {
         let (budget, alarm) = (&mut self.budget, self.alarm);
         let mut cut: Option<u64> = None;
         self.inbound.scan(bytes, &mut |frame: &Frame| {
-            if frame.is_overhead() && !budget.spend() {
+            if !budget.charge(frame) {
                 alarm.calm_down.store(true, Ordering::Relaxed);
                 cut.get_or_insert(frame.start);
             }
@@ -95,10 +96,12 @@ impl<'c> H2Io<'c> {
         Poll::Pending
     }
 
-    /// Counts the GOAWAYs and the protocol errors that leave.
+    /// Counts the GOAWAYs and the protocol errors that leave, and credits the client the
+    /// WINDOW_UPDATEs that may answer the DATA frames that leave.
     fn sent(&mut self, parts: &[IoSlice<'_>], mut n: usize) {
-        let stats = self.stats;
+        let (stats, budget) = (self.stats, &mut self.budget);
         let mut count = |frame: &Frame| match (frame.kind, frame.code) {
+            (frames::DATA, _) if frame.len > 0 => budget.data_sent(),
             (frames::GOAWAY, code) => {
                 stats::bump(&stats.h2_goaways_sent);
                 if code.is_some_and(|code| code != NO_ERROR) {
