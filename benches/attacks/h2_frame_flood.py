@@ -17,7 +17,7 @@ connection was closed (EOF or reset), the log lines and bytes the switch wrote f
 the flood to the end of the run, and the honest client's requests and slowest answer.
 Needs python3 only. Loads only 127.0.0.1; every loop is bounded by SECONDS or a count.
 """
-import json, os, select, socket, struct, subprocess, sys, tempfile, threading, time
+import json, os, select, shutil, socket, struct, subprocess, sys, tempfile, threading, time
 
 KINDS = {
     "ping-ack": (0x6, 0x1, 0, b"\xa5" * 8),
@@ -195,6 +195,8 @@ def main():
         stop.set()
     with open(log_path, "rb") as f:
         text = f.read()
+    # The old builds' logs ran to hundreds of MB: nothing is left behind.
+    shutil.rmtree(work, ignore_errors=True)
     flood_part = text[before:]
     # The lines of the stop itself (SIGTERM) are not the flood's.
     lines = [l for l in flood_part.split(b"\n") if l and b"stopping" not in l and b"stopped" not in l]
