@@ -18,7 +18,7 @@
 //! | streams reset before they were accepted | [`MAX_PENDING_ACCEPT_RESETS`], then `ENHANCE_YOUR_CALM` | Rapid Reset |
 //! | streams the switch reset for the client's errors | [`MAX_LOCAL_ERROR_RESETS`], then `ENHANCE_YOUR_CALM` | MadeYouReset (CVE-2025-8671) |
 //! | a header block, decoded | [`MAX_HEADER_LIST`] (then 431), its CONTINUATION frames counted by the h2 crate | HPACK bombs, CONTINUATION flood (CVE-2024-27316) |
-//! | PING, SETTINGS, PRIORITY, RST_STREAM, empty frames | 1000 at once, 100 a second (`frames::Budget`) | control-frame floods |
+//! | frames that carry no request: PING and SETTINGS (ACK or not), WINDOW_UPDATE, PRIORITY, PRIORITY_UPDATE and unknown types, RST_STREAM, GOAWAY, empty or padding-only DATA, HEADERS, CONTINUATION | 1000 at once, 100 a second; each DATA frame sent lets 2 WINDOW_UPDATEs through, up to 1000 kept (`frames::Budget`), then `ENHANCE_YOUR_CALM` | floods of free frames (a worker's CPU, log lines) |
 //! | bytes the client may send unread | [`STREAM_WINDOW`] per stream, [`CONNECTION_WINDOW`] in all | memory |
 //! | bytes waiting for a client that does not read | [`MAX_SEND_BUFFER`] per stream | zero-window readers |
 

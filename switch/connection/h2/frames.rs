@@ -286,6 +286,12 @@ impl<C: Clock> Budget<C> {
             self.window_credit -= 1;
             return true;
         }
+        self.spend()
+    }
+
+    /// Spends one token (a free frame, or a stream the switch refused at once: h2.rs);
+    /// `false` when none is left.
+    pub(super) fn spend(&mut self) -> bool {
         if self.tokens == 0 {
             self.refill();
         }
