@@ -12,6 +12,7 @@ use crate::state::stats::{self, ServiceStats};
 use crate::stream::{write_all, Limit};
 use crate::timeouts::{Timeouts, SESSION_TIMER};
 use rustix::net::sockopt;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -168,10 +169,20 @@ pub async fn accept_loop(
             peer,
             Arc::clone(&timer),
         );
-        tokio::spawn(SESSION_TIMER.scope(timer, async move {
-            let _slot = slot;
-            connection.run().await;
-        }));
+        tokio::spawn(SESSION_TIMER.scope(timer, serve(connection, slot)));
+    }
+}
+
+/// A connection's task: it runs in place, and its client slot is freed after it is dropped.
+/// Not an async fn: one would keep its arguments and a moved copy of them, and every
+/// connection's task would carry the connection twice (issue 42: the task took 3.3 KiB, 2.2 of
+/// them copies and HTTP/2's preface check, of the 8.5 KiB a slow client cost).
+#[allow(clippy::manual_async_fn)]
+fn serve(mut connection: Connection, slot: ClientSlot) -> impl Future<Output = ()> {
+    async move {
+        connection.run().await;
+        drop(connection);
+        drop(slot);
     }
 }
 
@@ -199,4 +210,34 @@ async fn refuse_busy(slot: ClientSlot, stream: Socket) {
         true,
     );
     let _ = write_all(&stream, &out, Limit::Idle(Duration::from_secs(2))).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of the future that `f` returns, without calling it.
+    fn future_size<F, Fut>(_: F) -> usize
+    where
+        F: FnOnce(Connection, ClientSlot) -> Fut,
+    {
+        std::mem::size_of::<Fut>()
+    }
+
+    /// Every connection's task holds this future for as long as it lives: an idle keep-alive
+    /// client and a slow one still sending its head (slowloris) pay each byte of it. It took
+    /// 3304 bytes: `run` took the connection by value (an async fn keeps its argument and a
+    /// moved copy, and the spawning block held a third: 3 x 824 bytes), and HTTP/2's preface
+    /// check kept its read state inline (576 bytes). Now the connection once and a few hundred
+    /// bytes of waiting. A larger bound is a choice to make knowingly, with
+    /// `benches/slowloris.sh` (RELIABILITY.md, "Slow clients").
+    #[test]
+    fn a_connections_task_holds_the_connection_once_and_no_rare_state() {
+        let task = future_size(serve);
+        let connection = std::mem::size_of::<Connection>();
+        assert!(
+            task <= connection + 384,
+            "the task takes {task} bytes, the connection {connection}"
+        );
+    }
 }

@@ -140,19 +140,36 @@ impl Connection {
     }
 
     /// Whether a plain connection of an HTTP/2 service begins with the HTTP/2 preface (prior
-    /// knowledge, RFC 9113 section 3.3): reads on while what came is a beginning of it.
+    /// knowledge, RFC 9113 section 3.3): reads on while what came is a beginning of it. An
+    /// HTTP/1 request is told apart by what is in the buffer already; only a connection whose
+    /// first bytes begin the preface reads on, in a box: that read's state (some 650 bytes)
+    /// would otherwise sit in every connection's task for as long as it lives (issue 42).
     async fn begins_with_preface(&mut self, deadline: Instant) -> bool {
         if !self.service().http2 || self.client.tls().is_some() {
             return false;
         }
+        match self.preface_in_buffer() {
+            Some(decided) => decided,
+            None => Box::pin(self.read_preface(deadline)).await,
+        }
+    }
+
+    /// Whether the buffer holds the preface (`Some(true)`) or something else (`Some(false)`);
+    /// `None` while it holds a beginning of it.
+    fn preface_in_buffer(&self) -> Option<bool> {
+        let filled = self.inbuf.filled();
+        let n = filled.len().min(PREFACE.len());
+        if filled[..n] != PREFACE[..n] {
+            return Some(false);
+        }
+        (n == PREFACE.len()).then_some(true)
+    }
+
+    /// Reads until the buffer holds the preface or something else.
+    async fn read_preface(&mut self, deadline: Instant) -> bool {
         loop {
-            let filled = self.inbuf.filled();
-            let n = filled.len().min(PREFACE.len());
-            if filled[..n] != PREFACE[..n] {
-                return false;
-            }
-            if n == PREFACE.len() {
-                return true;
+            if let Some(decided) = self.preface_in_buffer() {
+                return decided;
             }
             match read_some(&self.client, &mut self.inbuf, Limit::Until(deadline)).await {
                 Ok(0) | Err(_) => return false,

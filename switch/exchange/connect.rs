@@ -1,5 +1,7 @@
 //! Connect: a new connection to the server picked (an idle one is reused by pick.rs before
-//! this is tried), with the answer to running out of descriptors.
+//! this is tried), with the answer to running out of descriptors, and a SYN that the
+//! server's full accept queue dropped sent again when a slot may have opened
+//! (state/handshakes.rs).
 
 use super::Picker;
 use crate::limits::exhaustion;
@@ -7,7 +9,12 @@ use crate::socket::Socket;
 use crate::state::control::{Evidence, Failure};
 use crate::state::server::Backend;
 use crate::state::stats;
+use std::future::{poll_fn, Future};
+use std::io;
+use std::pin::pin;
+use std::task::Poll;
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// Why no new connection to a server was opened.
 pub(crate) enum ConnectFailure {
@@ -17,6 +24,10 @@ pub(crate) enum ConnectFailure {
     /// freeing idle connections and waiting: nobody's failure but ours.
     OutOfDescriptors,
 }
+
+/// SYNs sent again within one connect, at most (each waits for a request of the server to
+/// end, and the connect's time limit bounds them anyway).
+const MAX_RESENDS: usize = 64;
 
 /// The answer's reason when descriptors ran out.
 pub(super) const OUT_OF_DESCRIPTORS: &str = "out of file descriptors";
@@ -45,7 +56,7 @@ impl Picker<'_> {
         // server.
         let answered = stats::read(&backend.stats.responses);
         for pause in EXHAUSTED_PAUSES {
-            match backend.connect(connect_timeout).await {
+            match connect_or_resend(backend, connect_timeout).await {
                 Ok(stream) => return Ok(stream),
                 Err(e) if exhaustion::is_exhaustion(&e) => {
                     exhaustion::CONNECT.warn(|held| {
@@ -84,6 +95,40 @@ impl Picker<'_> {
             .map(|backend| backend.shed_idle(worker))
             .sum()
     }
+}
+
+/// A new connection to `backend` within `timeout`, its SYN sent again (a new socket) each time
+/// the server's full accept queue is seen to have dropped it and a request of the server has
+/// ended since (state/handshakes.rs): a second later, the kernel would send it again itself,
+/// into a slot long taken by a SYN that came after. Before any byte of the request: safe for
+/// every request, and one attempt, one time limit, however many SYNs.
+async fn connect_or_resend(backend: &Backend, timeout: Duration) -> io::Result<Socket> {
+    let deadline = Instant::now() + timeout;
+    let handshakes = &backend.handshakes;
+    for _ in 0..MAX_RESENDS {
+        let number = handshakes.begin();
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut connecting = pin!(backend.connect(left));
+        // The first poll sends the SYN (or fails at once).
+        let first = poll_fn(|cx| Poll::Ready(connecting.as_mut().poll(cx))).await;
+        let result = match first {
+            Poll::Ready(result) => result,
+            Poll::Pending => {
+                let sent = handshakes.sent();
+                tokio::select! {
+                    biased;
+                    result = &mut connecting => result,
+                    () = handshakes.overtaken(sent) => continue,
+                }
+            }
+        };
+        if result.is_ok() {
+            handshakes.completed(number);
+        }
+        return result;
+    }
+    let left = deadline.saturating_duration_since(Instant::now());
+    backend.connect(left).await
 }
 
 /// A connection attempt that failed: counted, and as a timeout when it ran out of time.

@@ -304,6 +304,11 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
                         lease.server,
                     );
                     outcome.pool = Some(self.picker.pool_index);
+                    let backend = lease.backend();
+                    drop(lease);
+                    // The server is done with a request: a connect its full accept queue
+                    // dropped may get in now (connect.rs).
+                    backend.handshakes.request_ended();
                     return outcome;
                 }
                 Err(error) => error,

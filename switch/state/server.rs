@@ -2,6 +2,7 @@
 //! connections, shared by the pools of successive generations that keep it.
 
 use crate::socket::Socket;
+use crate::state::handshakes::Handshakes;
 use crate::state::stats::{self, ServerStats};
 use crate::state::status::ServerStatus;
 use crate::stream::{wait, Limit};
@@ -29,6 +30,9 @@ pub struct Backend {
     /// readiness comes from that worker's reactor, and its age from that worker's clock).
     idle: Box<[Mutex<Vec<IdleConnection>>]>,
     pub stats: ServerStats,
+    /// The switch's connects to it, in order: a SYN its full accept queue dropped is sent
+    /// again when a slot may have opened (exchange/connect.rs).
+    pub handshakes: Handshakes,
     /// What the pool's module reads of it: load, weight, up (a handle shared with the pool).
     pub state: ServerState,
     /// As its line in the rule file says: weight, `max_conns`, backup.
@@ -58,6 +62,7 @@ impl Backend {
             host_field: config.addr.to_string().into_bytes().into_boxed_slice(),
             idle: (0..workers.max(1)).map(|_| Mutex::default()).collect(),
             stats: ServerStats::default(),
+            handshakes: Handshakes::default(),
             state: ServerState::with_limit(config.weight, config.max_conns),
             weight: AtomicU32::new(config.weight),
             max_conns: AtomicU32::new(config.max_conns),
