@@ -11,6 +11,8 @@
 //! bodies); waits are bounded by `PATIENCE` only to prevent hangs.
 
 mod common;
+#[path = "common/h2_frames.rs"]
+mod h2_frames;
 #[path = "common/h2.rs"]
 mod h2c;
 
@@ -150,22 +152,6 @@ fn alpn(client: &tls::TlsClient) -> Option<Vec<u8>> {
         .map(<[u8]>::to_vec)
 }
 
-/// Reads from `stream` until an HTTP/1 head is complete or the peer closes; returns the bytes.
-async fn read_head_or_close(stream: &mut TcpStream) -> Vec<u8> {
-    let mut got = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-        match tokio::time::timeout(PATIENCE, stream.read(&mut chunk))
-            .await
-            .expect("an answer or a close within PATIENCE")
-        {
-            Ok(0) | Err(_) => break,
-            Ok(n) => got.extend_from_slice(&chunk[..n]),
-        }
-    }
-    got
-}
-
 // ---------------------------------------------------------------- 1. how HTTP/2 begins
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -214,21 +200,50 @@ async fn alpn_h2_on_tls_and_http11_for_a_client_that_offers_only_http11() {
     assert_eq!(tls.requests, 3);
 }
 
+/// Reads from `stream` until the peer closes (EOF or reset); returns everything it sent.
+async fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    for _ in 0..10_000 {
+        match tokio::time::timeout(PATIENCE, stream.read(&mut chunk))
+            .await
+            .expect("the switch closes within PATIENCE")
+        {
+            Ok(0) => return got,
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return got,
+            Err(e) => panic!("reading from the switch: {e}"),
+        }
+    }
+    panic!("more than 10 000 reads before the close");
+}
+
+/// With `http2 = false`: a TLS client offering `h2` alone is refused in the handshake with
+/// the `no_application_protocol` alert (README, "ALPN"); one offering `h2` and `http/1.1` gets
+/// `http/1.1`. On a plain service the preface is an HTTP/1 request line of version 2.0: `505`,
+/// byte for byte, and the connection closed, where an HTTP/2 service answers SETTINGS.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_false_offers_no_h2_and_does_not_answer_the_preface() {
     let site = Site::start("h2-off").await;
     let base = site.ca.client_config(&[&TLS13]);
-    // TLS, h2 alone: refused in the handshake, or at least not h2.
-    match tls::try_connect(
+    // TLS, h2 alone: refused in the handshake.
+    let refused = tls::try_connect(
         site.addr("tls_h1"),
         "www.example.test",
         &offering(&base, &[b"h2"]),
     )
     .await
-    {
-        Err(_) => {}
-        Ok(client) => assert_ne!(alpn(&client).as_deref(), Some(&b"h2"[..])),
-    }
+    .err()
+    .expect("the handshake fails");
+    let alert = refused
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+        .unwrap_or_else(|| panic!("not a TLS error: {refused:?}"));
+    assert_eq!(
+        alert,
+        &rustls::Error::AlertReceived(rustls::AlertDescription::NoApplicationProtocol),
+        "{refused:?}"
+    );
     // TLS, h2 then http/1.1: http/1.1, served.
     let mut client = tls::connect(
         site.addr("tls_h1"),
@@ -242,18 +257,20 @@ async fn http2_false_offers_no_h2_and_does_not_answer_the_preface() {
         .await;
     assert_eq!(client.response(false).await.body, pattern(10, 10));
 
-    // Plain: the preface and a SETTINGS frame get no SETTINGS back (an HTTP/1 refusal).
+    // Plain: the preface and a SETTINGS frame are an HTTP/1 request of version 2.0.
     let mut hello = h2c::PREFACE.to_vec();
     hello.extend(h2c::frame(h2c::SETTINGS, 0, 0, &[]));
     let mut raw = TcpStream::connect(site.addr("plain_h1")).await.unwrap();
     raw.write_all(&hello).await.unwrap();
-    let answer = read_head_or_close(&mut raw).await;
-    let settings = answer.len() >= 9 && answer[3] == h2c::SETTINGS && answer[8] == 0;
-    assert!(!settings, "HTTP/2 SETTINGS from an http2 = false service");
-    assert!(
-        answer.starts_with(b"HTTP/1.1 4") || answer.starts_with(b"HTTP/1.1 5") || answer.is_empty(),
-        "an HTTP/1 refusal or a close: {:?}",
-        String::from_utf8_lossy(&answer)
+    let answer = read_to_close(&mut raw).await;
+    let body = "505 HTTP Version Not Supported: HTTP version not supported\n";
+    assert_eq!(
+        String::from_utf8_lossy(&answer),
+        format!(
+            "HTTP/1.1 505 HTTP Version Not Supported\r\nContent-Type: text/plain\r\n\
+             Content-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
     );
     // The same bytes to the HTTP/2 service: SETTINGS first.
     let mut raw = TcpStream::connect(site.addr("plain")).await.unwrap();
@@ -1145,35 +1162,86 @@ async fn a_reload_that_removes_the_service_sends_goaway_to_its_connections() {
 /// The streams of every connection and the client connections share `max_clients`, the
 /// descriptor budget (each stream may hold a server connection): an attacker's connections of
 /// 100 slow streams each once ran the switch out of descriptors. Here one connection (one of
-/// `max_clients = 4`) may have only 3 streams at a server at once; the rest wait, and all are
-/// served as the first ones end.
+/// `max_clients = 4`) may have only 3 streams at a server at once; the rest wait at the switch,
+/// neither answered nor reset, and each is taken up as one of the first ends.
+///
+/// Decided by events, on raw frames: the backend holds 3 requests; a PING answered after the
+/// other 7 HEADERS shows the switch has read them; each release lets exactly one more through;
+/// and the backend never needed more than 3 connections (a waiting stream taken up would have
+/// held a fourth beside the 3 held requests).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_and_connections_share_max_clients() {
+    use h2_frames::{headers, Block, Conn};
     let web = backend().await;
     let rules = ONE_POOL.replace("access_log = false", "access_log = false\nmax_clients = 4");
     let switch = start_switch(&rules, &[("web", web.addr.to_string())]).await;
-    let client = H2::plain(switch.local_addr("web").unwrap()).await;
-    let mut tasks = Vec::new();
-    for i in 0..10usize {
-        let streams = client.streams();
-        tasks.push(tokio::spawn(async move {
-            let reply = streams.get("a.test", &format!("/hold?stream={i}")).await;
-            assert_eq!(reply.status, 200);
-        }));
+    let mut conn = Conn::open(switch.local_addr("web").unwrap()).await;
+    let ids: Vec<u32> = (0..10).map(|i| 2 * i + 1).collect();
+    let open = |id: u32| headers(id, Block::get(&format!("/hold?stream={id}")).bytes(), true);
+    for &id in &ids[..3] {
+        conn.send(&open(id)).await;
     }
     web.wait_for_requests(3).await;
-    // Were the budget not kept, the other seven would be at the server by now.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    for &id in &ids[3..] {
+        conn.send(&open(id)).await;
+    }
+    assert!(conn.round_trip(*b"7waiting").await, "the connection stays");
+    let about_waiting: Vec<_> = conn
+        .seen
+        .iter()
+        .filter(|f| ids[3..].contains(&f.stream))
+        .collect();
+    assert!(
+        about_waiting.is_empty(),
+        "a waiting stream is neither answered nor reset: {about_waiting:?}"
+    );
     assert_eq!(
-        web.requests(),
-        3,
+        (web.requests(), switch.stats().services[0].requests),
+        (3, 3),
         "1 client connection + 3 streams fill max_clients = 4"
     );
-    for served in [6, 9, 10] {
-        web.release(3);
+    // Each answer frees one place, taken by the next stream in order.
+    for served in 4..=10 {
+        web.release(1);
         web.wait_for_requests(served).await;
+        assert_eq!(
+            web.requests(),
+            served,
+            "one answer, one more stream taken up"
+        );
     }
-    web.release(1);
-    join_all(tasks).await;
+    web.release(3);
+    let ends = conn.outcomes(&ids).await;
+    for id in &ids {
+        match &ends[id] {
+            h2_frames::Outcome::Response(reply) => assert_eq!(
+                (reply.status, reply.body.as_slice()),
+                (200, &b"0123456789"[..]),
+                "stream {id}"
+            ),
+            other => panic!("stream {id}: {other:?}"),
+        }
+    }
+    let targets: Vec<String> = heads(&web)
+        .iter()
+        .map(|h| h.split(' ').nth(1).unwrap_or("").to_string())
+        .collect();
+    let target = |id: &u32| format!("/hold?stream={id}");
+    let mut first: Vec<String> = targets[..3].to_vec();
+    first.sort();
+    let mut expected_first: Vec<String> = ids[..3].iter().map(target).collect();
+    expected_first.sort();
+    assert_eq!(first, expected_first, "the first three at once");
+    let rest: Vec<String> = ids[3..].iter().map(target).collect();
+    assert_eq!(
+        targets[3..],
+        rest[..],
+        "the others taken up one by one, in order"
+    );
+    assert!(
+        web.connections() <= 3,
+        "at most 3 requests at the server at once: {} connections",
+        web.connections()
+    );
     assert_eq!(switch.stats().services[0].h2_streams, 10);
 }
