@@ -2,8 +2,8 @@
 //! (`access_log_format = "json"`), on the real binary: one line per request, byte for byte;
 //! the file reopened by its path on SIGUSR1 as logrotate's `postrotate` asks, a failed reopen
 //! keeping the old file; SIGUSR1 logged and harmless when the log is not a file; JSON that a
-//! JSON parser reads back, on stderr too; the rule-file errors; and whole lines from four
-//! workers writing at once.
+//! JSON parser reads back, on stderr too; the combined format, a client that left before the
+//! answer in it as 499; the rule-file errors; and whole lines from four workers writing at once.
 //!
 //! Verdicts rest on events: the files are read after the process exited from a graceful stop
 //! (`shutdown_timeout = "1h"`: it exits only once every connection ended, so after every line
@@ -18,7 +18,7 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// A rule file: `[switch]` with `keys`, a graceful stop without deadline, and one virtual
@@ -781,6 +781,44 @@ async fn combined_lines_are_ncsa_combined_byte_for_byte() {
             assert_eq!(general["failed_requests"], 0, "{general}");
         }
     }
+}
+
+/// A client that leaves before any answer is logged `499` in the combined format, as nginx
+/// writes it (the other formats say 0, which readers of the combined format refuse): here a
+/// client announces a body, sends half of it once the server holds the request, and closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn combined_logs_a_client_that_left_before_the_answer_as_499() {
+    let server = backend().await;
+    let scratch = Scratch::new("access_combined_499");
+    let keys = "workers = 1\naccess_log = \"access.log\"\naccess_log_format = \"combined\"";
+    let file = scratch.file("rules.toml", &rules(keys, server.addr));
+    let from = now_ms();
+    let (switch, addr, _) = start(&file).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(
+            b"POST /page/upload HTTP/1.1\r\nHost: test\r\nContent-Length: 10\r\n\
+              User-Agent: leaving/1\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    server.wait_for_requests(1).await;
+    stream.write_all(b"hello").await.unwrap();
+    drop(stream);
+    // The switch ends the exchange with the server once it sees the client gone.
+    server.wait_for_closed(1).await;
+    let (log, status) = stop(switch).await;
+    let to = now_ms();
+    assert!(status.success(), "{status:?}: {log:#?}");
+    let lines = lines_of(&scratch.0.join("access.log"));
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert_combined_line(
+        &lines[0],
+        "127.0.0.1",
+        r#""POST /page/upload HTTP/1.1" 499 0 "-" "leaving/1""#,
+        from,
+        to,
+    );
 }
 
 /// On stderr, combined lines are bare, as JSON lines are: no time and level before them.

@@ -2,7 +2,9 @@
 //! read by a Prometheus text parser and agreeing with `/stats`, runtime changes of weight and
 //! state (`PUT /pools/{pool}/servers/{addr}`) seen by the scheduler, the token rules, `POST
 //! /reload` (the reload itself is tested in tests/reload.rs), the endpoint's HTTP (keep-alive, HEAD, bad requests), its
-//! own thread with several workers, and the rule-file errors of `[admin]`.
+//! own thread with several workers, the Unix socket's mode at a path too long for a temporary
+//! name (the rest of the Unix socket is in tests/admin_safety.rs), and the rule-file errors of
+//! `[admin]`.
 //!
 //! Verdicts never depend on elapsed time: each step waits for the switch's statistics or for
 //! answers; timeouts only guard against hangs.
@@ -967,6 +969,68 @@ async fn with_several_workers_the_endpoint_has_a_thread_and_stops_with_the_switc
         refused.is_err(),
         "the admin listener closed with the switch"
     );
+}
+
+/// The admin socket's `mode` when its path leaves no room for the temporary name a socket is
+/// bound under (`.tcpvs-admin.PID.sock` beside it, set to its mode, then renamed to the path):
+/// past the 107 bytes of `sun_path`, it is bound at its path and given its mode there
+/// (admin/listener.rs). Paths of exactly 107 bytes, the longest a socket takes, with a mode
+/// given and with the default (`0600`); each file is the endpoint's, which answers on it.
+#[tokio::test]
+async fn a_socket_too_long_for_a_temporary_name_gets_its_mode_too() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let live = backend().await;
+    let scratch = Scratch::new("admin_long_socket_path");
+    // Folder: 107 bytes less "/admin.sock" (the two names below are as long).
+    let room = 107usize
+        .checked_sub("/admin.sock".len() + scratch.0.as_os_str().len() + 1)
+        .filter(|&room| room > 0)
+        .expect("the temporary folder's path leaves room for a folder of 107-byte sockets");
+    let folder = scratch.0.join("d".repeat(room));
+    std::fs::create_dir(&folder).unwrap();
+    for (name, mode_key, mode) in [
+        ("admin.sock", "mode = \"0640\"", 0o640),
+        ("other.sock", "", 0o600),
+    ] {
+        let socket = folder.join(name);
+        assert_eq!(socket.as_os_str().len(), 107);
+        let temporary = folder.join(format!(".tcpvs-admin.{}.sock", std::process::id()));
+        assert!(
+            temporary.as_os_str().len() > 107,
+            "no room for a temporary name"
+        );
+        let rules = format!(
+            "[switch]\naccess_log = false\n[admin]\nlisten = \"unix:{}\"\n{mode_key}\n\
+             [virtual.web]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"p\"\n\
+             [pool.p]\nservers = [{{ addr = \"{}\" }}]\n",
+            socket.display(),
+            live.addr
+        );
+        let config = tcpvs::Config::parse("test.toml", &rules).unwrap_or_else(|e| panic!("{e}"));
+        let switch = tcpvs::Switch::start(config).await.unwrap();
+        let metadata = std::fs::symlink_metadata(&socket).unwrap();
+        assert!(metadata.file_type().is_socket(), "{name}");
+        assert_eq!(
+            metadata.permissions().mode() & 0o7777,
+            mode,
+            "{name}: {mode_key:?}"
+        );
+        let mut stream = tokio::net::UnixStream::connect(&socket).await.unwrap();
+        stream
+            .write_all(b"GET /stats HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut raw = Vec::new();
+        tokio::time::timeout(PATIENCE, stream.read_to_end(&mut raw))
+            .await
+            .expect("the endpoint answers and closes")
+            .unwrap();
+        let (answer, _) = parse_answer(&raw, false)
+            .unwrap_or_else(|| panic!("incomplete answer: {}", String::from_utf8_lossy(&raw)));
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert_eq!(answer.json()["pools"][0]["name"], "p");
+        switch.shutdown(std::time::Duration::from_secs(1)).await;
+    }
 }
 
 // ---------------------------------------------------------------- rule files

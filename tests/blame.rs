@@ -127,6 +127,60 @@ async fn a_body_that_never_follows_100_continue_is_the_clients_408() {
     .await;
 }
 
+/// A body that stalls half-way, after the server had the head: the bytes that went up keep the
+/// server's silence from counting as late (exchange/response_head.rs), so the client's own
+/// idle timeout ends the exchange, in the upload's branch of exchange/attempt.rs; that too is
+/// the client's 408, byte for byte, with nothing counted at the server, which stays up and
+/// serves the next client. (The three tests above stall before the first body byte, where the
+/// wait for the server's answer runs out first.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_stalls_half_way_is_the_clients_408() {
+    let server = backend().await;
+    let switch = switch_for(server.addr).await;
+    let addr = switch.local_addr("web").unwrap();
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    client
+        .write_all(b"POST /sha256 HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n")
+        .await
+        .unwrap();
+    // The head is at the server, which waits for the body; half of it follows, then nothing.
+    server.wait_for_requests(1).await;
+    client.write_all(b"hello").await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(PATIENCE, client.read_to_end(&mut answer))
+        .await
+        .expect("an answer and a close within PATIENCE")
+        .expect("reading the answer");
+    let body = "408 Request Timeout: request body not received in time\n";
+    assert_eq!(
+        String::from_utf8_lossy(&answer),
+        format!(
+            "HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+             Cache-Control: no-store\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    );
+    let snap = settle(&switch).await;
+    let counted = snap.server(server.addr).unwrap();
+    assert_eq!(
+        (
+            counted.state,
+            counted.connect_errors,
+            counted.response_errors,
+            counted.timeouts
+        ),
+        (State::Up, 0, 0, 0),
+        "the server is not blamed: {counted:?}"
+    );
+    assert_eq!(snap.services[0].classes[3], 1, "one 4xx answer");
+    let mut honest = Client::connect(addr).await;
+    let answer = honest.get("/after").await;
+    assert_eq!(
+        (answer.status, answer.text()),
+        (200, "path /after\n".into())
+    );
+}
+
 /// A server that closes without answering as soon as a request announcing a body arrives and
 /// the body does not follow, as nginx does when its `client_body_timeout` runs out, and answers
 /// bodiless requests normally.

@@ -525,3 +525,58 @@ async fn overtaken_syn_sent_again() -> bool {
     );
     true
 }
+
+/// `panic_threshold` is the configured percentage, not the default's 50: of 4 primaries, 2 up
+/// (50%) is below 75 (panic), 3 up (75%) is not; 1 up (25%) is not below 25 (no panic), where
+/// 50 would say the opposite of the first and the last. The verdict waits until every dead
+/// server failed a second check, so that the pool's offer was recomputed after it went down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_panic_threshold_is_the_percentage_configured() {
+    for (threshold, live, expect_panic) in [(75, 2, true), (75, 3, false), (25, 1, false)] {
+        let mut backends = Vec::new();
+        let mut servers = Vec::new();
+        for _ in 0..live {
+            let server = backend().await;
+            servers.push(server.addr);
+            backends.push(server);
+        }
+        for _ in live..4 {
+            servers.push(dead_address().await);
+        }
+        let switch = pool_of(
+            &servers,
+            "",
+            "scheduler = \"rr\"",
+            &format!("check = \"tcp\"\ninterval = \"100ms\"\npanic_threshold = {threshold}"),
+        )
+        .await;
+        let is_live = |addr: SocketAddr| backends.iter().any(|b| b.addr == addr);
+        let snap = wait_until(&switch, "every server checked, the dead twice", |s| {
+            s.servers.iter().all(|server| {
+                if is_live(server.addr) {
+                    server.state == State::Up && server.check.successes >= 1
+                } else {
+                    server.state == State::Down && server.check.failures >= 2
+                }
+            })
+        })
+        .await;
+        let case = format!("panic_threshold = {threshold}, {live} of 4 up");
+        assert_eq!(snap.pools[0].panic, expect_panic, "{case}: {snap:?}");
+        for server in &snap.servers {
+            assert_eq!(
+                server.offered,
+                is_live(server.addr) || expect_panic,
+                "{case}: a dead server is offered only in panic: {server:?}"
+            );
+        }
+        // Every request reaches a live server either way (in panic, a dead one's refusal
+        // costs no attempt).
+        for i in 0..8 {
+            let r = get(&switch, &format!("/{i}")).await;
+            assert_eq!(r.status, 200, "{case}: {}", r.text());
+            assert!(is_live(r.served_by().parse().unwrap()), "{case}");
+        }
+        assert_eq!(switch.stats().pools[0].panic, expect_panic, "{case}");
+    }
+}

@@ -1,10 +1,12 @@
 //! Traffic policy in rules (issue 26; design.md, "Traffic policy in rules"), end to end over
 //! loopback sockets: `redirect` (scheme, host, port, path with the rule's path captures, the
-//! query kept unless the new path sets one, every code) over HTTP/1.0, HTTP/1.1 keep-alive and
-//! HTTP/2; `respond` (status, body, content type; HEAD); `path_rewrite` and `strip_prefix` as the
-//! server receives them; `request_headers` and `response_headers` (remove, then set, then add;
-//! names in any case); the `source` condition, with and without PROXY; and what `tcpvs check`
-//! says of a wrong policy, with FILE:LINE:COL.
+//! query kept unless the new path sets one, a scheme's default port never written, every code)
+//! over HTTP/1.0, HTTP/1.1 keep-alive and HTTP/2; `respond` (status, body, content type and its
+//! default; HEAD); `path_rewrite` and `strip_prefix` as the server receives them;
+//! `request_headers` and `response_headers` (remove, then set, then add; names in any case, `_`
+//! as `-`; a rule's X-Forwarded-For); the `source` condition, with and without PROXY, and for
+//! IPv4 clients of a dual-stack listener; and what `tcpvs check` says of a wrong policy, with
+//! FILE:LINE:COL.
 //!
 //! Written from the interface alone, as a test from outside the project would be. Verdicts rest
 //! on bytes: the request head the server received (tests/common/policy.rs's echo server), and
@@ -141,6 +143,63 @@ async fn a_scheme_redirect_keeps_path_and_query_and_drops_the_port() {
     assert_eq!(r.status, 200);
     assert_eq!(r.text(), plain_head("GET", "/plain?k=v"));
     assert_eq!(app.requests(), 1, "a redirect never reaches the server");
+}
+
+/// A port that is the scheme's default is never written (`:443` for https, `:80` for http),
+/// whether the rule gives it or the request's Host carries it; any other port is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirect_never_writes_the_default_port_of_its_scheme() {
+    let app = echo().await;
+    let rules = r#"
+[[virtual.web.rule]]
+path = "^/tls/"
+redirect = { scheme = "https", port = 443, code = 301 }
+[[virtual.web.rule]]
+path = "^/plain/"
+redirect = { scheme = "http", port = 80, code = 301 }
+[[virtual.web.rule]]
+path = "^/moved/(.*)$"
+redirect = { path = "/new/$1", code = 302 }
+"#;
+    let switch = policy_switch(app.addr, rules).await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    for (host, target, code, location) in [
+        (
+            "example.org:8080",
+            "/tls/a?x=1",
+            301,
+            "https://example.org/tls/a?x=1",
+        ),
+        ("example.org", "/tls/b", 301, "https://example.org/tls/b"),
+        (
+            "example.org:8443",
+            "/plain/c",
+            301,
+            "http://example.org/plain/c",
+        ),
+        // The request's own port is kept when the rule changes neither scheme nor host:
+        // written unless it is 80 (plain HTTP here).
+        (
+            "example.org:80",
+            "/moved/d",
+            302,
+            "http://example.org/new/d",
+        ),
+        (
+            "example.org:81",
+            "/moved/e",
+            302,
+            "http://example.org:81/new/e",
+        ),
+        ("[::1]:80", "/moved/f", 302, "http://[::1]/new/f"),
+    ] {
+        client
+            .send(format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+            .await;
+        let r = client.response(false).await;
+        assert_eq!(location_of(&r, code), location, "GET {target} Host {host}");
+    }
+    assert_eq!(app.requests(), 0, "a redirect never reaches the server");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -338,6 +397,66 @@ async fn respond_over_http_1_0_and_http_2() {
     assert_eq!(app.requests(), 0);
 }
 
+/// Sends `request` on a connection of its own and reads everything until the switch closes
+/// it: the answer byte for byte.
+async fn whole_answer(addr: SocketAddr, request: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut raw))
+        .await
+        .expect("the switch answers and closes within PATIENCE")
+        .expect("reading the answer");
+    String::from_utf8(raw).expect("a text answer")
+}
+
+/// `respond` without `content_type`: a body goes with `Content-Type: text/plain` (the
+/// documented default), an answer without body with no Content-Type at all. Byte for byte,
+/// over HTTP/1.1 and HTTP/2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn respond_without_content_type_says_text_plain_when_it_has_a_body() {
+    let app = echo().await;
+    let rules = r#"
+[[virtual.web.rule]]
+path = "^/maintenance$"
+respond = { status = 503, body = "back soon\n" }
+[[virtual.web.rule]]
+path = "^/gone$"
+respond = { status = 410 }
+[[virtual.web.rule]]
+path = "^/empty$"
+respond = { status = 204 }
+"#;
+    let switch = policy_switch(app.addr, rules).await;
+    let addr = switch.local_addr("web").unwrap();
+    let close =
+        |path: &str| format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    assert_eq!(
+        whole_answer(addr, close("/maintenance").as_bytes()).await,
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\
+         Connection: close\r\n\r\nback soon\n"
+    );
+    assert_eq!(
+        whole_answer(addr, close("/gone").as_bytes()).await,
+        "HTTP/1.1 410 Gone\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    assert_eq!(
+        whole_answer(addr, close("/empty").as_bytes()).await,
+        "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n"
+    );
+
+    let h2 = h2c::H2::plain(addr).await;
+    let r = h2.get("test", "/maintenance").await;
+    assert_eq!((r.status, r.text()), (503, "back soon\n".to_string()));
+    let types: Vec<_> = r.headers.get_all("content-type").iter().collect();
+    assert_eq!(types, ["text/plain"], "{:?}", r.headers);
+    let r = h2.get("test", "/gone").await;
+    assert_eq!((r.status, r.text()), (410, String::new()));
+    assert!(r.header("content-type").is_none(), "{:?}", r.headers);
+    assert_eq!(app.requests(), 0, "respond never reaches a server");
+}
+
 // ---------------------------------------------------------------- path_rewrite, strip_prefix
 
 const REWRITES: &str = r#"
@@ -481,6 +600,83 @@ request_headers = { remove = ["COOKIE", "X-Both"], set = { "X-Pool" = "images", 
     );
 }
 
+/// `_` counts as `-` for `remove` and `set` (README, `request_headers`): a client's `X_User`
+/// does not ride beside the `X-User` a rule sets, nor `x_debug` past a rule that removes
+/// `X-Debug` (CGI and WSGI servers read both spellings alike); an underscored name no rule
+/// names passes as sent. Byte for byte, as the server receives it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_headers_count_an_underscore_as_a_dash() {
+    let app = echo().await;
+    let rules = r#"
+[[virtual.web.rule]]
+path = "^/u"
+pool = "app"
+request_headers = { set = { "X-User" = "alice" }, remove = ["X-Debug"] }
+"#;
+    let switch = policy_switch(app.addr, rules).await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    client
+        .send(
+            b"GET /u HTTP/1.1\r\nHost: test\r\nX_User: mallory\r\nx_debug: 1\r\nX_Other: kept\r\n\
+              X-User: bob\r\nX-DEBUG: 2\r\n\r\n",
+        )
+        .await;
+    let r = client.response(false).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.text(),
+        "GET /u HTTP/1.1\r\nHost: test\r\nX_Other: kept\r\nX-Forwarded-For: 127.0.0.1\r\n\
+         X-User: alice\r\n\r\n"
+    );
+}
+
+/// A rule's `X-Forwarded-For` (README, `request_headers`): set or added, it replaces the
+/// switch's own, so the server reads the rule's value alone; removed, the client's list goes
+/// and the switch starts its own. Without a rule the client's list gets the client appended.
+/// Byte for byte, as the server receives it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rules_x_forwarded_for_replaces_the_switchs_own() {
+    let app = echo().await;
+    let rules = r#"
+[[virtual.web.rule]]
+path = "^/set"
+pool = "app"
+request_headers = { set = { "X-Forwarded-For" = "203.0.113.9" } }
+[[virtual.web.rule]]
+path = "^/add"
+pool = "app"
+request_headers = { add = { "X-Forwarded-For" = "203.0.113.9" } }
+[[virtual.web.rule]]
+path = "^/remove"
+pool = "app"
+request_headers = { remove = ["X-Forwarded-For"] }
+"#;
+    let switch = policy_switch(app.addr, rules).await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    for (target, client_list, server_list) in [
+        ("/set", None, "203.0.113.9"),
+        ("/set", Some("6.6.6.6"), "203.0.113.9"),
+        ("/add", None, "203.0.113.9"),
+        ("/remove", Some("6.6.6.6"), "127.0.0.1"),
+        ("/remove", None, "127.0.0.1"),
+        ("/other", Some("6.6.6.6"), "6.6.6.6, 127.0.0.1"),
+    ] {
+        let field = client_list.map_or(String::new(), |l| format!("X-Forwarded-For: {l}\r\n"));
+        client
+            .send(format!("GET {target} HTTP/1.1\r\nHost: test\r\n{field}\r\n").as_bytes())
+            .await;
+        let r = client.response(false).await;
+        assert_eq!(r.status, 200, "GET {target}");
+        assert_eq!(
+            r.text(),
+            format!(
+                "GET {target} HTTP/1.1\r\nHost: test\r\nX-Forwarded-For: {server_list}\r\n\r\n"
+            ),
+            "GET {target} with X-Forwarded-For {client_list:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn response_headers_remove_then_set_then_add_as_the_client_sees_them() {
     let app = echo_with(&[
@@ -612,6 +808,62 @@ async fn source_admits_the_listed_networks_and_the_next_rule_refuses_the_rest() 
         assert_eq!(r.status, 200, "from {from}");
     }
     assert_eq!(app.requests(), 3 + 6);
+}
+
+/// On a dual-stack listener (`[::]`) an IPv4 client's socket shows `::ffff:127.0.0.1`: a
+/// `source` rule matches it as the IPv4 address it is (README, `source`), and X-Forwarded-For
+/// carries `127.0.0.1`; an IPv6 client (`::1`) stays IPv6 for both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ipv4_client_of_a_dual_stack_listener_is_seen_as_ipv4() {
+    let app = echo().await;
+    let rules = r#"
+[[virtual.web.rule]]
+path = "^/inside"
+source = ["127.0.0.0/8"]
+pool = "app"
+[[virtual.web.rule]]
+path = "^/inside"
+respond = { status = 403, body = "outside\n" }
+"#;
+    let text = SWITCH.replace("listen = \"127.0.0.1:0\"", "listen = \"[::]:0\"");
+    assert_ne!(text, SWITCH);
+    let switch = start_switch(
+        &text,
+        &[
+            ("app", app.addr.to_string()),
+            ("service", String::new()),
+            ("rules", rules.to_string()),
+        ],
+    )
+    .await;
+    let port = switch.local_addr("web").unwrap().port();
+    let v4 = SocketAddr::from(([127, 0, 0, 1], port));
+    let v6 = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port));
+    let v4_client = IpAddr::from([127, 0, 0, 1]);
+    let v6_client = IpAddr::from(std::net::Ipv6Addr::LOCALHOST);
+
+    let r = exchange_from(v4_client, v4, &get_request("/inside", &[])).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text(), plain_head("GET", "/inside"));
+    let r = exchange_from(
+        v4_client,
+        v4,
+        &get_request("/inside", &["X-Forwarded-For: 192.0.2.1"]),
+    )
+    .await;
+    assert_eq!(
+        r.text(),
+        "GET /inside HTTP/1.1\r\nHost: test\r\nX-Forwarded-For: 192.0.2.1, 127.0.0.1\r\n\r\n"
+    );
+    // The IPv6 client is outside 127.0.0.0/8, and X-Forwarded-For names it as it is.
+    let r = exchange_from(v6_client, v6, &get_request("/inside", &[])).await;
+    assert_eq!((r.status, r.text()), (403, "outside\n".to_string()));
+    let r = exchange_from(v6_client, v6, &get_request("/public", &[])).await;
+    assert_eq!(
+        r.text(),
+        "GET /public HTTP/1.1\r\nHost: test\r\nX-Forwarded-For: ::1\r\n\r\n"
+    );
+    assert_eq!(app.requests(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

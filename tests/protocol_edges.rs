@@ -2680,6 +2680,16 @@ async fn framing_a_server_could_misread_is_400() {
                 "Transfer_Encoding",
                 post("Transfer_Encoding: chunked\r\n", "0\r\n\r\n"),
             ),
+            // A forwarding field too: a CGI-style server would read a forged client address
+            // beside the one the switch appends.
+            (
+                "X_Forwarded_For",
+                b"GET /submit HTTP/1.1\r\nHost: h\r\nX_Forwarded_For: 6.6.6.6\r\n\r\n".to_vec(),
+            ),
+            (
+                "x_forwarded_proto",
+                b"GET /submit HTTP/1.1\r\nHost: h\r\nx_forwarded_proto: https\r\n\r\n".to_vec(),
+            ),
             (
                 "CONNECT with a body",
                 b"CONNECT a.example:443 HTTP/1.1\r\nHost: a.example:443\r\nContent-Length: 5\r\n\r\nhello"
