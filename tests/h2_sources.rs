@@ -40,7 +40,8 @@ servers = [{{ addr = "{addr}" }}]
     start_switch(&rules, &[]).await
 }
 
-/// The attacker's streams: a POST announcing 1000 bytes that never come. The streams' senders
+/// The attacker's streams: a POST announcing 1000 bytes that never come, held by the backend
+/// (`/hold`) so that none ends while the test runs. The streams' senders
 /// are kept so that they stay open.
 struct Stalled {
     responses: Vec<h2::client::ResponseFuture>,
@@ -56,7 +57,7 @@ async fn open_stalled(client: &H2, n: usize) -> Stalled {
         let post = request(
             "POST",
             "a.test",
-            &format!("/upload?{i}"),
+            &format!("/hold?upload={i}"),
             &[("content-length", "1000")],
         );
         let (response, body) = client.streams().open_stalled(post).await;
@@ -116,8 +117,11 @@ async fn streams_count_against_max_conns_per_source() {
     let addr = web_addr(&switch);
     let mut attackers = Vec::new();
     for _ in 0..4 {
-        // All four connected (and counted) before any stream opens.
-        attackers.push(H2::plain_from(ATTACKER, addr).await);
+        // All four counted before any stream is held: an answer on each shows the switch
+        // serves it (the client's handshake does not wait for the switch).
+        let attacker = H2::plain_from(ATTACKER, addr).await;
+        assert_eq!(attacker.get("a.test", "/counted").await.status, 200);
+        attackers.push(attacker);
     }
     let mut refused = Vec::new();
     let mut held = Vec::new();
@@ -134,15 +138,15 @@ async fn streams_count_against_max_conns_per_source() {
             "{text}"
         );
     }
-    web.wait_for_requests(4).await;
+    web.wait_for_requests(8).await;
 
     let victim = H2::plain_from(VICTIM, addr).await;
     let reply = victim.get("a.test", "/hello").await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(
         web.requests(),
-        5,
-        "the attacker's 4 streams and the victim's"
+        9,
+        "4 GETs, the attacker's 4 held streams, the victim's"
     );
     let service = &switch.stats().services[0];
     assert_eq!(service.h2_streams_refused, 36);
