@@ -8,6 +8,7 @@
 use crate::config::admin::AdminConfig;
 use crate::config::{Config, SwitchSettings};
 use crate::limits::descriptors::Demand;
+use crate::policy::source_conns::{Grouping, SourceConns};
 use crate::reload::{Builder, Plan};
 pub use crate::shared::Shared;
 use crate::state::generation::Generation;
@@ -259,7 +260,7 @@ fn shared_state(
         generation: arc_swap::ArcSwap::from_pointee(Generation::empty()),
         clients: AtomicUsize::new(0),
         h2_streams: AtomicUsize::new(0),
-        stream_sources: Default::default(),
+        source_load: Arc::new(SourceConns::grouped(Grouping::Ipv6Networks)),
         max_clients,
         shutdown,
         started: std::time::Instant::now(),

@@ -28,9 +28,10 @@ pub struct Shared {
     /// (limits/descriptors.rs: a client and its server): without this, one client's
     /// connections of 100 streams each ran the switch out of descriptors.
     pub h2_streams: AtomicUsize,
-    /// HTTP/2 streams running now per client address, in the whole switch: who may take the
-    /// last quarter of `max_clients` (connection/h2/admission.rs).
-    pub stream_sources: std::sync::Arc<SourceConns>,
+    /// Client connections and HTTP/2 streams held now per source (an IPv4 address, an IPv6
+    /// /64), in the whole switch: who may take the last quarter of `max_clients`
+    /// (limits/share.rs).
+    pub source_load: std::sync::Arc<SourceConns>,
     /// `max_clients` in effect: the configured one, or lower if the open-file limit could not
     /// be raised far enough (limits/descriptors.rs).
     pub max_clients: usize,

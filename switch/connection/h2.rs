@@ -12,7 +12,7 @@
 //! |---|---|---|
 //! | streams running at once | [`MAX_CONCURRENT_STREAMS`] (more: `REFUSED_STREAM`) | many streams |
 //! | streams running in the switch | client connections + streams <= `max_clients` (the descriptor budget); beyond, `503` at once (`h2/admission.rs`) | descriptors exhausted by many connections of many streams |
-//! | streams one client address runs | in the budget's last quarter, a sixteenth of `max_clients` (`503` beyond); under `max_conns_per_source`, its connections and their streams beyond the first | one source stalling every other client |
+//! | streams one client address runs | in the budget's last quarter, less than a quarter of the free room for its connections and streams together, an IPv6 client's /64 counted as one source (`503` beyond: `limits/share.rs`); under `max_conns_per_source`, its connections and their streams beyond the first | one source stalling every other client |
 //! | streams refused at once | a budget of their own, as large as the control frames' (`frames::Budget`), then `ENHANCE_YOUR_CALM` | a flood of streams the switch answers without running |
 //! | streams whose task runs, reset or not | the same: no new stream is accepted meanwhile | Rapid Reset (CVE-2023-44487) |
 //! | streams reset before they were accepted | [`MAX_PENDING_ACCEPT_RESETS`], then `ENHANCE_YOUR_CALM` | Rapid Reset |

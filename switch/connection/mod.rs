@@ -32,6 +32,7 @@ use crate::http::rewrite::ClientConnection;
 use crate::http::rewrite::{forwarded_for, ForwardedFor};
 use crate::http::status::write_error;
 use crate::http::RequestHead;
+use crate::limits::share::{self, Crowding};
 use crate::policy::source_conns::SourceGuard;
 use crate::recycle;
 use crate::relay::RelaySettings;
@@ -42,6 +43,7 @@ use crate::state::stats;
 use crate::stream::{read_some, write_all, Io, Limit};
 use crate::timeouts::Slot;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -86,6 +88,30 @@ pub(crate) struct Connection {
     /// Counts this connection against its client's `max_conns_per_source` while it lives
     /// (over HTTP/2, lent to its streams: h2/admission.rs).
     source_place: Option<SourceGuard>,
+    /// Counts this connection in what its client holds in the whole switch (limits/share.rs).
+    source_load: Option<SourceGuard>,
+}
+
+/// Why a connection's client may not hold it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SourceRefusal {
+    /// It has `max_conns_per_source` connections open already.
+    OverCap,
+    /// `max_clients` is full, or the client holds its share of the last quarter.
+    Crowded(Crowding),
+}
+
+impl SourceRefusal {
+    /// The text of the `503` answer.
+    fn why(self) -> &'static str {
+        match self {
+            SourceRefusal::OverCap => "too many connections from your address",
+            SourceRefusal::Crowded(Crowding::Full) => "too many clients",
+            SourceRefusal::Crowded(Crowding::HeavySource) => {
+                "too many connections from your address while the switch is busy"
+            }
+        }
+    }
 }
 
 /// A closed connection's request memory goes back to the thread's free lists too: with a new
@@ -135,6 +161,7 @@ impl Connection {
             response_corked: false,
             relay,
             source_place: None,
+            source_load: None,
         }
     }
 
@@ -187,8 +214,8 @@ impl Connection {
                 return;
             }
         }
-        if !self.count_source() {
-            Box::pin(self.refuse_source()).await;
+        if let Err(refusal) = self.count_source() {
+            Box::pin(self.refuse_source(refusal)).await;
             return;
         }
         if self.service().mode == ServiceMode::TlsPassthrough {
@@ -208,19 +235,32 @@ impl Connection {
         self.serve_h1(connection_deadline).await;
     }
 
-    /// Counts the connection against `max_conns_per_source`; `false`: its client has that
-    /// many open already.
-    fn count_source(&mut self) -> bool {
+    /// Counts the connection among what its client holds: against the service's
+    /// `max_conns_per_source`, and in the whole switch, where the last quarter of
+    /// `max_clients` goes to light sources (limits/share.rs).
+    fn count_source(&mut self) -> Result<(), SourceRefusal> {
         let service = &self.generation.services[self.service];
+        let address = self.peer.ip();
         let cap = service.max_conns_per_source;
-        if cap == 0 {
-            return true;
+        if cap != 0 {
+            self.source_place = service.source_conns.enter(address, cap);
+            if self.source_place.is_none() {
+                return Err(SourceRefusal::OverCap);
+            }
         }
-        self.source_place = service.source_conns.enter(self.peer.ip(), cap);
-        self.source_place.is_some()
+        let shared = &self.shared;
+        // Taken now, this connection aside (the listener counted it in `clients`).
+        let in_use = shared.clients.load(Ordering::Relaxed).saturating_sub(1)
+            + shared.h2_streams.load(Ordering::Relaxed);
+        let mut verdict = Ok(());
+        self.source_load = shared.source_load.enter_if(address, |held| {
+            verdict = share::admits(in_use, shared.max_clients, held);
+            verdict.is_ok()
+        });
+        verdict.map_err(SourceRefusal::Crowded)
     }
 
-    /// A connection over `max_conns_per_source`: 503 and closed. A TLS client gets no
+    /// A connection its client may not hold (`count_source`): 503 and closed. A TLS client gets no
     /// plain-text answer it could not read: the connection is closed, as at `max_clients`.
     /// Quickly, since the refused connection holds a client slot meanwhile (an address opening
     /// hundreds a second must not fill `max_clients` with them; lingering 2 s, then 200 ms,
@@ -229,23 +269,22 @@ impl Connection {
     /// with the FIN. Only a client that has sent nothing yet (`defer_accept = false`) is waited
     /// for, briefly, so that its request arriving after the close does not reset the answer
     /// away.
-    async fn refuse_source(&mut self) {
+    async fn refuse_source(&mut self, refusal: SourceRefusal) {
         const SEND: Duration = Duration::from_millis(20);
         const FIRST_BYTES: Duration = Duration::from_millis(200);
         let service = &self.generation.services[self.service];
-        stats::bump(&service.stats.source_refused);
-        tracing::debug!(client = %self.peer, service = %service.name, "max_conns_per_source reached; refused");
+        let counter = match refusal {
+            SourceRefusal::OverCap => &service.stats.source_refused,
+            SourceRefusal::Crowded(Crowding::Full) => &service.stats.refused,
+            SourceRefusal::Crowded(Crowding::HeavySource) => &service.stats.share_refused,
+        };
+        stats::bump(counter);
+        tracing::debug!(client = %self.peer, service = %service.name, ?refusal, "refused");
         if service.tls.is_some() || service.mode == ServiceMode::TlsPassthrough {
             return;
         }
         let mut out = Vec::new();
-        write_error(
-            &mut out,
-            503,
-            "too many connections from your address",
-            ClientConnection::Close,
-            true,
-        );
+        write_error(&mut out, 503, refusal.why(), ClientConnection::Close, true);
         let mut scratch = IoBuf::with_capacity(4096);
         let mut received = false;
         while let Ok(n @ 1..) = self.client.try_recv(scratch.spare()) {

@@ -5,20 +5,48 @@
 //!   included, and an HTTP/2 connection's streams beyond its first, as nginx's `limit_conn`
 //!   keyed by `$binary_remote_addr` (which counts HTTP/2 streams). This count lives beside the
 //!   service's counters and is kept across reloads with them;
-//! - the HTTP/2 streams running in the whole switch per address (`Shared::stream_sources`),
-//!   which decide who may take the last quarter of `max_clients` (connection/h2/admission.rs).
+//! - what each source holds in the whole switch (`Shared::source_load`): its client
+//!   connections and running HTTP/2 streams, which decide who may take the last quarter of
+//!   `max_clients` (limits/share.rs). There a source is an IPv6 client's /64 network, not its
+//!   address ([`Grouping::Ipv6Networks`]): a /64 is one subscriber's LAN, and its 2^64
+//!   addresses would each be a fresh source (HAProxy users key stick tables by
+//!   `ipv6_mask(64)` for the same reason). `max_conns_per_source` stays per address, as the
+//!   README defines it and nginx's `limit_conn` keys it.
 //!
-//! Either holds one entry per address with something open, so its memory follows the
+//! Either holds one entry per source with something open, so its memory follows the
 //! connections themselves.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
-/// The open connections of one service, by client address.
+/// What clients hold at once, by source.
 #[derive(Debug, Default)]
 pub struct SourceConns {
     open: Mutex<HashMap<IpAddr, u32>>,
+    grouping: Grouping,
+}
+
+/// What one source is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Grouping {
+    /// Each client address (an IPv4-mapped IPv6 address as its IPv4 one).
+    #[default]
+    Addresses,
+    /// Each IPv4 address, each IPv6 /64 network.
+    Ipv6Networks,
+}
+
+impl Grouping {
+    /// The source `address` belongs to.
+    fn source(self, address: IpAddr) -> IpAddr {
+        match (self, address.to_canonical()) {
+            (Grouping::Ipv6Networks, IpAddr::V6(v6)) => {
+                IpAddr::V6((u128::from(v6) & !(u128::from(u64::MAX))).into())
+            }
+            (_, canonical) => canonical,
+        }
+    }
 }
 
 /// One open connection, counted until it drops.
@@ -29,6 +57,14 @@ pub struct SourceGuard {
 }
 
 impl SourceConns {
+    /// A table whose sources are grouped by `grouping`.
+    pub fn grouped(grouping: Grouping) -> SourceConns {
+        SourceConns {
+            open: Mutex::default(),
+            grouping,
+        }
+    }
+
     /// Counts a connection from `address` if fewer than `cap` are open; `None`: it is over.
     pub fn enter(self: &Arc<Self>, address: IpAddr, cap: u32) -> Option<SourceGuard> {
         self.enter_if(address, |held| held < cap)
@@ -41,7 +77,7 @@ impl SourceConns {
         address: IpAddr,
         admits: impl FnOnce(u32) -> bool,
     ) -> Option<SourceGuard> {
-        let address = address.to_canonical();
+        let address = self.grouping.source(address);
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let count = open.entry(address).or_insert(0);
         if !admits(*count) {
@@ -61,7 +97,9 @@ impl SourceConns {
     #[cfg(test)]
     pub(crate) fn open_from(&self, address: IpAddr) -> u32 {
         let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        open.get(&address.to_canonical()).copied().unwrap_or(0)
+        open.get(&self.grouping.source(address))
+            .copied()
+            .unwrap_or(0)
     }
 }
 
@@ -106,5 +144,30 @@ mod tests {
         );
         assert!(conns.enter(a, 0).is_none());
         assert!(conns.open.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn addresses_are_sources_unless_ipv6_is_grouped_by_network() {
+        let one: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let same_lan: IpAddr = "2001:db8:1:2:ffff:ffff:ffff:ffff".parse().unwrap();
+        let next_lan: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        let v4: IpAddr = "192.0.2.7".parse().unwrap();
+        let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
+
+        let by_address = Arc::new(SourceConns::default());
+        let _first = by_address.enter(one, 1).unwrap();
+        assert!(by_address.enter(same_lan, 1).is_some(), "another address");
+
+        let by_network = Arc::new(SourceConns::grouped(Grouping::Ipv6Networks));
+        let first = by_network.enter(one, 1).unwrap();
+        assert!(by_network.enter(same_lan, 1).is_none(), "the same /64");
+        let _other = by_network.enter(next_lan, 1).unwrap();
+        assert_eq!(by_network.open_from(same_lan), 1);
+        drop(first);
+        assert_eq!(by_network.open_from(one), 0);
+        // IPv4, mapped or not, is one source per address.
+        let _v4 = by_network.enter(v4, 1).unwrap();
+        assert!(by_network.enter(mapped, 1).is_none());
+        assert!(by_network.enter("192.0.2.8".parse().unwrap(), 1).is_some());
     }
 }

@@ -7,12 +7,12 @@
 //!
 //! - a stream that does not fit is answered `503` at once and never runs (counted as
 //!   `h2_streams_refused`), whatever the reason: nothing waits unanswered;
-//! - the budget is full at `max_clients` connections and streams;
-//! - its last quarter is kept for light clients: there, a client address that runs
-//!   [`heavy_share`] streams or more in the whole switch gets no more, so one source (or a
-//!   few) cannot take what every other client needs (nginx gets the same by counting streams
-//!   in `limit_conn` and buffering bodies; a switch without request buffering must not let
-//!   streams pile up at servers);
+//! - the budget is full at `max_clients` connections and streams, and its last quarter is
+//!   kept for light sources: there a stream is refused to a client whose address (an IPv6
+//!   client's /64) holds a quarter of the free room or more, its connections and streams in
+//!   the whole switch counted (limits/share.rs, the rule new connections meet too). nginx gets
+//!   the like by counting streams in `limit_conn` and buffering bodies; a switch without
+//!   request buffering must not let streams pile up at servers;
 //! - under `max_conns_per_source`, a connection's streams beyond its first each take one of
 //!   its client's places, as nginx's `limit_conn` counts streams: an HTTP/2 connection counts
 //!   for its streams running, and for one while it has none.
@@ -21,6 +21,7 @@
 //! to a budget of their own (`Driver::refusals`): a client that keeps opening streams the
 //! switch refuses gets `GOAWAY` with `ENHANCE_YOUR_CALM`, as a control-frame flood does.
 
+use crate::limits::share::{self, Crowding};
 use crate::policy::source_conns::SourceGuard;
 use crate::shared::Shared;
 use crate::state::generation::Service;
@@ -31,10 +32,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// Why a stream does not run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Refusal {
-    /// Client connections and streams fill `max_clients`.
-    SwitchFull,
-    /// In the budget's last quarter, the client runs its [`heavy_share`] already.
-    HeavySource,
+    /// Client connections and streams fill `max_clients`, or the client holds its share of
+    /// their last quarter.
+    Crowded(Crowding),
     /// The client has `max_conns_per_source` connections and streams already.
     OverSourceCap,
 }
@@ -43,32 +43,13 @@ impl Refusal {
     /// The text of the `503` answer.
     pub(super) fn why(self) -> &'static str {
         match self {
-            Refusal::SwitchFull => "the switch is full",
-            Refusal::HeavySource => "too many requests from your address while the switch is busy",
+            Refusal::Crowded(Crowding::Full) => "the switch is full",
+            Refusal::Crowded(Crowding::HeavySource) => {
+                "too many requests from your address while the switch is busy"
+            }
             Refusal::OverSourceCap => "too many connections and requests from your address",
         }
     }
-}
-
-/// How many streams a client address may run in the whole switch and still take one in the
-/// budget's last quarter: a sixteenth of `max_clients` (625 of the default 10 000), so that at
-/// least four other sources fill that quarter before it is gone, and a browser's burst of
-/// requests is never cut while the switch has room.
-pub(super) fn heavy_share(max_clients: usize) -> usize {
-    (max_clients / 16).max(1)
-}
-
-/// Whether a new stream fits the budget: `in_use` connections and streams of `max_clients`,
-/// the stream's client running `held` streams already.
-pub(super) fn budget_admits(in_use: usize, max_clients: usize, held: u32) -> Result<(), Refusal> {
-    if in_use >= max_clients {
-        return Err(Refusal::SwitchFull);
-    }
-    let reserve_from = max_clients - max_clients / 4;
-    if in_use >= reserve_from && held as usize >= heavy_share(max_clients) {
-        return Err(Refusal::HeavySource);
-    }
-    Ok(())
 }
 
 /// The connection's place under `max_conns_per_source`, lent to its streams: the first stream
@@ -97,7 +78,7 @@ impl SparePlace {
 
 /// What a running stream holds, given back when its task ends.
 pub(super) struct StreamPass {
-    /// Its count among its client's streams in the whole switch.
+    /// Its count in what its client holds in the whole switch.
     _in_switch: SourceGuard,
     _place: ServicePlace,
 }
@@ -151,8 +132,8 @@ pub(super) fn admit(client: Client<'_>, service: &Service) -> Result<StreamPass,
     };
     let in_use = shared.clients.load(Ordering::Relaxed) + shared.h2_streams.load(Ordering::Relaxed);
     let mut verdict = Ok(());
-    let in_switch = shared.stream_sources.enter_if(address, |held| {
-        verdict = budget_admits(in_use, shared.max_clients, held);
+    let in_switch = shared.source_load.enter_if(address, |held| {
+        verdict = share::admits(in_use, shared.max_clients, held);
         verdict.is_ok()
     });
     match in_switch {
@@ -160,39 +141,6 @@ pub(super) fn admit(client: Client<'_>, service: &Service) -> Result<StreamPass,
             _in_switch: in_switch,
             _place: place,
         }),
-        None => Err(verdict.err().unwrap_or(Refusal::SwitchFull)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_budget_is_full_at_max_clients() {
-        assert_eq!(budget_admits(399, 400, 0), Ok(()));
-        assert_eq!(budget_admits(400, 400, 0), Err(Refusal::SwitchFull));
-        assert_eq!(budget_admits(401, 400, 0), Err(Refusal::SwitchFull));
-        assert_eq!(budget_admits(0, 1, 0), Ok(()));
-        assert_eq!(budget_admits(1, 1, 0), Err(Refusal::SwitchFull));
-    }
-
-    #[test]
-    fn the_last_quarter_is_for_light_sources() {
-        // 400: the last quarter begins at 300, a heavy source runs 25 streams.
-        assert_eq!(heavy_share(400), 25);
-        assert_eq!(budget_admits(299, 400, 1000), Ok(()), "before the quarter");
-        assert_eq!(budget_admits(300, 400, 24), Ok(()), "light");
-        assert_eq!(budget_admits(300, 400, 25), Err(Refusal::HeavySource));
-        assert_eq!(budget_admits(399, 400, 0), Ok(()), "a newcomer to the end");
-        // The default budget.
-        assert_eq!(heavy_share(10_000), 625);
-        assert_eq!(budget_admits(7_499, 10_000, 9_000), Ok(()));
-        assert_eq!(budget_admits(7_500, 10_000, 625), Err(Refusal::HeavySource));
-        // Tiny budgets: any source with a stream running is heavy in the last quarter.
-        assert_eq!(heavy_share(4), 1);
-        assert_eq!(budget_admits(2, 4, 5), Ok(()));
-        assert_eq!(budget_admits(3, 4, 1), Err(Refusal::HeavySource));
-        assert_eq!(budget_admits(3, 4, 0), Ok(()));
+        None => Err(Refusal::Crowded(verdict.err().unwrap_or(Crowding::Full))),
     }
 }

@@ -49,7 +49,8 @@ macro_rules! service_counters {
                     metric: Gauge "tcpvs_service_open_connections" "Client connections open now",
                     list: Count "Open",
                 }
-                /// Connections refused with 503 because `max_clients` were connected.
+                /// Connections refused with 503 because `max_clients` were connected (client
+                /// connections and HTTP/2 streams).
                 refused {
                     json: "refused",
                     metric: Counter "tcpvs_service_refused"
@@ -136,6 +137,14 @@ macro_rules! service_counters {
                     json: "source_refused",
                     metric: Counter "tcpvs_service_source_refused"
                         "Client connections turned away at max_conns_per_source",
+                }
+                /// Connections closed at once in the last quarter of `max_clients` because their
+                /// client (an IPv6 client's /64) held a quarter of the free room or more
+                /// (limits/share.rs).
+                share_refused {
+                    json: "share_refused",
+                    metric: Counter "tcpvs_service_share_refused"
+                        "Client connections turned away in the last quarter of max_clients: their source held its share",
                 }
                 /// Responses the switch produced itself (4xx refusals, 502, 503, 504).
                 local_errors {
