@@ -1,5 +1,5 @@
 //! What each admin path answers. Reads take a snapshot; the one change (`PUT
-//! /pools/{pool}/servers/{addr}`) goes through `control::apply`, like checks and the agent.
+//! /pools/{pool}/servers/{addr}`) goes through `control::apply_latest`, like checks and the agent.
 
 use super::endpoint::{bearer, same_secret, Endpoint};
 use super::http::{percent_decode, Request, Response};
@@ -248,7 +248,7 @@ fn change_server(
             describe_change(*state, *weight)
         );
     }
-    control::apply(pool, index, change);
+    control::apply_latest(&shared.generation, pool, index, change);
     let snapshot = shared.snapshot();
     let now = std::time::Instant::now();
     let rates = endpoint.sampler.rates(now, &Counters::read(shared));

@@ -4,7 +4,7 @@
 //! HAProxy work unchanged. An agent that cannot be reached changes nothing, as in HAProxy.
 
 use super::Place;
-use crate::state::control::{self, Change};
+use crate::state::control::Change;
 use crate::state::status::AgentReport;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -27,9 +27,8 @@ pub async fn run(place: Place) {
         match ask(agent, timeout).await {
             Ok(line) => {
                 let report = parse(&line, current);
-                if report != current {
-                    let Some(pool) = place.get() else { return };
-                    control::apply(&pool, place.server, Change::Agent(report));
+                if report != current && !place.apply(Change::Agent(report)) {
+                    return;
                 }
             }
             Err(why) => tracing::debug!(%agent, "agent not reached: {why}"),

@@ -4,7 +4,7 @@
 use super::Place;
 use crate::config::health::{CheckKind, HealthConfig};
 use crate::http::response::{parse_response, RequestKind, ResponseHead};
-use crate::state::control::{self, Change, Evidence, Failure};
+use crate::state::control::{Change, Evidence, Failure};
 use crate::state::status::AdminState;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -47,9 +47,10 @@ pub async fn run(place: Place, offset: Duration) {
                     None
                 }
             };
-            let Some(pool) = place.get() else { return };
             if let Some(change) = change {
-                control::apply(&pool, place.server, change);
+                if !place.apply(change) {
+                    return;
+                }
             }
         }
         tokio::time::sleep(config.interval).await;

@@ -82,6 +82,20 @@ impl Place {
         let pool = self.pool.upgrade()?;
         shared.generation.load().has_pool(&pool).then_some(pool)
     }
+
+    /// Records what the task found, on the server as the running generation holds it (a
+    /// reload may commit between `get` and here: control.rs `apply_latest`); `false`: the
+    /// task is over.
+    fn apply(&self, change: Change) -> bool {
+        let Some(pool) = self.get() else {
+            return false;
+        };
+        let Some(shared) = self.shared.upgrade() else {
+            return false;
+        };
+        control::apply_latest(&shared.generation, &pool, self.server, change);
+        true
+    }
 }
 
 /// Passive trials come due and slow starts ramp.
@@ -103,11 +117,12 @@ async fn housekeeping(shared: Weak<Shared>) {
                         s.ramp_from.is_some(),
                     )
                 });
-                match due {
-                    Some((true, _)) => control::apply(pool, index, Change::TrialDue),
-                    Some((false, true)) => control::apply(pool, index, Change::Tick),
-                    _ => {}
-                }
+                let change = match due {
+                    Some((true, _)) => Change::TrialDue,
+                    Some((false, true)) => Change::Tick,
+                    _ => continue,
+                };
+                control::apply_latest(&shared.generation, pool, index, change);
             }
         }
     }

@@ -103,11 +103,11 @@ pub enum Change {
     LineChanged,
 }
 
-/// Applies `change` to `server` of `pool` as the current generation holds it: a request that
-/// started under an earlier configuration reports to the pool that now has the server, and
-/// nothing happens if the server is gone. Every change of the data path goes through here, so
-/// a retired pool never writes the state that current one shows.
-pub fn apply_current(generation: &Generation, pool: &Pool, server: usize, change: Change) {
+/// Applies `change` to `server` of `pool` as `generation` holds it: a writer that found the
+/// pool under an earlier configuration reports to the pool that now has the server, and
+/// nothing happens if the server is gone. Reached through [`apply_latest`] by every writer but
+/// the commit, so a retired pool never writes the state that the current one shows.
+fn apply_current(generation: &Generation, pool: &Pool, server: usize, change: Change) {
     if generation.has_pool(pool) {
         apply(pool, server, change);
         return;
@@ -126,6 +126,22 @@ pub fn apply_current(generation: &Generation, pool: &Pool, server: usize, change
     }
 }
 
+/// Applies `change` to `server` of `pool` as the running generation holds it, whoever writes:
+/// a request, a check, the agent, the admin endpoint, housekeeping. Each of those found its
+/// pool a moment earlier, and a reload may have committed since: recorded on the retired pool,
+/// the change reached the server's state (one for both pools) but not the current module, its
+/// queue or its backup and panic state. So the pool is found again in the running generation,
+/// and if a commit swapped generations while the change was applied, the new pool recomputes
+/// what its module sees (the commit's own recompute may have run before the change).
+pub fn apply_latest(current: &ArcSwap<Generation>, pool: &Pool, server: usize, change: Change) {
+    let generation = current.load();
+    apply_current(&generation, pool, server, change);
+    let now = current.load();
+    if !Arc::ptr_eq(&now, &generation) {
+        apply_current(&now, pool, server, Change::Tick);
+    }
+}
+
 /// A request's exchange with `server` failed: connect refused or timed out, reset or closed
 /// before a complete response head, an unparsable head, no head in time.
 pub fn exchange_failed(
@@ -134,19 +150,14 @@ pub fn exchange_failed(
     server: usize,
     failure: Failure,
 ) {
-    apply_current(
-        &current.load(),
-        pool,
-        server,
-        Change::ExchangeFailed(failure),
-    );
+    apply_latest(current, pool, server, Change::ExchangeFailed(failure));
 }
 
 /// A request's exchange with `server` went well. Costs one relaxed load unless failures were
 /// counted or the server is on trial.
 pub fn exchange_succeeded(current: &ArcSwap<Generation>, pool: &Pool, server: usize) {
     if pool.backends[server].report_success.load(Ordering::Relaxed) {
-        apply_current(&current.load(), pool, server, Change::ExchangeSucceeded);
+        apply_latest(current, pool, server, Change::ExchangeSucceeded);
     }
 }
 
@@ -735,5 +746,44 @@ mod tests {
             old.backends[0].status.lock().unwrap().exchange_failures,
             1002
         );
+    }
+
+    /// The admin endpoint, a check, the agent or housekeeping found the pool before a reload
+    /// committed: the change reaches the pool that runs now, and its module.
+    #[test]
+    fn a_change_found_through_a_retired_pool_reaches_the_running_one() {
+        let old = pool("");
+        let next = Arc::new(reloaded(
+            &old,
+            &config(10, "[pool.p.health]\nmax_fails = 4\n"),
+        ));
+        let current = ArcSwap::from_pointee(Generation {
+            pools: Box::new([Arc::clone(&next)]),
+            ..Generation::empty()
+        });
+        let drain = Change::Admin {
+            state: Some(AdminState::Drain),
+            weight: None,
+        };
+        apply_latest(&current, &old, 0, drain);
+        assert!(!shown(&next)[0].1, "the running pool's module is told");
+        let weight = Change::Admin {
+            state: Some(AdminState::Ready),
+            weight: Some(3),
+        };
+        apply_latest(&current, &old, 0, weight);
+        assert_eq!(shown(&next)[0], (State::Up, true, 3));
+        // A server the running generation no longer has: nothing happens.
+        let gone = ArcSwap::from_pointee(Generation::empty());
+        apply_latest(
+            &gone,
+            &old,
+            1,
+            Change::Admin {
+                state: Some(AdminState::Maint),
+                weight: None,
+            },
+        );
+        assert_eq!(shown(&old)[1], (State::Up, true, 10));
     }
 }
