@@ -233,11 +233,7 @@ fn functions_stay_short_and_take_few_parameters() {
 fn files_stay_under_600_lines_before_their_tests() {
     let mut problems = Vec::new();
     for source in all_sources() {
-        let before_tests = source
-            .text
-            .lines()
-            .take_while(|line| line.trim() != "#[cfg(test)]")
-            .count();
+        let before_tests = lines_before_tests(&source);
         if before_tests > MAX_FILE_LINES {
             problems.push(format!(
                 "{}: {before_tests} lines before its tests (at most {MAX_FILE_LINES})",
@@ -246,6 +242,31 @@ fn files_stay_under_600_lines_before_their_tests() {
         }
     }
     assert!(problems.is_empty(), "\n{}\n", problems.join("\n"));
+}
+
+/// The lines of `source` before its test module: the first `#[cfg(test)]` module written in
+/// the file (`mod tests { ... }`). A `#[cfg(test)]` on anything else (a helper `mod`
+/// declared elsewhere, a function, a `use`) does not end the count: counting to the first
+/// such line let it hide the rest of a file.
+fn lines_before_tests(source: &Source) -> usize {
+    let is_cfg_test = |attr: &syn::Attribute| {
+        attr.path().is_ident("cfg")
+            && attr
+                .parse_args::<syn::Ident>()
+                .is_ok_and(|ident| ident == "test")
+    };
+    let test_module = source.syntax.items.iter().find_map(|item| match item {
+        syn::Item::Mod(module) if module.content.is_some() => module
+            .attrs
+            .iter()
+            .find(|attr| is_cfg_test(attr))
+            .map(|attr| attr.pound_token.span.start().line),
+        _ => None,
+    });
+    match test_module {
+        Some(line) => line - 1,
+        None => source.text.lines().count(),
+    }
 }
 
 /// The modules a file names: in `use` items and in paths (`crate::state::control::apply`).
@@ -482,4 +503,15 @@ fn the_checks_see_what_they_look_for() {
     assert_eq!(found[0].lines, 82);
     assert_eq!(found[0].line, 2);
     assert_eq!(found[0].parameters, 8);
+    assert_eq!(lines_before_tests(&long), 83, "up to the test module");
+    // A `#[cfg(test)]` helper declared first does not hide what follows it.
+    let items = "const X: &str = \"}\";\n".repeat(80);
+    let hidden = source(
+        "switch/http/y.rs",
+        &["http", "y"],
+        &format!("#[cfg(test)]\nmod helper;\n{items}#[cfg(test)]\nmod tests {{}}\n"),
+    );
+    assert_eq!(lines_before_tests(&hidden), 82);
+    let untested = source("switch/http/z.rs", &["http", "z"], &items);
+    assert_eq!(lines_before_tests(&untested), 80);
 }
