@@ -43,12 +43,7 @@ servers = [{{ addr = "{addr}" }}]
 
 /// `n` keep-alive HTTP/1.1 connections from `source`, each served once (so each is counted
 /// before the next opens).
-async fn served_connections(
-    switch: &tcpvs::Switch,
-    source: IpAddr,
-    addr: SocketAddr,
-    n: usize,
-) -> Vec<Client> {
+async fn served_connections(source: IpAddr, addr: SocketAddr, n: usize) -> Vec<Client> {
     let mut connections = Vec::new();
     for i in 0..n {
         let mut client = Client::connect_from(source, addr).await;
@@ -66,7 +61,7 @@ async fn served_connections(
 async fn one_address_http1_connections_stop_at_its_share_of_the_last_quarter() {
     let web = backend().await;
     let (switch, addr) = switch_of_40(&web).await;
-    let held = served_connections(&switch, ATTACKER, addr, 30).await;
+    let held = served_connections(ATTACKER, addr, 30).await;
 
     let mut refused = Client::connect_from(ATTACKER, addr).await;
     refused
@@ -94,7 +89,7 @@ async fn one_address_http1_connections_stop_at_its_share_of_the_last_quarter() {
     // What the address held is given back with its connections.
     drop((held, refused, victim));
     wait_until(&switch, "every connection closed", |s| s.clients == 0).await;
-    let again = served_connections(&switch, ATTACKER, addr, 30).await;
+    let again = served_connections(ATTACKER, addr, 30).await;
     drop(again);
 }
 
@@ -108,7 +103,7 @@ async fn an_address_http1_connections_count_toward_its_streams_share() {
     let (switch, addr) = switch_of_40(&web).await;
     let h2 = H2::plain_from(ATTACKER, addr).await;
     assert_eq!(h2.get("a.test", "/counted").await.status, 200);
-    let _h1 = served_connections(&switch, ATTACKER, addr, 28).await;
+    let _h1 = served_connections(ATTACKER, addr, 28).await;
 
     let mut responses = Vec::new();
     let mut bodies = Vec::new();

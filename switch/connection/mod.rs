@@ -249,9 +249,14 @@ impl Connection {
             }
         }
         let shared = &self.shared;
-        // Taken now, this connection aside (the listener counted it in `clients`).
-        let in_use = shared.clients.load(Ordering::Relaxed).saturating_sub(1)
-            + shared.h2_streams.load(Ordering::Relaxed);
+        // Taken now, this connection aside (the listener counted it in `clients`). The
+        // listener decided `max_clients` for it already, counting the connections that linger
+        // to deliver its refusals too (a burst of them must not refuse the connections it let
+        // in: tests/descriptors.rs): here only the share applies, so a client that holds
+        // nothing is never refused.
+        let in_use = (shared.clients.load(Ordering::Relaxed).saturating_sub(1)
+            + shared.h2_streams.load(Ordering::Relaxed))
+        .min(shared.max_clients.saturating_sub(1));
         let mut verdict = Ok(());
         self.source_load = shared.source_load.enter_if(address, |held| {
             verdict = share::admits(in_use, shared.max_clients, held);
