@@ -7,8 +7,9 @@
 # counted (instrumentation switched on and off around them with callgrind_control). The kernel's
 # share (four fifths of a request's CPU here: BENCHMARKS.md) is not counted.
 # Usage: benches/instructions.sh BINARY...      Env: N (4000 requests), H2=1 (the requests come as
-# HTTP/2 streams with prior knowledge: h2load, 4 connections of 10 streams at once), KEEP=DIR (the
-# callgrind dumps are kept there, for callgrind_annotate)
+# HTTP/2 streams with prior knowledge: h2load, 4 connections of 10 streams at once), CLOSE=1 (each
+# HTTP/1.1 request on a connection of its own, `Connection: close`: what a connection costs),
+# KEEP=DIR (the callgrind dumps are kept there, for callgrind_annotate)
 # Needs: apt-get install valgrind nginx curl (and nghttp2-client with H2=1)
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 BINARY..." >&2; exit 2; }
@@ -25,8 +26,22 @@ nginx_backend_config "$work" 18381
 nginx -c "$work/backend.conf" -p "$work" & pids+=($!)
 cat > "$work/client.py" <<'PY'
 import socket, sys
-port, n = int(sys.argv[1]), int(sys.argv[2])
+port, n, close = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
 request = b"GET /small.html HTTP/1.1\r\nHost: bench\r\nUser-Agent: instructions.sh\r\n\r\n"
+if close:
+    request = request[:-2] + b"Connection: close\r\n\r\n"
+    for _ in range(n):
+        c = socket.create_connection(("127.0.0.1", port))
+        c.sendall(request)
+        data = b""
+        while True:
+            piece = c.recv(65536)
+            if not piece:
+                break
+            data += piece
+        assert data.startswith(b"HTTP/1.1 200"), data[:100]
+        c.close()
+    sys.exit(0)
 connections = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
 done = 0
 while done < n:
@@ -48,7 +63,7 @@ load() {
     h2load -n "$2" -c 4 -m 10 "http://127.0.0.1:$1/small.html" >"$work/logs/h2load.log" 2>&1
     grep -q "$2 succeeded" "$work/logs/h2load.log" || { cat "$work/logs/h2load.log" >&2; exit 1; }
   else
-    python3 "$work/client.py" "$1" "$2"
+    python3 "$work/client.py" "$1" "$2" "${CLOSE:-0}"
   fi
 }
 for bin in "$@"; do
@@ -66,7 +81,7 @@ for bin in "$@"; do
   kill "$vg"; wait "$vg" 2>/dev/null || true
   dump=$(ls -S "$work"/cg.out* | head -1)
   total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ && !seen {gsub(",", "", $1); print $1; seen = 1}')
-  echo "$bin: $((total / n)) instructions per request (user space, $n requests${H2:+, HTTP/2})"
+  echo "$bin: $((total / n)) instructions per request (user space, $n requests${H2:+, HTTP/2}${CLOSE:+, a connection each})"
   if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP"; cp "$dump" "$KEEP/$(basename "$bin").cg"; fi
   rm -f "$work"/cg.out*
 done
