@@ -147,3 +147,25 @@ async fn an_address_http1_connections_count_toward_its_streams_share() {
     assert_eq!(web.requests(), 31, "29 GETs, the held stream, the victim's");
     drop((held, bodies, h2));
 }
+
+/// A newcomer's first HTTP/2 stream is let in wherever its connection was: a stream is judged
+/// by what its client holds besides its own connection. 30 connections of one address and 6
+/// of six others leave 4 places; the newcomer's connection takes one (it holds nothing), and
+/// its stream another, though its connection is a quarter of the 3 then free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newcomers_first_stream_is_let_in_wherever_its_connection_was() {
+    let web = backend().await;
+    let (switch, addr) = switch_of_40(&web).await;
+    let _heavy = served_connections(ATTACKER, addr, 30).await;
+    let mut light = Vec::new();
+    for last in 10..16 {
+        let source = IpAddr::V4(Ipv4Addr::new(127, 0, 0, last));
+        light.extend(served_connections(source, addr, 1).await);
+    }
+    let newcomer = H2::plain_from(VICTIM, addr).await;
+    let reply = newcomer.get("a.test", "/hello").await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let service = &switch.stats().services[0];
+    assert_eq!((service.share_refused, service.h2_streams_refused), (0, 0));
+    assert_eq!(web.requests(), 37);
+}

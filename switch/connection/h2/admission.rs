@@ -133,7 +133,10 @@ pub(super) fn admit(client: Client<'_>, service: &Service) -> Result<StreamPass,
     let in_use = shared.clients.load(Ordering::Relaxed) + shared.h2_streams.load(Ordering::Relaxed);
     let mut verdict = Ok(());
     let in_switch = shared.source_load.enter_if(address, |held| {
-        verdict = share::admits(in_use, shared.max_clients, held);
+        // `held` counts this connection too: a stream is judged by what its client holds
+        // besides it, so a newcomer's first stream is let in wherever its connection was (an
+        // HTTP/1.1 client's request needs no more than its connection either).
+        verdict = share::admits(in_use, shared.max_clients, held.saturating_sub(1));
         verdict.is_ok()
     });
     match in_switch {
