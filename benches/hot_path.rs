@@ -30,7 +30,7 @@ use tcpvs::http::host::{normal_host, HostScratch};
 use tcpvs::http::path::normalize;
 use tcpvs::http::rewrite::{forwarded_for, write_request_head, ForwardedFor, RequestEdit, Scheme};
 use tcpvs::http::{parse_request, RequestHead};
-use tcpvs::policy::limit::{now_micros, Limiter};
+use tcpvs::policy::rate_limit::{now_micros, Limiter};
 use tcpvs::policy::Action;
 use tcpvs::state::pool::Pool;
 use tcpvs_modules::{MonotonicClock, RequestView};

@@ -13,6 +13,7 @@
 pub mod access_log;
 pub mod admin;
 pub mod buffer;
+pub mod capacity;
 pub mod config;
 mod connection;
 pub mod edge;
@@ -21,7 +22,6 @@ pub mod gateway;
 pub mod health;
 pub mod http;
 pub mod import_ktcpvs;
-pub mod limits;
 pub mod listener;
 pub mod policy;
 pub mod recycle;

@@ -11,7 +11,7 @@ use crate::http::host::{normal_host, HostScratch};
 use crate::http::status::Answer;
 use crate::http::RequestHead;
 use crate::policy::headers::same_name;
-use crate::policy::limit::{now_micros, retry_after_seconds, Decision, LimitKey, Limiter};
+use crate::policy::rate_limit::{now_micros, retry_after_seconds, Decision, LimitKey, Limiter};
 use crate::policy::redirect::{Origin, Redirect};
 use crate::policy::respond::Respond;
 use crate::policy::{Action, Edits};
@@ -355,7 +355,7 @@ mod tests {
 
     #[test]
     fn a_value_repeated_counts_once_and_too_many_are_refused() {
-        use crate::policy::limit::{LimitSpec, Rate};
+        use crate::policy::rate_limit::{LimitSpec, Rate};
         let limiter = Limiter::new(LimitSpec {
             name: "api".into(),
             key: LimitKey::Header("X-Api-Key".into()),

@@ -8,8 +8,8 @@
 //! without edits holds `None` and costs the plain path one branch.
 
 pub mod headers;
-pub mod limit;
 pub mod path;
+pub mod rate_limit;
 pub mod redirect;
 pub mod respond;
 pub mod source;

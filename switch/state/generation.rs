@@ -7,7 +7,7 @@
 
 use crate::config::{ServiceConfig, ServiceMode};
 use crate::edge::tls;
-use crate::policy::limit::Limiter;
+use crate::policy::rate_limit::Limiter;
 use crate::policy::source_conns::SourceConns;
 use crate::rules::RuleSet;
 use crate::state::pool::Pool;

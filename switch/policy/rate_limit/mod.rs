@@ -7,7 +7,7 @@
 //!   one per `per / count`. A refusal says exactly when the same request would pass
 //!   ([`Decision::Limited`]'s `retry_after`; `Retry-After` is that in whole seconds, at least
 //!   1: [`retry_after_seconds`]).
-//! - **Bounded memory** (`keys.rs`): at most `max_keys` keys are held, in an LRU. The least
+//! - **Bounded memory** (`key_table.rs`): at most `max_keys` keys are held, in an LRU. The least
 //!   recently used key is evicted to make room, and unless its bucket is full again its `tat`
 //!   is kept in an overflow slot beside a fingerprint of the key (sets of 4 slots chosen by a
 //!   keyed hash, `max(4096, max_keys / 2)` slots). A key that is not held starts from the slot
@@ -17,7 +17,7 @@
 //!   resumes where it was, and a client cannot reset its bucket by pushing itself out of the
 //!   table with a stream of made-up keys. Its slot is lost only when 4 other evicted keys of
 //!   its set have used more of their buckets and are not full again yet: a client able to
-//!   bring that about with its own keys has as many fresh bursts anyway (`keys.rs`). Memory
+//!   bring that about with its own keys has as many fresh bursts anyway (`key_table.rs`). Memory
 //!   per limit: about 120 bytes per key held (measured with 16-byte keys: the key's
 //!   allocation, the LRU's node and its map slot) plus 8 for its share of the slots (16 bytes
 //!   each), so 12.8 MB at the default `max_keys` of 100000 (64 KiB of slots at least).
@@ -44,7 +44,7 @@
 mod bucket;
 #[cfg(test)]
 mod counting_alloc;
-mod keys;
+mod key_table;
 mod store;
 mod touched;
 
@@ -55,7 +55,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::Notify;
 
 use bucket::Gcra;
-use keys::Table;
+use key_table::Table;
 use touched::Touched;
 
 /// Wall-clock microseconds since the UNIX epoch, as callers pass them to [`Limiter::check`].
@@ -188,7 +188,7 @@ struct StoreHealth {
 
 /// The part of a limiter that a reload with the same key, rate, burst, bound and store keeps,
 /// and that the sync task reaches (weakly: it ends when the last limiter goes).
-struct Shared {
+struct LimiterCore {
     gcra: Gcra,
     state: Mutex<State>,
     /// Wakes the sync task: keys to send, or the limiter gone.
@@ -196,14 +196,14 @@ struct Shared {
     store: StoreHealth,
 }
 
-impl Shared {
+impl LimiterCore {
     /// The state; a panic while it was held left plain numbers behind, still usable.
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-impl Drop for Shared {
+impl Drop for LimiterCore {
     fn drop(&mut self) {
         // The sync task, waiting, finds the limiter gone and ends.
         self.notify.notify_one();
@@ -215,7 +215,7 @@ pub struct Limiter {
     spec: LimitSpec,
     /// `RateLimit-Policy`'s value, made once.
     policy_field: String,
-    shared: Arc<Shared>,
+    core: Arc<LimiterCore>,
 }
 
 impl std::fmt::Debug for Limiter {
@@ -233,7 +233,7 @@ impl Limiter {
     /// A limiter with no key yet. No I/O and no runtime: the store is reached once
     /// [`Limiter::start_store`] is called.
     pub fn new(spec: LimitSpec) -> Limiter {
-        let shared = Shared {
+        let core = LimiterCore {
             gcra: Gcra::new(&spec.rate, spec.burst),
             state: Mutex::new(State {
                 table: Table::new(spec.max_keys),
@@ -246,7 +246,7 @@ impl Limiter {
         Limiter {
             policy_field: policy_field(&spec),
             spec,
-            shared: Arc::new(shared),
+            core: Arc::new(core),
         }
     }
 
@@ -258,10 +258,10 @@ impl Limiter {
     /// allocates its entry (and may evict the least recently used).
     pub fn check(&self, key: &[u8], now: Micros) -> Decision {
         let now: Nanos = now.saturating_mul(1000);
-        let gcra = self.shared.gcra;
+        let gcra = self.core.gcra;
         let dry_run = self.spec.dry_run;
         let (decision, wake) = {
-            let mut guard = self.shared.lock();
+            let mut guard = self.core.lock();
             let state = &mut *guard;
             let (counts, touched) = (&mut state.counts, &mut state.touched);
             state.table.visit(key, now, |entry| {
@@ -271,36 +271,36 @@ impl Limiter {
             })
         };
         if wake {
-            self.shared.notify.notify_one();
+            self.core.notify.notify_one();
         }
         decision
     }
 
     /// A request without the key's field: not limited, counted as allowed (design.md).
     pub fn pass(&self) {
-        self.shared.lock().counts.allowed += 1;
+        self.core.lock().counts.allowed += 1;
     }
 
     /// A request refused without a key looked at (it carried too many values of its key):
     /// counted as limited (under `dry_run`, allowed too), to come back after one interval.
     pub fn refuse_outright(&self) -> Decision {
-        let wait = self.shared.gcra.interval();
-        count(&mut self.shared.lock().counts, Err(wait), self.spec.dry_run)
+        let wait = self.core.gcra.interval();
+        count(&mut self.core.lock().counts, Err(wait), self.spec.dry_run)
     }
 
     /// Requests let through (under `dry_run`: every request).
     pub fn allowed(&self) -> u64 {
-        self.shared.lock().counts.allowed
+        self.core.lock().counts.allowed
     }
 
     /// Requests refused (under `dry_run`: those that would have been).
     pub fn limited(&self) -> u64 {
-        self.shared.lock().counts.limited
+        self.core.lock().counts.limited
     }
 
     /// Keys held now (at most `max_keys`).
     pub fn keys(&self) -> usize {
-        self.shared.lock().table.len()
+        self.core.lock().table.len()
     }
 
     /// Whether a reload to `other` keeps this limiter's buckets and counts: the same key,
@@ -324,7 +324,7 @@ impl Limiter {
         self.same_state_as(&spec).then(|| Limiter {
             policy_field: policy_field(&spec),
             spec,
-            shared: Arc::clone(&self.shared),
+            core: Arc::clone(&self.core),
         })
     }
 
@@ -336,11 +336,11 @@ impl Limiter {
         let Some(url) = &self.spec.store else {
             return;
         };
-        if self.shared.store.started.swap(true, Ordering::AcqRel) {
+        if self.core.store.started.swap(true, Ordering::AcqRel) {
             return;
         }
-        if let Err(reason) = store::spawn(&self.shared, &self.spec.name, url) {
-            self.shared.store.started.store(false, Ordering::Release);
+        if let Err(reason) = store::spawn(&self.core, &self.spec.name, url) {
+            self.core.store.started.store(false, Ordering::Release);
             tracing::warn!(
                 "limit {}: the store is not used: {reason}; limiting per instance",
                 self.spec.name
@@ -354,12 +354,12 @@ impl Limiter {
         self.spec
             .store
             .as_ref()
-            .map(|_| self.shared.store.up.load(Ordering::Acquire))
+            .map(|_| self.core.store.up.load(Ordering::Acquire))
     }
 
     /// Store outages seen since the start (each warned about once).
     pub fn store_outages(&self) -> u64 {
-        self.shared.store.outages.load(Ordering::Relaxed)
+        self.core.store.outages.load(Ordering::Relaxed)
     }
 
     /// `RateLimit-Policy`'s value for this limit (draft-ietf-httpapi-ratelimit-headers-11,
@@ -670,10 +670,10 @@ mod tests {
 
         // With a store: listing keys for the exchange reuses its buffer once grown. The
         // exchange is played here by hand: take the list, clear the marks.
-        limiter.shared.lock().touched.set_recording(true);
+        limiter.core.lock().touched.set_recording(true);
         let mut taken = touched::KeyList::default();
         let exchange = |taken: &mut touched::KeyList| {
-            let mut state = limiter.shared.lock();
+            let mut state = limiter.core.lock();
             taken.clear();
             state.touched.take(usize::MAX, taken);
             state.table.clear_sync_marks();
@@ -698,7 +698,7 @@ mod tests {
     }
 
     /// Figures for the report, not a verdict: `cargo test --release --lib
-    /// policy::limit::tests::cost -- --ignored --nocapture`.
+    /// policy::rate_limit::tests::cost -- --ignored --nocapture`.
     #[test]
     #[ignore]
     fn cost_of_a_check() {
