@@ -32,7 +32,7 @@ mod stream;
 
 use super::Connection;
 use crate::http::rewrite::Scheme;
-use crate::state::generation::Generation;
+use crate::state::generation::{self, Followed, Generation};
 use crate::state::stats;
 use crate::stream::{wait, TimeLimit};
 use bytes::Bytes;
@@ -219,13 +219,14 @@ impl Driver<'_> {
         request: http::Request<RecvStream>,
         mut respond: SendResponse<Bytes>,
     ) -> bool {
-        let current = self.link.shared.generation.load();
-        if !Arc::ptr_eq(&current, &self.generation) {
-            let name = &self.generation.services[self.service].name;
-            if let Some((index, _)) = current.service(name) {
-                self.service = index;
-                self.generation = arc_swap::Guard::into_inner(current);
-            }
+        let current = &self.link.shared.generation;
+        if let Followed::Moved {
+            generation,
+            service,
+        } = generation::follow_reloads(current, &self.generation, self.service)
+        {
+            self.generation = generation;
+            self.service = service;
         }
         let service = &self.generation.services[self.service];
         let client = admission::Client {
@@ -254,11 +255,11 @@ impl Driver<'_> {
         if self.link.timer.stopping() {
             return true;
         }
-        let current = self.link.shared.generation.load();
-        !Arc::ptr_eq(&current, &self.generation)
-            && current
-                .service(&self.generation.services[self.service].name)
-                .is_none()
+        let current = &self.link.shared.generation;
+        matches!(
+            generation::follow_reloads(current, &self.generation, self.service),
+            Followed::Gone
+        )
     }
 
     fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Event> {

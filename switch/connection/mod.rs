@@ -38,7 +38,7 @@ use crate::recycle;
 use crate::relay::RelaySettings;
 use crate::shared::Shared;
 use crate::socket::Socket;
-use crate::state::generation::{Generation, Service};
+use crate::state::generation::{self, Followed, Generation, Service};
 use crate::state::stats;
 use crate::stream::{read_some, write_all, Io, TimeLimit};
 use crate::timeouts::Slot;
@@ -185,18 +185,18 @@ impl Connection {
     /// At a request's start: moves to the current configuration if a reload happened, by the
     /// service's name. One atomic load when nothing changed.
     fn follow_reloads(&mut self) {
-        let current = self.shared.generation.load();
-        if Arc::ptr_eq(&current, &self.generation) {
-            return;
-        }
-        match current.service(&self.service().name) {
-            Some((index, _)) => {
-                self.service = index;
-                self.generation = arc_swap::Guard::into_inner(current);
+        match generation::follow_reloads(&self.shared.generation, &self.generation, self.service) {
+            Followed::Unchanged => {}
+            Followed::Moved {
+                generation,
+                service,
+            } => {
+                self.generation = generation;
+                self.service = service;
             }
             // Removed: this request still runs under the rules it came with, then the
             // connection closes (its listener is closed already).
-            None => self.service_gone = true,
+            Followed::Gone => self.service_gone = true,
         }
     }
 
