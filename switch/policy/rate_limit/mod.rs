@@ -30,6 +30,10 @@
 //!   on with its own buckets (fail open to a per-instance limit), a warning said once per
 //!   outage (which ends only when a call succeeds, not when a connection is made), and a new
 //!   try every second.
+//! - **The request's key** (`request_key.rs`): the bytes a request is counted under, taken
+//!   from its parsed head, each value of a key it carries more than once counted.
+//! - **The refusal** (`refusal.rs`): the limit's status with `Retry-After` and the IETF
+//!   RateLimit fields.
 //!
 //! One mutex per limit guards its keys and counts: a check holds it for a lookup and a few
 //! additions (30 to 50 ns measured; two threads checking one limit without pause, 50 to 130
@@ -45,6 +49,8 @@ mod bucket;
 #[cfg(test)]
 mod counting_alloc;
 mod key_table;
+mod refusal;
+mod request_key;
 mod store;
 mod touched;
 
@@ -57,6 +63,8 @@ use tokio::sync::Notify;
 use bucket::Gcra;
 use key_table::Table;
 use touched::Touched;
+
+pub use refusal::{retry_after_seconds, Refusal};
 
 /// Wall-clock microseconds since the UNIX epoch, as callers pass them to [`Limiter::check`].
 pub type Micros = u64;
@@ -73,8 +81,9 @@ pub fn now_micros() -> Micros {
         })
 }
 
-/// What a request is keyed by. Turning a request into the key's bytes is the caller's: a
-/// request without the field is not limited (and counted as allowed: [`Limiter::pass`]).
+/// What a request is keyed by. `request_key.rs` turns a request into the key's bytes
+/// ([`Limiter::check_request`]): a request without the field is not limited (and counted as
+/// allowed: [`Limiter::pass`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum LimitKey {
     /// The client's address (the one PROXY names, when there is one).
@@ -147,18 +156,6 @@ pub enum Decision {
     Limited {
         retry_after: Duration,
     },
-}
-
-/// `Retry-After` (and the `t` of `RateLimit`) for a refusal: whole seconds, rounded up, at
-/// least 1 (a client told 0 would come back at once).
-pub fn retry_after_seconds(retry_after: Duration) -> u64 {
-    let whole = retry_after.as_secs();
-    let seconds = if retry_after.subsec_nanos() > 0 {
-        whole.saturating_add(1)
-    } else {
-        whole
-    };
-    seconds.max(1)
 }
 
 /// Requests counted by a limit (for `/stats` and `/metrics`).
@@ -244,7 +241,7 @@ impl Limiter {
             store: StoreHealth::default(),
         };
         Limiter {
-            policy_field: policy_field(&spec),
+            policy_field: refusal::policy_field(&spec),
             spec,
             core: Arc::new(core),
         }
@@ -322,7 +319,7 @@ impl Limiter {
     /// `Arc<Limiter>` as it is would also keep its old `status` and `dry_run`.
     pub fn carry_over(&self, spec: LimitSpec) -> Option<Limiter> {
         self.same_state_as(&spec).then(|| Limiter {
-            policy_field: policy_field(&spec),
+            policy_field: refusal::policy_field(&spec),
             spec,
             core: Arc::clone(&self.core),
         })
@@ -361,30 +358,6 @@ impl Limiter {
     pub fn store_outages(&self) -> u64 {
         self.core.store.outages.load(Ordering::Relaxed)
     }
-
-    /// `RateLimit-Policy`'s value for this limit (draft-ietf-httpapi-ratelimit-headers-11,
-    /// section 3): `"NAME";q=COUNT;w=SECONDS`, the sustained rate as a quota per window.
-    pub fn policy_field(&self) -> &str {
-        &self.policy_field
-    }
-
-    /// Appends the fields of a refusal after `retry_after` to `out`, as (name, value):
-    /// `RateLimit-Policy` ([`Limiter::policy_field`]) and `RateLimit: "NAME";r=0;t=SECONDS`
-    /// (section 4: nothing left, for `t` seconds). `t` is [`retry_after_seconds`], the value
-    /// the caller gives `Retry-After` (which it writes itself), as section 6 asks: a
-    /// `Retry-After` not earlier than the end of the effective window.
-    pub fn write_refusal_fields(
-        &self,
-        out: &mut Vec<(&'static str, String)>,
-        retry_after: Duration,
-    ) {
-        out.push(("RateLimit-Policy", self.policy_field.clone()));
-        let mut limit = String::with_capacity(self.policy_field.len() + 16);
-        push_sf_string(&mut limit, &self.spec.name);
-        limit.push_str(";r=0;t=");
-        limit.push_str(itoa::Buffer::new().format(retry_after_seconds(retry_after)));
-        out.push(("RateLimit", limit));
-    }
 }
 
 /// Counts one verdict under `dry_run` or not.
@@ -406,35 +379,6 @@ fn count(counts: &mut Counts, verdict: Result<(), Nanos>, dry_run: bool) -> Deci
             }
         }
     }
-}
-
-/// `"NAME";q=COUNT;w=SECONDS`: the window in whole seconds (the draft has no fractions;
-/// `N/s`, `N/m` and `N/h` are whole), at least 1.
-fn policy_field(spec: &LimitSpec) -> String {
-    let mut field = String::with_capacity(spec.name.len() + 24);
-    push_sf_string(&mut field, &spec.name);
-    field.push_str(";q=");
-    field.push_str(itoa::Buffer::new().format(spec.rate.count));
-    field.push_str(";w=");
-    field.push_str(itoa::Buffer::new().format(retry_after_seconds(spec.rate.per)));
-    field
-}
-
-/// `text` as a Structured Field String (RFC 9651, 3.3.3): quoted, `"` and `\` escaped; the
-/// type holds printable ASCII only, so any other character becomes `?`.
-fn push_sf_string(out: &mut String, text: &str) {
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
-            }
-            ' '..='~' => out.push(c),
-            _ => out.push('?'),
-        }
-    }
-    out.push('"');
 }
 
 /// Checks a `store` value without connecting (for `tcpvs check`): a `redis://` or
@@ -576,32 +520,6 @@ mod tests {
             assert!(!limiter.same_state_as(&other), "{other:?}");
             assert!(limiter.carry_over(other).is_none());
         }
-    }
-
-    #[test]
-    fn refusal_fields_follow_the_ratelimit_draft() {
-        let limiter = Limiter::new(spec("20/s", 40));
-        assert_eq!(limiter.policy_field(), "\"api\";q=20;w=1");
-        let mut fields = Vec::new();
-        limiter.write_refusal_fields(&mut fields, Duration::from_millis(2_100));
-        assert_eq!(
-            fields,
-            [
-                ("RateLimit-Policy", "\"api\";q=20;w=1".to_string()),
-                ("RateLimit", "\"api\";r=0;t=3".to_string()),
-            ]
-        );
-        let hourly = Limiter::new(LimitSpec {
-            name: "odd \"name\" \\ é".to_string(),
-            ..spec("100/h", 1)
-        });
-        assert_eq!(
-            hourly.policy_field(),
-            "\"odd \\\"name\\\" \\\\ ?\";q=100;w=3600"
-        );
-        let mut fields = Vec::new();
-        hourly.write_refusal_fields(&mut fields, Duration::from_millis(1));
-        assert_eq!(fields[1].1, "\"odd \\\"name\\\" \\\\ ?\";r=0;t=1");
     }
 
     #[test]
