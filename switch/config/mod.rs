@@ -157,7 +157,8 @@ pub struct ServiceConfig {
 /// What a virtual service's connections carry, `mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ServiceMode {
-    /// `"http"`: HTTP/1.x, every request routed (over TLS when the service has `tls`).
+    /// `"http"`: HTTP/1.x and HTTP/2 (`http2`), every request routed (over TLS when the service
+    /// has `tls`).
     Http,
     /// `"tls-passthrough"`: TLS, routed by the ClientHello's server name and relayed to the
     /// server undecrypted.
