@@ -1,5 +1,5 @@
-//! `[limit.NAME]`: rate limits that rules name with `limit = "NAME"` (design.md, "Traffic
-//! policy in rules"). Checked here; the buckets are policy/rate_limit/'s.
+//! `[limit.NAME]`: rate limits that rules name with `limit = "NAME"` (README, `[limit.NAME]`:
+//! rate limits). Checked here; the buckets are policy/rate_limit/'s.
 
 use super::error::ErrorSink;
 use super::raw::RawLimit;

@@ -106,7 +106,8 @@ pub struct Rate {
 }
 
 impl Rate {
-    /// Reads `"N/s"`, `"N/m"` or `"N/h"`, N from 1 to 2^32 - 1 (design.md).
+    /// Reads `"N/s"`, `"N/m"` or `"N/h"`, N from 1 to 2^32 - 1: a whole count,
+    /// no sign, no fraction, and no unit but the second, the minute and the hour.
     pub fn parse(text: &str) -> Result<Rate, String> {
         let (count, unit) = text
             .split_once('/')
@@ -273,7 +274,8 @@ impl Limiter {
         decision
     }
 
-    /// A request without the key's field: not limited, counted as allowed (design.md).
+    /// A request without the key's field: not limited, counted as allowed (so
+    /// that `allowed + limited` is every request the limit saw).
     pub fn pass(&self) {
         self.core.lock().counts.allowed += 1;
     }
