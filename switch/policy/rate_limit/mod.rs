@@ -397,7 +397,8 @@ mod tests {
     const T0: Micros = 1_700_000_000_000_000;
     const MS: Micros = 1000;
 
-    fn spec(rate: &str, burst: u32) -> LimitSpec {
+    /// A limit of `rate` and `burst` keyed by source (refusal.rs's tests use it too).
+    pub(super) fn spec(rate: &str, burst: u32) -> LimitSpec {
         LimitSpec {
             name: "api".to_string(),
             key: LimitKey::Source,

@@ -112,21 +112,8 @@ fn push_sf_string(out: &mut String, text: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Rate;
+    use super::super::tests::spec;
     use super::*;
-
-    fn spec(rate: &str, burst: u32) -> LimitSpec {
-        LimitSpec {
-            name: "api".to_string(),
-            key: super::super::LimitKey::Source,
-            rate: Rate::parse(rate).expect("a rate"),
-            burst,
-            status: 429,
-            dry_run: false,
-            max_keys: 1000,
-            store: None,
-        }
-    }
 
     #[test]
     fn refusal_fields_follow_the_ratelimit_draft() {
