@@ -30,7 +30,7 @@ use tcpvs::http::host::{normal_host, HostScratch};
 use tcpvs::http::path::normalize;
 use tcpvs::http::rewrite::{forwarded_for, write_request_head, ForwardedFor, RequestEdit, Scheme};
 use tcpvs::http::{parse_request, RequestHead};
-use tcpvs::policy::limit::{now_micros, Limiter};
+use tcpvs::policy::rate_limit::Limiter;
 use tcpvs::policy::Action;
 use tcpvs::state::pool::Pool;
 use tcpvs_modules::{MonotonicClock, RequestView};
@@ -249,7 +249,8 @@ impl HotPath {
         let headers = self.head.lookup(buf);
         // The rules see the path in its normal form (exchange/mod.rs `decide`).
         let raw_path = self.head.path.get(buf);
-        let path = normalize(raw_path, &mut self.normal_path).unwrap_or(raw_path);
+        let normal = normalize(raw_path, &mut self.normal_path);
+        let path = normal.unwrap_or(raw_path);
         // And the host in its normal form (exchange/route.rs `request_view`).
         let mut host = HostScratch::default();
         let view = RequestView {
@@ -271,10 +272,11 @@ impl HotPath {
         let mut edit = RequestEdit::default();
         if let Some(edits) = edits {
             if let Some(limit) = edits.limit {
-                // Allowed through the allocation check (fewer requests than the burst); the
-                // timing runs past the bucket, and a refusal costs the same check.
-                let client = [198, 51, 100, 7];
-                black_box(self.limits[limit].check(&client, now_micros()));
+                // Keyed from the request as the exchange keys it (exchange/policy.rs). Allowed
+                // through the allocation check (fewer requests than the burst); the timing runs
+                // past the bucket, and a refusal costs the same check.
+                let request = (&self.head, buf);
+                black_box(self.limits[limit].check_request(request, normal, view.client));
             }
             edit.headers = edits.request_headers.as_ref();
         }

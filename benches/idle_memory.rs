@@ -17,7 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// Clients held at once. Each is budgeted two descriptors (its own and a server's:
-/// limits/descriptors.rs), and this machine's hard limit of 20 000 then allows 9 949 clients
+/// capacity/descriptors.rs), and this machine's hard limit of 20 000 then allows 9 949 clients
 /// (the switch lowers `max_clients`); the hard limit cannot be raised here.
 const CONNECTIONS: usize = 9_000;
 const REQUEST: &[u8] = b"GET /small HTTP/1.1\r\nHost: bench\r\n\r\n";

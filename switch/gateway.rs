@@ -5,9 +5,9 @@
 //! (reload/plan.rs), its addresses bound on every worker, or taken over from an old process
 //! (supervisor/listeners.rs), and the plan committed (supervisor/commit.rs).
 
+use crate::capacity::descriptors::Demand;
 use crate::config::admin::AdminConfig;
 use crate::config::{Config, SwitchSettings};
-use crate::limits::descriptors::Demand;
 use crate::policy::source_conns::{Grouping, SourceConns};
 use crate::reload::{Builder, Plan};
 pub use crate::shared::Shared;
@@ -247,7 +247,7 @@ fn shared_state(
 ) -> io::Result<Shared> {
     let access_log = Arc::new(crate::access_log::AccessLog::new(&settings)?);
     let generation = &plan.generation;
-    let max_clients = crate::limits::descriptors::apply(&Demand {
+    let max_clients = crate::capacity::descriptors::apply(&Demand {
         max_clients: settings.max_clients,
         max_clients_given: settings.max_clients_given,
         workers,

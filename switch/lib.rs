@@ -1,9 +1,9 @@
 //! tcpvs: a layer-7 content switch, the user-space heir of KTCPVS.
 //!
-//! The data path, in the order a request takes it:
-//! [`listener`] (accept) -> `connection` (the client connection: PROXY header, TLS, then a
-//! protocol front-end, `connection/h1.rs` for HTTP/1 or `connection/tunnel.rs` for TLS
-//! passthrough, which reads each request's head) -> `exchange` (one request carried out:
+//! The data path, in the order a request takes it: [`listener`] (accept) -> `connection` (the
+//! client connection: PROXY header, TLS, then a protocol front-end, `connection/h1.rs` for
+//! HTTP/1, `connection/h2.rs` for HTTP/2 (one task per stream) or `connection/tunnel.rs` for
+//! TLS passthrough, which reads each request's head) -> `exchange` (one request carried out:
 //! route -> pick -> connect or reuse -> relay -> account, every failure classified in
 //! `exchange/failure.rs`) with [`http`] for framing, [`rules`] for routing, [`state`] for
 //! pools, servers and counters and the scheduling modules of `tcpvs-modules`, [`relay`] for
@@ -13,6 +13,7 @@
 pub mod access_log;
 pub mod admin;
 pub mod buffer;
+pub mod capacity;
 pub mod config;
 mod connection;
 pub mod edge;
@@ -21,7 +22,6 @@ pub mod gateway;
 pub mod health;
 pub mod http;
 pub mod import_ktcpvs;
-pub mod limits;
 pub mod listener;
 pub mod policy;
 pub mod recycle;

@@ -1,15 +1,15 @@
 //! Accepting client connections: one listener per virtual service, one task per connection,
 //! `max_clients` enforced at the door.
 
+use crate::capacity::exhaustion;
 use crate::config::ServiceMode;
 use crate::connection::Connection;
 use crate::http::rewrite::ClientConnection;
 use crate::http::status::write_error;
-use crate::limits::exhaustion;
 use crate::shared::Shared;
 use crate::socket::{new_tcp_socket, set_defer_accept, Listener, Socket};
 use crate::state::stats::{self, ServiceStats};
-use crate::stream::{write_all, Limit};
+use crate::stream::{write_all, TimeLimit};
 use crate::timeouts::{Timeouts, SESSION_TIMER};
 use rustix::net::sockopt;
 use std::future::Future;
@@ -195,7 +195,7 @@ async fn refuse_busy(slot: ClientSlot, stream: Socket) {
     // keeps at most 4 KiB, so scanning it again after each read stays cheap.
     let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
     while !scratch.filled().windows(4).any(|w| w == b"\r\n\r\n") {
-        match crate::stream::read_some(&stream, &mut scratch, Limit::Until(deadline)).await {
+        match crate::stream::read_some(&stream, &mut scratch, TimeLimit::Until(deadline)).await {
             Ok(0) | Err(_) => break,
             Ok(_) if scratch.spare().is_empty() => scratch.consume(scratch.len() - 3),
             Ok(_) => {}
@@ -209,7 +209,7 @@ async fn refuse_busy(slot: ClientSlot, stream: Socket) {
         ClientConnection::Close,
         true,
     );
-    let _ = write_all(&stream, &out, Limit::Idle(Duration::from_secs(2))).await;
+    let _ = write_all(&stream, &out, TimeLimit::Idle(Duration::from_secs(2))).await;
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use std::process::ExitCode;
 #[command(
     name = "tcpvs",
     version,
-    about = "A layer-7 content switch: routes every HTTP/1.x request by rules to server pools"
+    about = "A layer-7 content switch: routes every HTTP/1.1 and HTTP/2 request by rules to server pools"
 )]
 struct Cli {
     #[command(subcommand)]

@@ -25,15 +25,15 @@ pub struct Shared {
     pub clients: AtomicUsize,
     /// HTTP/2 streams running now. Each may hold a server connection, so together with the
     /// client connections they stay within `max_clients`, the descriptor budget
-    /// (limits/descriptors.rs: a client and its server): without this, one client's
+    /// (capacity/descriptors.rs: a client and its server): without this, one client's
     /// connections of 100 streams each ran the switch out of descriptors.
     pub h2_streams: AtomicUsize,
     /// Client connections and HTTP/2 streams held now per source (an IPv4 address, an IPv6
     /// /64), in the whole switch: who may take the last quarter of `max_clients`
-    /// (limits/share.rs).
+    /// (capacity/share.rs).
     pub source_load: std::sync::Arc<SourceConns>,
     /// `max_clients` in effect: the configured one, or lower if the open-file limit could not
-    /// be raised far enough (limits/descriptors.rs).
+    /// be raised far enough (capacity/descriptors.rs).
     pub max_clients: usize,
     /// Turns true when the switch stops: listeners close.
     pub shutdown: watch::Receiver<bool>,

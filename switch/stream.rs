@@ -50,7 +50,7 @@ pub trait Io: Sync {
 
 /// A time limit for one step of an exchange.
 #[derive(Clone, Copy, Debug)]
-pub enum Limit {
+pub enum TimeLimit {
     /// At most this long without progress.
     Idle(Duration),
     /// Before this instant, whatever the progress.
@@ -66,25 +66,25 @@ pub fn timed_out() -> io::Error {
 /// Waits for `ready` (socket readiness, a connect) within `limit`.
 pub(crate) async fn wait<T>(
     ready: impl Future<Output = io::Result<T>>,
-    limit: Limit,
+    limit: TimeLimit,
 ) -> io::Result<T> {
-    if let Limit::Never = limit {
+    if let TimeLimit::Never = limit {
         return ready.await;
     }
     // Timeouts come from the task's timer slot (see timeouts.rs); every task of the switch
     // that does I/O has one, and one without would fall back to a tokio timer.
     let Ok(slot) = SESSION_TIMER.try_with(Arc::clone) else {
         return match limit {
-            Limit::Idle(d) => tokio::time::timeout(d, ready).await,
-            Limit::Until(t) => tokio::time::timeout_at(t, ready).await,
-            Limit::Never => Ok(ready.await),
+            TimeLimit::Idle(d) => tokio::time::timeout(d, ready).await,
+            TimeLimit::Until(t) => tokio::time::timeout_at(t, ready).await,
+            TimeLimit::Never => Ok(ready.await),
         }
         .unwrap_or_else(|_| Err(timed_out()));
     };
     let deadline = match limit {
-        Limit::Idle(d) => slot.deadline_after(d),
-        Limit::Until(t) => slot.deadline_at(t),
-        Limit::Never => return ready.await,
+        TimeLimit::Idle(d) => slot.deadline_after(d),
+        TimeLimit::Until(t) => slot.deadline_at(t),
+        TimeLimit::Never => return ready.await,
     };
     tokio::select! {
         biased;
@@ -94,7 +94,7 @@ pub(crate) async fn wait<T>(
 }
 
 /// Reads once into the spare room of `buf`; `Ok(0)` is end of stream (or a full buffer).
-pub async fn read_some(stream: &impl Io, buf: &mut IoBuf, limit: Limit) -> io::Result<usize> {
+pub async fn read_some(stream: &impl Io, buf: &mut IoBuf, limit: TimeLimit) -> io::Result<usize> {
     loop {
         let spare = buf.spare();
         if spare.is_empty() {
@@ -140,7 +140,7 @@ impl Then {
 }
 
 /// Writes all of `bytes` and pushes them out.
-pub async fn write_all(stream: &impl Io, bytes: &[u8], limit: Limit) -> io::Result<()> {
+pub async fn write_all(stream: &impl Io, bytes: &[u8], limit: TimeLimit) -> io::Result<()> {
     send_all(stream, bytes, Then::Push, limit).await
 }
 
@@ -149,7 +149,7 @@ pub async fn send_all(
     stream: &impl Io,
     mut bytes: &[u8],
     then: Then,
-    limit: Limit,
+    limit: TimeLimit,
 ) -> io::Result<()> {
     while !bytes.is_empty() {
         match stream.try_send(&[IoSlice::new(bytes)], then) {
@@ -165,7 +165,7 @@ pub async fn send_all(
 }
 
 /// Waits until what the stream took has left it (nothing to wait for on a socket).
-async fn flush(stream: &impl Io, then: Then, limit: Limit) -> io::Result<()> {
+async fn flush(stream: &impl Io, then: Then, limit: TimeLimit) -> io::Result<()> {
     loop {
         match stream.try_flush(then) {
             Ok(()) => return Ok(()),
@@ -184,7 +184,7 @@ pub async fn write_both(
     first: &[u8],
     second: &[u8],
     then: Then,
-    limit: Limit,
+    limit: TimeLimit,
 ) -> io::Result<()> {
     if second.is_empty() {
         return send_all(stream, first, then, limit).await;

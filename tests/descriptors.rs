@@ -115,7 +115,7 @@ async fn a_hard_limit_too_small_lowers_max_clients_and_every_client_is_answered(
     // one request. Every one gets a complete answer: 200, or 503 beyond max_clients. Some
     // connections wait in the kernel's queue while the switch has no descriptor to take them.
     // Each from an address of its own, as a crowd comes: one address is kept out of the last
-    // quarter of max_clients once it holds its share (limits/share.rs).
+    // quarter of max_clients once it holds its share (capacity/share.rs).
     let clients = 4 * lowered + 100;
     let burst = std::time::Instant::now();
     let mut tasks = Vec::new();

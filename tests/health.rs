@@ -1405,7 +1405,7 @@ async fn a_server_the_agent_drains_keeps_its_persistent_clients() {
     assert_eq!(
         r.served_by(),
         controlled.addr.to_string(),
-        "a client with the drained server's cookie stays there (design.md: drain keeps its \
+        "a client with the drained server's cookie stays there (README: drain keeps its \
          persistent clients)"
     );
 }

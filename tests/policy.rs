@@ -1,4 +1,4 @@
-//! Traffic policy in rules (issue 26; design.md, "Traffic policy in rules"), end to end over
+//! Traffic policy in rules (issue 26; README, `[[virtual.NAME.rule]]`), end to end over
 //! loopback sockets: `redirect` (scheme, host, port, path with the rule's path captures, the
 //! query kept unless the new path sets one, a scheme's default port never written, every code)
 //! over HTTP/1.0, HTTP/1.1 keep-alive and HTTP/2; `respond` (status, body, content type and its

@@ -1,4 +1,4 @@
-//! Rate limits and per-source connection caps (issue 26; design.md, "Traffic policy in rules"),
+//! Rate limits and per-source connection caps (issue 26; README, `[limit.NAME]`),
 //! end to end over loopback sockets: a fresh key's `burst`, then `status` (429) with
 //! `Retry-After` and the IETF `RateLimit-Policy` / `RateLimit` fields, `Retry-After` following
 //! the rate's unit; keys by source, header, cookie, host (in its normal form) and path (in its

@@ -1,4 +1,4 @@
-//! What one source may hold of `max_clients` in the whole switch (limits/share.rs): in the
+//! What one source may hold of `max_clients` in the whole switch (capacity/share.rs): in the
 //! budget's last quarter, fewer than a quarter of the free room, its HTTP/1.1 connections,
 //! HTTP/2 connections and streams counted together. Before, only HTTP/2 streams counted: one
 //! address's HTTP/1.1 connections alone filled `max_clients` (every other client refused),

@@ -327,7 +327,8 @@ impl Collector for Scrape {
     }
 }
 
-/// The rate limits (design.md: `tcpvs_limit_allowed_total`, `tcpvs_limit_limited_total`).
+/// The rate limits (`tcpvs_limit_allowed_total`, `tcpvs_limit_limited_total`,
+/// `tcpvs_limit_keys`, as the README's `[limit.NAME]` section names them).
 fn encode_limits(e: &mut DescriptorEncoder, limits: &[LimitSnapshot]) -> fmt::Result {
     let label = |l: &LimitSnapshot| [("limit", l.name.clone())];
     family(

@@ -24,7 +24,8 @@ pub struct StatsJson {
     pub rule_file: Option<String>,
     pub services: Vec<ServiceJson>,
     pub pools: Vec<PoolJson>,
-    /// `[limit.NAME]` by name (design.md: `{allowed, limited, keys}` each).
+    /// `[limit.NAME]` by name (each `{allowed, limited, keys, dry_run, store_up}`, as the
+    /// README's `[limit.NAME]` section documents it).
     pub limits: BTreeMap<String, LimitJson>,
 }
 

@@ -18,7 +18,7 @@ use tcpvs::edge::tls::Certificate;
 use tcpvs::http::{parse_request, BodyFraming, RequestHead};
 use tcpvs::listener;
 use tcpvs::socket::{Listener, Socket};
-use tcpvs::stream::{read_some, write_all, Limit};
+use tcpvs::stream::{read_some, write_all, TimeLimit};
 use tcpvs::timeouts::{Timeouts, SESSION_TIMER};
 use tokio::task::JoinHandle;
 
@@ -129,7 +129,7 @@ async fn serve(listener: Listener, demo: Arc<DemoServer>, timeouts: Arc<Timeouts
 }
 
 async fn handle_connection(stream: Socket, demo: &DemoServer) -> io::Result<()> {
-    let limit = Limit::Idle(Duration::from_secs(60));
+    let limit = TimeLimit::Idle(Duration::from_secs(60));
     let mut buf = IoBuf::with_capacity(64 * 1024);
     let mut head = RequestHead::default();
     let mut out = Vec::with_capacity(16 * 1024);

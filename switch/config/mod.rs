@@ -9,11 +9,11 @@ pub mod admin;
 mod certificates;
 mod error;
 pub mod health;
-mod limits;
 mod lint;
 mod listen;
 mod policy;
 mod pools;
+mod rate_limits;
 mod raw;
 pub mod scheduler;
 mod server_addr;
@@ -45,7 +45,7 @@ pub struct SwitchSettings {
     pub workers: usize,
     pub max_clients: usize,
     /// Whether the file sets `max_clients` (a default is fitted to the open-file limit quietly,
-    /// a chosen value that does not fit is lowered with a warning: limits/descriptors.rs).
+    /// a chosen value that does not fit is lowered with a warning: capacity/descriptors.rs).
     pub max_clients_given: bool,
     pub header_timeout: Duration,
     pub idle_timeout: Duration,
@@ -157,7 +157,8 @@ pub struct ServiceConfig {
 /// What a virtual service's connections carry, `mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ServiceMode {
-    /// `"http"`: HTTP/1.x, every request routed (over TLS when the service has `tls`).
+    /// `"http"`: HTTP/1.x and HTTP/2 (`http2`), every request routed (over TLS when the service
+    /// has `tls`).
     Http,
     /// `"tls-passthrough"`: TLS, routed by the ClientHello's server name and relayed to the
     /// server undecrypted.
@@ -208,7 +209,7 @@ pub struct Config {
     pub services: Vec<ServiceConfig>,
     pub pools: Vec<PoolConfig>,
     /// `[limit.NAME]`, in name order (rules name them by index).
-    pub limits: Vec<crate::policy::limit::LimitSpec>,
+    pub limits: Vec<crate::policy::rate_limit::LimitSpec>,
     /// What is valid but almost surely not meant, in file order: `tcpvs check` prints these,
     /// `tcpvs run` and reloads log them ([`Config::log_warnings`]).
     pub warnings: Vec<ConfigWarning>,
@@ -301,7 +302,7 @@ impl Config {
             .enumerate()
             .map(|(i, p)| (p.name.as_str(), i))
             .collect();
-        let limits = limits::build_limits(&raw.limits, sink);
+        let limits = rate_limits::build_limits(&raw.limits, sink);
         // Every limit by name, those with errors too: a rule naming one is not "unknown".
         let limit_index: HashMap<&str, usize> = raw
             .limits

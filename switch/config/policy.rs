@@ -1,4 +1,4 @@
-//! The actions of rules (design.md, "Traffic policy in rules"): `pool` with its edits
+//! The actions of rules (README, `[[virtual.NAME.rule]]`: routing rules): `pool` with its edits
 //! (`path_rewrite`, `strip_prefix`, `request_headers`, `response_headers`, `limit`),
 //! `redirect` and `respond`, and the `source` condition, each checked with its place in the
 //! file. The run-time forms are policy/'s.

@@ -1,7 +1,7 @@
 //! The end of a client connection: closing without losing the last response.
 
 use super::Connection;
-use crate::stream::{read_some, Io, Limit};
+use crate::stream::{read_some, Io, TimeLimit};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -36,7 +36,7 @@ impl Connection {
         self.inbuf.consume(self.inbuf.len());
         let mut dropped = 0;
         while dropped < LINGER_BYTES {
-            match read_some(&self.client, &mut self.inbuf, Limit::Until(deadline)).await {
+            match read_some(&self.client, &mut self.inbuf, TimeLimit::Until(deadline)).await {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
                     dropped += n;

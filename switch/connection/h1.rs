@@ -16,7 +16,7 @@ use crate::http::rewrite::ClientConnection;
 use crate::http::status::write_error;
 use crate::http::HeadProgress;
 use crate::state::stats;
-use crate::stream::{read_some, write_all, Limit};
+use crate::stream::{read_some, write_all, TimeLimit};
 use std::io;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -171,7 +171,7 @@ impl Connection {
             if let Some(decided) = self.preface_in_buffer() {
                 return decided;
             }
-            match read_some(&self.client, &mut self.inbuf, Limit::Until(deadline)).await {
+            match read_some(&self.client, &mut self.inbuf, TimeLimit::Until(deadline)).await {
                 Ok(0) | Err(_) => return false,
                 Ok(_) => {}
             }
@@ -237,7 +237,7 @@ impl Connection {
         );
         stats::bump(&self.service().stats.local_errors);
         self.service().stats.classes.count(status);
-        let limit = Limit::Idle(Duration::from_secs(5));
+        let limit = TimeLimit::Idle(Duration::from_secs(5));
         let _ = write_all(&self.client, &self.work.out, limit).await;
         self.shared.access_log.write(&access_log::Entry {
             service: &self.service().name,

@@ -12,7 +12,7 @@
 //! |---|---|---|
 //! | streams running at once | [`MAX_CONCURRENT_STREAMS`] (more: `REFUSED_STREAM`) | many streams |
 //! | streams running in the switch | client connections + streams <= `max_clients` (the descriptor budget); beyond, `503` at once (`h2/admission.rs`) | descriptors exhausted by many connections of many streams |
-//! | streams one client address runs | in the budget's last quarter, less than a quarter of the free room for its connections and streams together, an IPv6 client's /64 counted as one source (`503` beyond: `limits/share.rs`); under `max_conns_per_source`, its connections and their streams beyond the first | one source stalling every other client |
+//! | streams one client address runs | in the budget's last quarter, less than a quarter of the free room for its connections and streams together, an IPv6 client's /64 counted as one source (`503` beyond: `capacity/share.rs`); under `max_conns_per_source`, its connections and their streams beyond the first | one source stalling every other client |
 //! | streams refused at once | a budget of their own, as large as the control frames' (`frames::Budget`), then `ENHANCE_YOUR_CALM` | a flood of streams the switch answers without running |
 //! | streams whose task runs, reset or not | the same: no new stream is accepted meanwhile | Rapid Reset (CVE-2023-44487) |
 //! | streams reset before they were accepted | [`MAX_PENDING_ACCEPT_RESETS`], then `ENHANCE_YOUR_CALM` | Rapid Reset |
@@ -32,9 +32,9 @@ mod stream;
 
 use super::Connection;
 use crate::http::rewrite::Scheme;
-use crate::state::generation::Generation;
+use crate::state::generation::{self, Followed, Generation};
 use crate::state::stats;
-use crate::stream::{wait, Limit};
+use crate::stream::{wait, TimeLimit};
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
@@ -43,7 +43,7 @@ use std::future::poll_fn;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use stream::{Link, Running};
+use stream::{Link, LiveStreams};
 use tokio::time::Instant;
 
 /// The connection preface of a client with prior knowledge (RFC 9113 section 3.4).
@@ -125,13 +125,13 @@ impl Connection {
             },
             relay: self.relay,
             timer: Arc::clone(&self.timer),
-            running: Running::default(),
+            live_streams: LiveStreams::default(),
             spare_place: Arc::new(admission::SparePlace::new(self.source_place.take())),
         });
         let alarm = Alarm::default();
         let io = H2Io::new(&self.client, early, &alarm, &stats);
         let handshake = builder().handshake::<_, Bytes>(io);
-        let handshaken = wait(async { Ok(handshake.await) }, Limit::Until(deadline)).await;
+        let handshaken = wait(async { Ok(handshake.await) }, TimeLimit::Until(deadline)).await;
         let conn = match handshaken {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) => {
@@ -219,13 +219,14 @@ impl Driver<'_> {
         request: http::Request<RecvStream>,
         mut respond: SendResponse<Bytes>,
     ) -> bool {
-        let current = self.link.shared.generation.load();
-        if !Arc::ptr_eq(&current, &self.generation) {
-            let name = &self.generation.services[self.service].name;
-            if let Some((index, _)) = current.service(name) {
-                self.service = index;
-                self.generation = arc_swap::Guard::into_inner(current);
-            }
+        let current = &self.link.shared.generation;
+        if let Followed::Moved {
+            generation,
+            service,
+        } = generation::follow_reloads(current, &self.generation, self.service)
+        {
+            self.generation = generation;
+            self.service = service;
         }
         let service = &self.generation.services[self.service];
         let client = admission::Client {
@@ -254,11 +255,11 @@ impl Driver<'_> {
         if self.link.timer.stopping() {
             return true;
         }
-        let current = self.link.shared.generation.load();
-        !Arc::ptr_eq(&current, &self.generation)
-            && current
-                .service(&self.generation.services[self.service].name)
-                .is_none()
+        let current = &self.link.shared.generation;
+        matches!(
+            generation::follow_reloads(current, &self.generation, self.service),
+            Followed::Gone
+        )
     }
 
     fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Event> {
@@ -268,7 +269,7 @@ impl Driver<'_> {
         if !self.going_away && self.should_leave() {
             return Poll::Ready(Event::Leave);
         }
-        let running = self.link.running.poll_count(cx);
+        let running = self.link.live_streams.poll_count(cx);
         // A stream the budget has no room for is answered at once (admission.rs), so the
         // driver accepts whenever the connection's own limit allows.
         let room = running < MAX_CONCURRENT_STREAMS as usize;

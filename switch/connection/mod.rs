@@ -24,6 +24,7 @@ mod tunnel;
 
 use crate::access_log;
 use crate::buffer::IoBuf;
+use crate::capacity::share::{self, Crowding};
 use crate::config::ServiceMode;
 use crate::edge::client_stream::ClientStream;
 use crate::exchange::account::{account, Outcome};
@@ -32,15 +33,14 @@ use crate::http::rewrite::ClientConnection;
 use crate::http::rewrite::{forwarded_for, ForwardedFor};
 use crate::http::status::write_error;
 use crate::http::RequestHead;
-use crate::limits::share::{self, Crowding};
 use crate::policy::source_conns::SourceGuard;
 use crate::recycle;
 use crate::relay::RelaySettings;
 use crate::shared::Shared;
 use crate::socket::Socket;
-use crate::state::generation::{Generation, Service};
+use crate::state::generation::{self, Followed, Generation, Service};
 use crate::state::stats;
-use crate::stream::{read_some, write_all, Io, Limit};
+use crate::stream::{read_some, write_all, Io, TimeLimit};
 use crate::timeouts::Slot;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -88,7 +88,7 @@ pub(crate) struct Connection {
     /// Counts this connection against its client's `max_conns_per_source` while it lives
     /// (over HTTP/2, lent to its streams: h2/admission.rs).
     source_place: Option<SourceGuard>,
-    /// Counts this connection in what its client holds in the whole switch (limits/share.rs).
+    /// Counts this connection in what its client holds in the whole switch (capacity/share.rs).
     source_load: Option<SourceGuard>,
 }
 
@@ -185,18 +185,18 @@ impl Connection {
     /// At a request's start: moves to the current configuration if a reload happened, by the
     /// service's name. One atomic load when nothing changed.
     fn follow_reloads(&mut self) {
-        let current = self.shared.generation.load();
-        if Arc::ptr_eq(&current, &self.generation) {
-            return;
-        }
-        match current.service(&self.service().name) {
-            Some((index, _)) => {
-                self.service = index;
-                self.generation = arc_swap::Guard::into_inner(current);
+        match generation::follow_reloads(&self.shared.generation, &self.generation, self.service) {
+            Followed::Unchanged => {}
+            Followed::Moved {
+                generation,
+                service,
+            } => {
+                self.generation = generation;
+                self.service = service;
             }
             // Removed: this request still runs under the rules it came with, then the
             // connection closes (its listener is closed already).
-            None => self.service_gone = true,
+            Followed::Gone => self.service_gone = true,
         }
     }
 
@@ -237,7 +237,7 @@ impl Connection {
 
     /// Counts the connection among what its client holds: against the service's
     /// `max_conns_per_source`, and in the whole switch, where the last quarter of
-    /// `max_clients` goes to light sources (limits/share.rs).
+    /// `max_clients` goes to light sources (capacity/share.rs).
     fn count_source(&mut self) -> Result<(), SourceRefusal> {
         let service = &self.generation.services[self.service];
         let address = self.peer.ip();
@@ -295,7 +295,7 @@ impl Connection {
         while let Ok(n @ 1..) = self.client.try_recv(scratch.spare()) {
             received |= n > 0;
         }
-        if write_all(&self.client, &out, Limit::Idle(SEND))
+        if write_all(&self.client, &out, TimeLimit::Idle(SEND))
             .await
             .is_err()
         {
@@ -303,7 +303,7 @@ impl Connection {
         }
         let _ = self.client.shutdown_write().await;
         if !received {
-            let limit = Limit::Until(Instant::now() + FIRST_BYTES);
+            let limit = TimeLimit::Until(Instant::now() + FIRST_BYTES);
             let _ = read_some(&self.client, &mut scratch, limit).await;
         }
     }

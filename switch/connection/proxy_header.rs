@@ -6,7 +6,7 @@ use crate::edge::client_stream::ClientStream;
 use crate::edge::proxy_protocol;
 use crate::http::rewrite::forwarded_for;
 use crate::state::stats;
-use crate::stream::{read_some, Limit};
+use crate::stream::{read_some, TimeLimit};
 use std::net::SocketAddr;
 use tokio::time::Instant;
 
@@ -32,7 +32,8 @@ impl Connection {
                     return true;
                 }
                 proxy_protocol::Received::Incomplete => {
-                    match read_some(&self.client, &mut self.inbuf, Limit::Until(deadline)).await {
+                    match read_some(&self.client, &mut self.inbuf, TimeLimit::Until(deadline)).await
+                    {
                         Ok(n) if n > 0 => continue,
                         _ => {}
                     }

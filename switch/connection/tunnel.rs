@@ -18,7 +18,7 @@ use crate::relay::{tunnel, RelayError, TunnelEnd};
 use crate::state::control::{self, Failure};
 use crate::state::pool::Lease;
 use crate::state::stats;
-use crate::stream::{read_some, write_all, Limit};
+use crate::stream::{read_some, write_all, TimeLimit};
 use std::io;
 use tokio::time::Instant;
 
@@ -64,7 +64,7 @@ impl Connection {
                 ));
             }
             self.inbuf.make_room_for_head(MAX_HEAD_BYTES);
-            match read_some(&self.client, &mut self.inbuf, Limit::Until(deadline)).await {
+            match read_some(&self.client, &mut self.inbuf, TimeLimit::Until(deadline)).await {
                 Ok(0) => return HelloRead::Gone,
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::TimedOut => {
@@ -128,7 +128,7 @@ impl Connection {
         if let Some(version) = pool.config.send_proxy {
             let mut header = Vec::with_capacity(64);
             write_proxy_header(&mut header, version, cx.peer, *destination, client);
-            if let Err(e) = write_all(&server, &header, Limit::Idle(idle)).await {
+            if let Err(e) = write_all(&server, &header, TimeLimit::Idle(idle)).await {
                 let why = format!("sending the PROXY header: {e}");
                 picker.server_failed(lease.server, Failure::broken(why));
                 return Outcome::local(0, 0, false, Some(pool_index));

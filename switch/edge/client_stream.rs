@@ -7,7 +7,7 @@
 
 use super::tls::layer::TlsLayer;
 use crate::socket::Socket;
-use crate::stream::{wait, Io, Limit, Then};
+use crate::stream::{wait, Io, Then, TimeLimit};
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
@@ -114,7 +114,7 @@ impl Io for ClientStream {
     async fn shutdown_write(&self) -> io::Result<()> {
         if let Some(tls) = &self.tls {
             tls.close_notify();
-            let limit = Limit::Idle(CLOSE_NOTIFY_WAIT);
+            let limit = TimeLimit::Idle(CLOSE_NOTIFY_WAIT);
             loop {
                 match tls.try_flush(&self.socket, Then::Push) {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {

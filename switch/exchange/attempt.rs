@@ -15,7 +15,7 @@ use crate::state::control::Failure;
 use crate::state::pool::Lease;
 use crate::state::server::Backend;
 use crate::state::stats::{self, RelayingBody};
-use crate::stream::{write_both, Limit, Then};
+use crate::stream::{write_both, Then, TimeLimit};
 use std::future::Future;
 use std::pin::{pin, Pin};
 
@@ -177,7 +177,8 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         let answered = stats::read(&backend.stats.responses);
         // Pushed at once even when a body follows: the client may wait for 100 Continue
         // before sending it, and MSG_MORE would hold the head back for up to 200 ms.
-        if let Err(e) = write_both(server, head, with_head, Then::Push, Limit::Idle(idle)).await {
+        if let Err(e) = write_both(server, head, with_head, Then::Push, TimeLimit::Idle(idle)).await
+        {
             return Err(if reused {
                 ExchangeError::Stale
             } else {

@@ -1,9 +1,9 @@
 //! The client side of an exchange, as a protocol front-end offers it: the request (its head,
 //! and its body as a [`BodySource`]) and the way back (a [`ResponseSink`]). The h1 front-end
-//! (connection/h1/client.rs) implements them over the client's connection; an h2 front-end
-//! would implement them over one stream of its connection, and the exchange would run
-//! unchanged. Generic, never `dyn`: each front-end gets its own compiled exchange, with no
-//! dispatch on the per-request path.
+//! (connection/h1/client.rs) implements them over the client's connection, the h2 front-end
+//! (connection/h2/stream.rs, connection/h2/response.rs) over one stream of its connection; the
+//! exchange runs unchanged under both. Generic, never `dyn`: each front-end gets its own
+//! compiled exchange, with no dispatch on the per-request path.
 //!
 //! The body source and the sink are separate parts ([`ClientSide::split`]) because they run
 //! at once: the body goes up while the response head is awaited and while the response comes

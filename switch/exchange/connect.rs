@@ -4,7 +4,7 @@
 //! (state/handshakes.rs).
 
 use super::Picker;
-use crate::limits::exhaustion;
+use crate::capacity::exhaustion;
 use crate::socket::Socket;
 use crate::state::control::{Evidence, Failure};
 use crate::state::server::Backend;

@@ -1,6 +1,7 @@
-//! One request carried out, whatever protocol the client speaks: the front-end (connection/h1.rs
-//! today) hands over a request head and a body source, and gets its response head and body
-//! through a sink ([`client::ClientSide`]). The steps, in the order a request takes them:
+//! One request carried out, whatever protocol the client speaks: the front-end
+//! (connection/h1.rs for HTTP/1.x, connection/h2/stream.rs for one HTTP/2 stream) hands over a
+//! request head and a body source, and gets its response head and body through a sink
+//! ([`client::ClientSide`]). The steps, in the order a request takes them:
 //!
 //! [`route`] (the service's rules pick the pool) -> [`policy`] (the rule's redirect, answer,
 //! rate limit, path edit) -> [`pick`] (the pool's module picks a server;

@@ -12,7 +12,7 @@ use crate::socket::Socket;
 use crate::state::control::Evidence;
 use crate::state::pool::Lease;
 use crate::state::stats;
-use crate::stream::{wait, Limit};
+use crate::stream::{wait, TimeLimit};
 use std::pin::pin;
 use tcpvs_modules::{ResponseField, Ticket};
 use tokio::time::Instant;
@@ -70,7 +70,7 @@ impl<'a> Picker<'a> {
                     woken.await;
                     Ok(())
                 },
-                Limit::Until(deadline),
+                TimeLimit::Until(deadline),
             )
             .await;
             if waited.is_err() {

@@ -7,7 +7,7 @@ use super::failure::ExchangeError;
 use crate::http::{parse_response, HeadProgress, MAX_HEAD_BYTES};
 use crate::relay::Meter;
 use crate::state::control::Failure;
-use crate::stream::{read_some, Limit};
+use crate::stream::{read_some, TimeLimit};
 use std::io;
 
 /// Interim (1xx) responses relayed before a final one, at most. Each moves bytes, so the idle
@@ -56,7 +56,7 @@ impl<S: ResponseSink> Attempt<'_, S> {
             let work = &mut *self.work;
             work.server_buf.make_room_for_head(MAX_HEAD_BYTES);
             let reused = self.reused;
-            match read_some(self.server, &mut work.server_buf, Limit::Idle(idle)).await {
+            match read_some(self.server, &mut work.server_buf, TimeLimit::Idle(idle)).await {
                 Ok(0) if reused && !received_any => return Err(ExchangeError::Stale),
                 Ok(0) if !received_any => {
                     return Err(ExchangeError::Unanswered(Failure::broken(

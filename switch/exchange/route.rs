@@ -20,7 +20,8 @@ pub(crate) fn admit<'a>(
 ) -> Result<Matched<'a>, (u16, &'static str)> {
     if head.is_connect && !cx.service.connect {
         // A tunnel would carry any bytes to the chosen server past routing,
-        // X-Forwarded-For and framing checks (design.md, "Decided"): only by choice.
+        // X-Forwarded-For and framing checks (README, "What tcpvs does with HTTP"): only
+        // by choice.
         return Err((405, "CONNECT is not allowed on this service"));
     }
     route(cx, (head, buf), Some(path)).ok_or((503, "no pool for this request"))

@@ -41,8 +41,8 @@ pub async fn run(place: Place, offset: Duration) {
                     }))
                 }
                 Probe::NotMade(why) => {
-                    crate::limits::exhaustion::CONNECT.warn(|held| {
-                        tracing::warn!(server = %addr, "check not made: {why}{}", crate::limits::exhaustion::held_back(held));
+                    crate::capacity::exhaustion::CONNECT.warn(|held| {
+                        tracing::warn!(server = %addr, "check not made: {why}{}", crate::capacity::exhaustion::held_back(held));
                     });
                     None
                 }
@@ -79,7 +79,7 @@ pub async fn probe(addr: SocketAddr, config: &HealthConfig) -> Probe {
 
 async fn probe_unbounded(addr: SocketAddr, config: &HealthConfig) -> Result<(), Probe> {
     let mut stream = TcpStream::connect(addr).await.map_err(|e| {
-        if crate::limits::exhaustion::is_exhaustion(&e) {
+        if crate::capacity::exhaustion::is_exhaustion(&e) {
             Probe::NotMade(format!("connect: {e}"))
         } else {
             Probe::Failed(format!("connect: {e}"))

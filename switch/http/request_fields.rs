@@ -19,8 +19,9 @@ pub(super) fn read_fields(buf: &[u8], head: &mut RequestHead) -> Result<(), Head
     head.keep_alive = persistent;
     // Only WebSocket, and only from HTTP/1.1 clients (a server must ignore Upgrade in an
     // HTTP/1.0 request, RFC 9110 section 7.8): an `h2c` upgrade would tunnel HTTP/2 straight
-    // to one server, past per-request routing (design.md, "Decided"). Any other Upgrade field
-    // is dropped and the request served as it is, as nginx does.
+    // to one server, past per-request routing, which every request must meet (README,
+    // "What tcpvs does with HTTP"). Any other Upgrade field is dropped and the request served
+    // as it is, as nginx does.
     head.upgrade = connection.upgrade
         && facts.upgrade_fields > 0
         && facts.upgrade_to_websocket

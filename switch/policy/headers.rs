@@ -1,6 +1,7 @@
 //! `request_headers` and `response_headers`: fields a rule removes, sets and adds, applied in
-//! that order (design.md): `remove` drops every field of a name, `set` drops them too and
-//! writes its one field, `add` appends beside whatever remains. Names compare without case.
+//! that order (the README's `request_headers`): `remove` drops every field of a name, `set`
+//! drops them too and writes its one field, `add` appends beside whatever remains. Names
+//! compare without case.
 //!
 //! The rewriting itself is the head writer's (http/rewrite.rs, connection/h2/response.rs):
 //! each field of the message is asked [`HeaderActions::drops`], and [`HeaderActions::appended`]

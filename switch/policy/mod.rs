@@ -1,15 +1,16 @@
-//! Traffic policy: what a rule does besides choosing a pool (design.md, "Traffic policy in
-//! rules"). A rule has one action ([`Action`]): a pool (with the request's path and fields
-//! edited on the way, and a rate limit: [`Edits`]), a redirect or an answer of the switch's
-//! own. The `source` condition is here too, beside the other conditions of rules.rs.
+//! Traffic policy: what a rule does besides choosing a pool (README, `[[virtual.NAME.rule]]`:
+//! routing rules, its actions). A rule has one action ([`Action`]): a pool (with the request's
+//! path and fields edited on the way, and a rate limit: [`Edits`]), a redirect or an answer of
+//! the switch's own. The `source` condition is here too, beside the other conditions of
+//! rules.rs.
 //!
 //! Everything here is decided when the rule file is read (config/policy.rs builds it, with
 //! `FILE:LINE:COL` for each mistake); a request only matches, fills in and copies. A rule
 //! without edits holds `None` and costs the plain path one branch.
 
 pub mod headers;
-pub mod limit;
 pub mod path;
+pub mod rate_limit;
 pub mod redirect;
 pub mod respond;
 pub mod source;

@@ -1,9 +1,9 @@
 //! `redirect = { scheme, host, port, path, code }`: the switch answers with a redirect of its
-//! own, built from the request. Any part the rule omits is kept from the request (design.md),
-//! with two choices HAProxy's `redirect scheme` and nginx's `return` make alike: a new scheme
-//! or a new host drops the request's explicit port (`example.org:8080` moved to https is
-//! `https://example.org/...`) unless `port` is given, and a default port is never written.
-//! The query goes on unless the new path carries one of its own.
+//! own, built from the request. Any part the rule omits is kept from the request (the README's
+//! `redirect`), with two choices HAProxy's `redirect scheme` and nginx's `return` make alike: a
+//! new scheme or a new host drops the request's explicit port (`example.org:8080` moved to
+//! https is `https://example.org/...`) unless `port` is given, and a default port is never
+//! written. The query goes on unless the new path carries one of its own.
 
 use super::template::Template;
 use crate::http::host::host_without_port;

@@ -7,7 +7,7 @@
 //!   service's counters and is kept across reloads with them;
 //! - what each source holds in the whole switch (`Shared::source_load`): its client
 //!   connections and running HTTP/2 streams, which decide who may take the last quarter of
-//!   `max_clients` (limits/share.rs). There a source is an IPv6 client's /64 network, not its
+//!   `max_clients` (capacity/share.rs). There a source is an IPv6 client's /64 network, not its
 //!   address ([`Grouping::Ipv6Networks`]): a /64 is one subscriber's LAN, and its 2^64
 //!   addresses would each be a fresh source (HAProxy users key stick tables by
 //!   `ipv6_mask(64)` for the same reason). `max_conns_per_source` stays per address, as the

@@ -7,7 +7,7 @@ pub mod splice;
 use crate::buffer::IoBuf;
 use crate::http::chunked::{ChunkError, ChunkedDecoder, Decoded};
 use crate::relay::splice::{splice_between, PipeLease};
-use crate::stream::{read_some, send_all, write_all, write_both, Io, Limit, Then};
+use crate::stream::{read_some, send_all, write_all, write_both, Io, Then, TimeLimit};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -59,8 +59,8 @@ pub struct RelaySettings {
 }
 
 impl RelaySettings {
-    fn limit(&self) -> Limit {
-        Limit::Idle(self.idle)
+    fn limit(&self) -> TimeLimit {
+        TimeLimit::Idle(self.idle)
     }
 }
 
@@ -270,7 +270,7 @@ async fn pump(
     buf: &mut IoBuf,
     dst: &impl Io,
     use_splice: bool,
-    limit: Limit,
+    limit: TimeLimit,
     meter: &Meter,
 ) -> Result<(), RelayError> {
     if !buf.is_empty() {
@@ -352,13 +352,29 @@ pub async fn tunnel(
     let mut upstream_end = None;
     let mut downstream_end = None;
     let upstream = async {
-        let result = pump(client, client_buf, server, use_splice, Limit::Never, &up).await;
+        let result = pump(
+            client,
+            client_buf,
+            server,
+            use_splice,
+            TimeLimit::Never,
+            &up,
+        )
+        .await;
         mark(CLIENT);
         let _ = server.shutdown_write().await;
         upstream_end = Some(result);
     };
     let downstream = async {
-        let result = pump(server, server_buf, client, use_splice, Limit::Never, &down).await;
+        let result = pump(
+            server,
+            server_buf,
+            client,
+            use_splice,
+            TimeLimit::Never,
+            &down,
+        )
+        .await;
         mark(SERVER);
         let _ = client.shutdown_write().await;
         downstream_end = Some(result);

@@ -12,7 +12,7 @@
 
 use crate::relay::{Meter, RelayError};
 use crate::socket::Socket;
-use crate::stream::{wait, Limit};
+use crate::stream::{wait, TimeLimit};
 use rustix::fd::OwnedFd;
 use rustix::pipe::{fcntl_getpipe_size, pipe_with, splice, PipeFlags, SpliceFlags};
 use std::cell::RefCell;
@@ -91,7 +91,7 @@ pub async fn splice_between(
     src: &Socket,
     dst: &Socket,
     want: Option<u64>,
-    limit: Limit,
+    limit: TimeLimit,
     meter: &Meter,
 ) -> Result<u64, RelayError> {
     let Some(pipe) = lease.pipe.as_ref() else {

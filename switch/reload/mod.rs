@@ -20,7 +20,7 @@
 //!   closed; new addresses are bound (on every worker) before the commit; removed ones stop
 //!   accepting after the swap and their connections end after the request in progress.
 //! - Requests in flight finish under the generation they started with; a kept-alive client
-//!   takes the new one at its next request (connection/mod.rs `follow_reloads`).
+//!   takes the new one at its next request (state/generation.rs `follow_reloads`).
 //! - `[switch]` and `[admin]` settings are the process's: a reload that changes them reports
 //!   each as needing a restart ([`restart_needed`]), and keeps the running values.
 //! - A binary upgrade (upgrade.rs) hands the listening sockets and the admin socket over to a

@@ -5,7 +5,7 @@
 
 use crate::config::{PoolConfig, ServiceConfig};
 use crate::edge::tls::ResumptionByService;
-use crate::policy::limit::{LimitSpec, Limiter};
+use crate::policy::rate_limit::{LimitSpec, Limiter};
 use crate::state::generation::{Generation, Kept, Service};
 use crate::state::pool::Pool;
 use std::net::SocketAddr;

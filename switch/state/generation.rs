@@ -7,11 +7,12 @@
 
 use crate::config::{ServiceConfig, ServiceMode};
 use crate::edge::tls;
-use crate::policy::limit::Limiter;
+use crate::policy::rate_limit::Limiter;
 use crate::policy::source_conns::SourceConns;
 use crate::rules::RuleSet;
 use crate::state::pool::Pool;
 use crate::state::stats::ServiceStats;
+use arc_swap::ArcSwap;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
@@ -138,5 +139,40 @@ impl Generation {
         self.pools
             .iter()
             .any(|p| std::ptr::eq(Arc::as_ptr(p), pool))
+    }
+}
+
+/// Where a connection's service is in the configuration now in force.
+pub enum Followed {
+    /// No reload since the connection last looked: the same generation, the same service.
+    Unchanged,
+    /// A reload kept the service: the generation now in force and the service's index there.
+    Moved {
+        generation: Arc<Generation>,
+        service: usize,
+    },
+    /// The configuration now in force has no service of that name.
+    Gone,
+}
+
+/// Finds service `service` of `generation` in `current` (`Shared::generation`) after a reload,
+/// by its name: a reload may renumber the services, and a service is the same one as long as
+/// it keeps its name (its counters follow it). One atomic load when nothing changed, as every
+/// request and every HTTP/2 stream asks.
+pub fn follow_reloads(
+    current: &ArcSwap<Generation>,
+    generation: &Arc<Generation>,
+    service: usize,
+) -> Followed {
+    let now = current.load();
+    if Arc::ptr_eq(&now, generation) {
+        return Followed::Unchanged;
+    }
+    match now.service(&generation.services[service].name) {
+        Some((service, _)) => Followed::Moved {
+            service,
+            generation: arc_swap::Guard::into_inner(now),
+        },
+        None => Followed::Gone,
     }
 }

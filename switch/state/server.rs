@@ -5,7 +5,7 @@ use crate::socket::Socket;
 use crate::state::handshakes::Handshakes;
 use crate::state::stats::{self, ServerStats};
 use crate::state::status::ServerStatus;
-use crate::stream::{wait, Limit};
+use crate::stream::{wait, TimeLimit};
 use crate::throttled::Throttled;
 use rustix::net::RecvFlags;
 use std::io;
@@ -193,7 +193,11 @@ impl Backend {
         let fd = crate::socket::new_tcp_socket(self.addr)?;
         stats::bump(&self.stats.connections);
         // Bounded by the session's coarse timeout slot, not a tokio timer per connect.
-        wait(Socket::connect_with(fd, self.addr), Limit::Idle(timeout)).await
+        wait(
+            Socket::connect_with(fd, self.addr),
+            TimeLimit::Idle(timeout),
+        )
+        .await
     }
 
     /// Closes the idle connections `worker` keeps to this server, to give their descriptors

@@ -197,7 +197,7 @@ pub struct Snapshot {
     pub limits: Vec<LimitSnapshot>,
 }
 
-/// A rate limit's counts (policy/limit/).
+/// A rate limit's counts (policy/rate_limit/).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LimitSnapshot {
     pub name: String,

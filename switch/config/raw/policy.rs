@@ -1,6 +1,6 @@
-//! The rule file's policy keys as written (design.md, "Traffic policy in rules"): a rule's
-//! `source`, `redirect`, `respond` and field actions, and the `[limit.NAME]` tables. Read as
-//! the rest of raw.rs reads: every problem reported, reading goes on.
+//! The rule file's policy keys as written (README, `[[virtual.NAME.rule]]` and `[limit.NAME]`):
+//! a rule's `source`, `redirect`, `respond` and field actions, and the `[limit.NAME]` tables.
+//! Read as the rest of raw.rs reads: every problem reported, reading goes on.
 
 use super::super::error::ErrorSink;
 use super::super::walk::{self, Table};

@@ -18,7 +18,7 @@ use crate::http::status::{write_answer, write_error, Answer};
 use crate::http::{BodyFraming, RequestHead, ResponseHead, Version};
 use crate::relay::{tunnel, BodyRelay, ChunkedOutput, Meter, RelayError, RelaySettings, TunnelEnd};
 use crate::socket::Socket;
-use crate::stream::{send_all, write_all, Limit, Then};
+use crate::stream::{send_all, write_all, Then, TimeLimit};
 use crate::timeouts::Slot;
 use std::io;
 use std::net::SocketAddr;
@@ -192,7 +192,7 @@ impl<'c> ClientSide for H1Client<'c> {
         work.server_buf.consume(work.response.len);
         let head_bytes = work.out.len() as u64;
         let body = &mut self.body;
-        write_all(body.stream, &work.out, Limit::Idle(relay.idle)).await?;
+        write_all(body.stream, &work.out, TimeLimit::Idle(relay.idle)).await?;
         body.inbuf.make_room_for_body();
         let end = tunnel(
             body.stream,
@@ -230,7 +230,7 @@ impl H1Client<'_> {
         *self.unread_input |= head.has_body();
         out.clear();
         write(out, client_connection(head.version, keep), !head.is_head);
-        let sent = write_all(self.body.stream, out, Limit::Idle(self.sink.idle)).await;
+        let sent = write_all(self.body.stream, out, TimeLimit::Idle(self.sink.idle)).await;
         (out.len() as u64, keep && sent.is_ok())
     }
 }
@@ -307,7 +307,7 @@ impl ResponseSink for H1Sink<'_> {
         out.clear();
         let connection = ClientConnection::Persistent;
         write_response_head(out, response, raw, connection, Version::Http11, None);
-        write_all(self.stream, out, Limit::Idle(self.idle)).await
+        write_all(self.stream, out, TimeLimit::Idle(self.idle)).await
     }
 
     fn start_response(
@@ -353,7 +353,7 @@ impl ResponseSink for H1Sink<'_> {
         meter: &Meter,
     ) -> Result<(), RelayError> {
         let client = self.stream;
-        let limit = Limit::Idle(relay.idle);
+        let limit = TimeLimit::Idle(relay.idle);
         let mut body = BodyRelay {
             src: server,
             buf: server_buf,

@@ -5,7 +5,7 @@ use crate::connection::Connection;
 use crate::http::chunked;
 use crate::http::{parse_request, BodyFraming, HeadProgress, MAX_HEAD_BYTES};
 use crate::recycle;
-use crate::stream::{read_some, Limit};
+use crate::stream::{read_some, TimeLimit};
 use tokio::time::Instant;
 
 impl Connection {
@@ -27,7 +27,7 @@ impl Connection {
             // its time (a slow client holds its buffer and little else).
             recycle::give_fields(&mut self.head.fields);
             self.inbuf.make_room_for_head(MAX_HEAD_BYTES);
-            match read_some(&self.client, &mut self.inbuf, Limit::Until(deadline)).await {
+            match read_some(&self.client, &mut self.inbuf, TimeLimit::Until(deadline)).await {
                 Ok(0) => return Err(NoRequest::Closed),
                 Ok(_) => {}
                 Err(e) => return Err(head_not_read(e)),

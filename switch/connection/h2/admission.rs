@@ -10,7 +10,7 @@
 //! - the budget is full at `max_clients` connections and streams, and its last quarter is
 //!   kept for light sources: there a stream is refused to a client whose address (an IPv6
 //!   client's /64) holds a quarter of the free room or more, its connections and streams in
-//!   the whole switch counted (limits/share.rs, the rule new connections meet too). nginx gets
+//!   the whole switch counted (capacity/share.rs, the rule new connections meet too). nginx gets
 //!   the like by counting streams in `limit_conn` and buffering bodies; a switch without
 //!   request buffering must not let streams pile up at servers;
 //! - under `max_conns_per_source`, a connection's streams beyond its first each take one of
@@ -21,7 +21,7 @@
 //! to a budget of their own (`Driver::refusals`): a client that keeps opening streams the
 //! switch refuses gets `GOAWAY` with `ENHANCE_YOUR_CALM`, as a control-frame flood does.
 
-use crate::limits::share::{self, Crowding};
+use crate::capacity::share::{self, Crowding};
 use crate::policy::source_conns::SourceGuard;
 use crate::shared::Shared;
 use crate::state::generation::Service;

@@ -17,7 +17,7 @@ use crate::http::status::{write_error_body, Answer};
 use crate::http::{BodyFraming, ResponseHead};
 use crate::relay::{Meter, RelayError, RelaySettings};
 use crate::socket::Socket;
-use crate::stream::{read_some, wait, Limit};
+use crate::stream::{read_some, wait, TimeLimit};
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::SendStream;
@@ -124,7 +124,7 @@ async fn send_answer(
     };
     let body = Bytes::copy_from_slice(answer.body);
     let n = body.len() as u64;
-    match send_data(&mut send, body, true, Limit::Idle(idle)).await {
+    match send_data(&mut send, body, true, TimeLimit::Idle(idle)).await {
         Ok(()) => n,
         Err(_) => 0,
     }
@@ -199,7 +199,7 @@ impl ResponseSink for H2Sink {
             server,
             buf: server_buf,
             send: &mut send,
-            limit: Limit::Idle(relay.idle),
+            limit: TimeLimit::Idle(relay.idle),
             meter,
         };
         match self.framing {
@@ -281,7 +281,7 @@ struct Download<'d> {
     server: &'d Socket,
     buf: &'d mut IoBuf,
     send: &'d mut SendStream<Bytes>,
-    limit: Limit,
+    limit: TimeLimit,
     meter: &'d Meter,
 }
 
@@ -400,7 +400,7 @@ pub(super) async fn send_data(
     send: &mut SendStream<Bytes>,
     mut data: Bytes,
     end: bool,
-    limit: Limit,
+    limit: TimeLimit,
 ) -> io::Result<()> {
     if data.is_empty() {
         return send.send_data(data, end).map_err(h2_error);

@@ -23,7 +23,7 @@ use crate::shared::Shared;
 use crate::socket::Socket;
 use crate::state::generation::Generation;
 use crate::state::stats;
-use crate::stream::{wait, write_all, Limit};
+use crate::stream::{wait, write_all, TimeLimit};
 use crate::timeouts::{Slot, SESSION_TIMER};
 use atomic_waker::AtomicWaker;
 use bytes::Bytes;
@@ -49,7 +49,7 @@ pub(super) struct Link {
     pub relay: RelaySettings,
     /// The connection's timer slot: each stream gets a slot of the same worker.
     pub timer: Arc<Slot>,
-    pub running: Running,
+    pub live_streams: LiveStreams,
     /// The connection's place under `max_conns_per_source`, lent to its streams.
     pub spare_place: Arc<SparePlace>,
 }
@@ -58,34 +58,36 @@ pub(super) struct Link {
 /// counts until its task is done with the server, so resetting streams does not let a client
 /// keep more exchanges going than `SETTINGS_MAX_CONCURRENT_STREAMS` allows (Rapid Reset).
 #[derive(Default)]
-pub(super) struct Running {
+pub(super) struct LiveStreams {
     count: AtomicUsize,
     /// The connection's driver, woken when a stream ends.
     driver: AtomicWaker,
 }
 
-impl Running {
+impl LiveStreams {
     /// How many run now; the driver is woken when one ends.
     pub(super) fn poll_count(&self, cx: &mut TaskContext<'_>) -> usize {
         self.driver.register(cx.waker());
         self.count.load(Ordering::Acquire)
     }
 
-    fn enter(link: &Arc<Link>) -> RunningGuard {
-        link.running.count.fetch_add(1, Ordering::AcqRel);
+    fn enter(link: &Arc<Link>) -> LiveStream {
+        link.live_streams.count.fetch_add(1, Ordering::AcqRel);
         link.shared.h2_streams.fetch_add(1, Ordering::AcqRel);
-        RunningGuard(Arc::clone(link))
+        LiveStream(Arc::clone(link))
     }
 }
 
-struct RunningGuard(Arc<Link>);
+/// One stream counted in its connection's [`LiveStreams`] and in the switch's `h2_streams` until
+/// its task ends.
+struct LiveStream(Arc<Link>);
 
-impl Drop for RunningGuard {
+impl Drop for LiveStream {
     fn drop(&mut self) {
-        let running = &self.0.running;
+        let streams = &self.0.live_streams;
         self.0.shared.h2_streams.fetch_sub(1, Ordering::AcqRel);
-        running.count.fetch_sub(1, Ordering::AcqRel);
-        running.driver.wake();
+        streams.count.fetch_sub(1, Ordering::AcqRel);
+        streams.driver.wake();
     }
 }
 
@@ -98,7 +100,7 @@ pub(super) fn spawn(
     request: http::Request<RecvStream>,
     respond: SendResponse<Bytes>,
 ) {
-    let guard = Running::enter(link);
+    let guard = LiveStreams::enter(link);
     let timer = link.timer.sibling();
     let scope = Arc::clone(&timer);
     let task = async move {
@@ -302,7 +304,7 @@ impl BodySource for H2Body {
             BodyFraming::Length(_) => false,
             BodyFraming::Chunked => true,
         };
-        let limit = Limit::Idle(relay.idle);
+        let limit = TimeLimit::Idle(relay.idle);
         while let Some(data) = self.next_data(limit).await? {
             let n = data.len();
             if n == 0 {
@@ -340,7 +342,7 @@ impl BodySource for H2Body {
 
 impl H2Body {
     /// The next DATA of the stream; `None` at its end.
-    async fn next_data(&mut self, limit: Limit) -> Result<Option<Bytes>, RelayError> {
+    async fn next_data(&mut self, limit: TimeLimit) -> Result<Option<Bytes>, RelayError> {
         let recv = &mut self.recv;
         let next = wait(async { Ok(poll_fn(|cx| recv.poll_data(cx)).await) }, limit)
             .await
@@ -352,7 +354,7 @@ impl H2Body {
         }
     }
 
-    async fn trailers(&mut self, limit: Limit) -> Result<Option<http::HeaderMap>, RelayError> {
+    async fn trailers(&mut self, limit: TimeLimit) -> Result<Option<http::HeaderMap>, RelayError> {
         let recv = &mut self.recv;
         wait(async { Ok(recv.trailers().await) }, limit)
             .await

@@ -5,7 +5,7 @@
 use super::layer::{push, SocketReader, TlsLayer};
 use crate::buffer::IoBuf;
 use crate::socket::Socket;
-use crate::stream::{wait, Limit, Then};
+use crate::stream::{wait, Then, TimeLimit};
 use rustls::server::ServerConfig;
 use rustls::ServerConnection;
 use std::io;
@@ -48,7 +48,7 @@ pub async fn accept(
         process(&mut connection, socket)?;
     }
     received.consume(received.len());
-    let limit = Limit::Until(deadline);
+    let limit = TimeLimit::Until(deadline);
     loop {
         match push(&mut connection, socket, Then::Push) {
             Ok(()) => {}

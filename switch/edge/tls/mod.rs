@@ -1,6 +1,7 @@
 //! TLS termination for virtual services with `tls = [{ cert, key }, ...]`: rustls on the ring
 //! provider (no OpenSSL), TLS 1.3 and 1.2, the certificate chosen by the ClientHello's server
-//! name, ALPN `http/1.1`, session resumption by tickets and by ID.
+//! name, ALPN `h2` (unless the service sets `http2 = false`) and `http/1.1`, session resumption
+//! by tickets and by ID.
 //!
 //! - [`certificates`]: PEM files read at check time, the names of each certificate, the
 //!   choice by SNI (exact, then wildcard, then the first);

@@ -1,5 +1,6 @@
 //! The rustls configuration of a TLS virtual service: TLS 1.3 and 1.2 on the ring provider,
-//! the certificate chosen by SNI, ALPN `http/1.1`, and session resumption.
+//! the certificate chosen by SNI, ALPN `h2` (when the service speaks HTTP/2) and `http/1.1`,
+//! and session resumption.
 //!
 //! Resumption (session IDs and tickets, TLS 1.2 and 1.3) belongs to a virtual service, not to one
 //! configuration: its ticket keys and session cache are made once per service name and given to

@@ -140,7 +140,7 @@ macro_rules! service_counters {
                 }
                 /// Connections closed at once in the last quarter of `max_clients` because their
                 /// client (an IPv6 client's /64) held a quarter of the free room or more
-                /// (limits/share.rs).
+                /// (capacity/share.rs).
                 share_refused {
                     json: "share_refused",
                     metric: Counter "tcpvs_service_share_refused"

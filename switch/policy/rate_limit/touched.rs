@@ -6,7 +6,7 @@
 //! no `pending` count), so that the list cannot grow without bound and a count collected
 //! during an outage is not added, long after, as if it had just happened.
 
-use super::keys::Entry;
+use super::key_table::Entry;
 
 /// At most this many keys wait for the next exchange; past it a key is not listed this time
 /// (its `touched` mark stays off, so its next check tries again). With the exchange every
@@ -94,7 +94,7 @@ impl Touched {
     }
 
     /// Starts or stops listing; stopping forgets the list (the caller clears the entries'
-    /// marks and counts, [`super::keys::Table::clear_sync_marks`]).
+    /// marks and counts, [`super::key_table::Table::clear_sync_marks`]).
     pub fn set_recording(&mut self, on: bool) {
         self.recording = on;
         if !on {

@@ -1,7 +1,7 @@
 //! Sharing a limit's buckets between instances through Redis, without a round trip per
 //! request.
 //!
-//! Every instance decides locally (`keys.rs`); each entry counts the requests it admitted
+//! Every instance decides locally (`key_table.rs`); each entry counts the requests it admitted
 //! since the last exchange (`pending`) and a key checked is listed once (`touched.rs`). A task
 //! per limit sleeps until a key is listed, then, at most every 2 ms, sends one `EVALSHA` of
 //! [`SCRIPT`] with up to 1000 listed keys. For each key it sends `pending` and `base`, its
@@ -55,7 +55,7 @@ use tokio::sync::Notify;
 use tokio::time::{sleep_until, timeout, timeout_at, Instant};
 
 use super::touched::KeyList;
-use super::{now_micros, Nanos, Shared};
+use super::{now_micros, LimiterCore, Nanos};
 
 /// The shortest time between two exchanges of a limit.
 const EXCHANGE_EVERY: Duration = Duration::from_millis(2);
@@ -134,16 +134,21 @@ pub(super) fn check_url(url: &str) -> Result<(), String> {
         .map_err(|e| format!("store {}: {e}", shown(url)))
 }
 
-/// Starts the sync task of `shared` on the current tokio runtime.
-pub(super) fn spawn(shared: &Arc<Shared>, name: &str, url: &str) -> Result<(), String> {
-    spawn_with(shared, name, url, Timing::default())
+/// Starts the sync task of `core` on the current tokio runtime.
+pub(super) fn spawn(core: &Arc<LimiterCore>, name: &str, url: &str) -> Result<(), String> {
+    spawn_with(core, name, url, Timing::default())
 }
 
-fn spawn_with(shared: &Arc<Shared>, name: &str, url: &str, timing: Timing) -> Result<(), String> {
+fn spawn_with(
+    core: &Arc<LimiterCore>,
+    name: &str,
+    url: &str,
+    timing: Timing,
+) -> Result<(), String> {
     let client = redis::Client::open(url).map_err(|e| format!("store {}: {e}", shown(url)))?;
     let runtime = tokio::runtime::Handle::try_current()
         .map_err(|_| "no tokio runtime to run the store's task".to_string())?;
-    let task = Sync::new(shared, name, &shown(url), timing);
+    let task = Sync::new(core, name, &shown(url), timing);
     runtime.spawn(task.run(client));
     Ok(())
 }
@@ -202,7 +207,7 @@ fn within<T>(
 
 /// The sync task of one limit.
 struct Sync {
-    shared: Weak<Shared>,
+    core: Weak<LimiterCore>,
     notify: Arc<Notify>,
     interval: Nanos,
     /// How far ahead of now a shared `tat` is believed: `burst * T` and [`SHARED_SLACK`].
@@ -222,16 +227,16 @@ struct Sync {
 }
 
 impl Sync {
-    fn new(shared: &Arc<Shared>, name: &str, shown: &str, timing: Timing) -> Sync {
+    fn new(core: &Arc<LimiterCore>, name: &str, shown: &str, timing: Timing) -> Sync {
         let mut prefix = b"tcpvs:limit:".to_vec();
         prefix.extend_from_slice(name.as_bytes());
         prefix.push(b':');
         let mut probe_key = b"tcpvs:probe:limit:".to_vec();
         probe_key.extend_from_slice(name.as_bytes());
-        let gcra = shared.gcra;
+        let gcra = core.gcra;
         Sync {
-            shared: Arc::downgrade(shared),
-            notify: Arc::clone(&shared.notify),
+            core: Arc::downgrade(core),
+            notify: Arc::clone(&core.notify),
             interval: gcra.interval(),
             believed_ahead: gcra
                 .tolerance()
@@ -332,8 +337,8 @@ impl Sync {
 
     /// Keys waiting for an exchange; `None` when the limiter is gone.
     fn listed(&self) -> Option<usize> {
-        let shared = self.shared.upgrade()?;
-        let listed = shared.lock().touched.len();
+        let core = self.core.upgrade()?;
+        let listed = core.lock().touched.len();
         Some(listed)
     }
 
@@ -342,11 +347,11 @@ impl Sync {
         let until = Instant::now() + duration;
         while Instant::now() < until {
             let _ = timeout_at(until, self.notify.notified()).await;
-            if self.shared.strong_count() == 0 {
+            if self.core.strong_count() == 0 {
                 return false;
             }
         }
-        self.shared.strong_count() > 0
+        self.core.strong_count() > 0
     }
 
     /// One exchange of up to [`BATCH`] listed keys.
@@ -386,12 +391,12 @@ impl Sync {
     /// Takes up to [`BATCH`] listed keys with their counts into the round, clearing them in
     /// the entries. False when the limiter is gone.
     fn snapshot(&mut self) -> bool {
-        let Some(shared) = self.shared.upgrade() else {
+        let Some(core) = self.core.upgrade() else {
             return false;
         };
         let round = &mut self.round;
         round.clear();
-        let mut guard = shared.lock();
+        let mut guard = core.lock();
         let state = &mut *guard;
         state.touched.take(BATCH, &mut round.taken);
         for key in round.taken.iter() {
@@ -413,11 +418,11 @@ impl Sync {
     /// `believed_ahead` of `now`, the time the exchange was sent) plus what was admitted here
     /// since the snapshot.
     fn merge(&self, tats: &[u64], now: Nanos) {
-        let Some(shared) = self.shared.upgrade() else {
+        let Some(core) = self.core.upgrade() else {
             return;
         };
         let ceiling = now.saturating_add(self.believed_ahead);
-        let mut state = shared.lock();
+        let mut state = core.lock();
         for (key, &tat) in self.round.keys.iter().zip(tats) {
             if let Some(entry) = state.table.peek_mut(key) {
                 let since = u64::from(entry.pending).saturating_mul(self.interval);
@@ -428,9 +433,9 @@ impl Sync {
     }
 
     fn came_up(&mut self) {
-        if let Some(shared) = self.shared.upgrade() {
-            shared.lock().touched.set_recording(true);
-            shared.store.up.store(true, Ordering::Release);
+        if let Some(core) = self.core.upgrade() {
+            core.lock().touched.set_recording(true);
+            core.store.up.store(true, Ordering::Release);
         }
         if self.down {
             self.down = false;
@@ -445,20 +450,20 @@ impl Sync {
     }
 
     fn went_down(&mut self, reason: &str) {
-        let Some(shared) = self.shared.upgrade() else {
+        let Some(core) = self.core.upgrade() else {
             return;
         };
         {
-            let mut guard = shared.lock();
+            let mut guard = core.lock();
             let state = &mut *guard;
             state.touched.set_recording(false);
             state.table.clear_sync_marks();
         }
-        shared.store.up.store(false, Ordering::Release);
-        shared.store.failures.fetch_add(1, Ordering::Relaxed);
+        core.store.up.store(false, Ordering::Release);
+        core.store.failures.fetch_add(1, Ordering::Relaxed);
         if !self.down {
             self.down = true;
-            shared.store.outages.fetch_add(1, Ordering::Relaxed);
+            core.store.outages.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
                 "limit {}: store {} failed ({reason}): each instance limits on its own until \
                  it works again, tried again every second",
@@ -688,7 +693,7 @@ mod tests {
             );
         }
         for limiter in &instances {
-            let failures = limiter.shared.store.failures.load(Ordering::Relaxed);
+            let failures = limiter.core.store.failures.load(Ordering::Relaxed);
             assert!(
                 failures >= 2,
                 "retried during the outage: {failures} failures"
@@ -768,7 +773,7 @@ mod tests {
         assert_eq!(limiter.store_outages(), 1);
         // The task holds the limiter weakly: dropping it ends the task (which releases its
         // handle on the wake-up).
-        let notify = Arc::clone(&limiter.shared.notify);
+        let notify = Arc::clone(&limiter.core.notify);
         drop(limiter);
         for _ in 0..500 {
             if Arc::strong_count(&notify) == 1 {
@@ -856,8 +861,8 @@ mod tests {
         // 2023-11-14 in µs. A bucket spans 30 s; the store is believed up to now + 31 s.
         const T0: u64 = 1_700_000_000_000_000;
         let limiter = Limiter::new(slow_spec(None));
-        let mut sync = Sync::new(&limiter.shared, "api", "redis://test", Timing::default());
-        limiter.shared.lock().touched.set_recording(true);
+        let mut sync = Sync::new(&limiter.core, "api", "redis://test", Timing::default());
+        limiter.core.lock().touched.set_recording(true);
         // One exchange played by hand: every listed key gets `shared` (µs) from the store.
         let exchange = |sync: &mut Sync, shared: u64, now: u64| {
             assert!(sync.snapshot());
@@ -1013,7 +1018,7 @@ mod tests {
                 retry: Duration::from_millis(20),
                 ..Timing::default()
             };
-            spawn_with(&seen.shared, "api", &url, timing).expect("a task");
+            spawn_with(&seen.core, "api", &url, timing).expect("a task");
             // Traffic meanwhile, until the task has tried six connections (10 s at most).
             for _ in 0..2000 {
                 if connections.load(Ordering::Relaxed) >= 6 {
@@ -1027,7 +1032,7 @@ mod tests {
         });
         assert_eq!(limiter.store_up(), Some(false));
         assert_eq!(limiter.store_outages(), 1, "{logs}");
-        assert!(limiter.shared.store.failures.load(Ordering::Relaxed) >= 5);
+        assert!(limiter.core.store.failures.load(Ordering::Relaxed) >= 5);
         assert_eq!(logs.matches(" WARN ").count(), 1, "one warning: {logs}");
         assert!(
             logs.contains("read only replica"),
@@ -1082,7 +1087,7 @@ mod tests {
                 connect: Duration::from_secs(1),
                 ..Timing::default()
             };
-            spawn_with(&seen.shared, "api", &url, timing).expect("a task");
+            spawn_with(&seen.core, "api", &url, timing).expect("a task");
             for _ in 0..500 {
                 if seen.store_up() == Some(true) {
                     break;
@@ -1091,16 +1096,16 @@ mod tests {
             }
             assert_eq!(seen.store_up(), Some(true), "up within 5 s");
             // An exchange of traffic goes through too.
-            let before = seen.shared.store.failures.load(Ordering::Relaxed);
+            let before = seen.core.store.failures.load(Ordering::Relaxed);
             assert_eq!(seen.check(b"198.51.100.7", now_micros()), Decision::Allowed);
             for _ in 0..500 {
-                if seen.shared.lock().touched.len() == 0 {
+                if seen.core.lock().touched.len() == 0 {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             tokio::time::sleep(Duration::from_millis(300)).await; // the exchange's answer
-            assert_eq!(seen.shared.store.failures.load(Ordering::Relaxed), before);
+            assert_eq!(seen.core.store.failures.load(Ordering::Relaxed), before);
             assert_eq!(seen.store_up(), Some(true));
         });
         assert!(loaded.load(Ordering::Relaxed));

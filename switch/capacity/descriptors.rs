@@ -60,7 +60,7 @@ impl Demand {
 
 /// The open-file limit, as `getrlimit` reports it (`None`: unlimited).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limit {
+pub struct OpenFileLimit {
     pub soft: Option<u64>,
     pub hard: Option<u64>,
 }
@@ -90,7 +90,7 @@ pub enum Fit {
 }
 
 /// Plans the budget: pure, so the arithmetic is tested without touching the process.
-pub fn plan(demand: &Demand, limit: Limit) -> Budget {
+pub fn plan(demand: &Demand, limit: OpenFileLimit) -> Budget {
     let need = demand.need();
     let fits = |l: Option<u64>| l.is_none_or(|l| l >= need);
     if fits(limit.soft) {
@@ -141,7 +141,7 @@ pub fn plan(demand: &Demand, limit: Limit) -> Budget {
 /// `max_clients` to enforce.
 pub fn apply(demand: &Demand) -> usize {
     let current = getrlimit(Resource::Nofile);
-    let limit = Limit {
+    let limit = OpenFileLimit {
         soft: current.current,
         hard: current.maximum,
     };
@@ -160,7 +160,7 @@ pub fn apply(demand: &Demand) -> usize {
             );
             budget = plan(
                 demand,
-                Limit {
+                OpenFileLimit {
                     soft: limit.soft,
                     hard: limit.soft,
                 },
@@ -215,8 +215,8 @@ mod tests {
         }
     }
 
-    fn limit(soft: u64, hard: u64) -> Limit {
-        Limit {
+    fn limit(soft: u64, hard: u64) -> OpenFileLimit {
+        OpenFileLimit {
             soft: Some(soft),
             hard: Some(hard),
         }
@@ -227,7 +227,7 @@ mod tests {
         let d = demand(100, true);
         let b = plan(&d, limit(1_000_000, 1_000_000));
         assert_eq!((b.raise_to, b.max_clients, b.fit), (None, 100, Fit::Fits));
-        let unlimited = Limit {
+        let unlimited = OpenFileLimit {
             soft: None,
             hard: None,
         };
@@ -243,7 +243,7 @@ mod tests {
         assert_eq!((b.max_clients, b.fit), (5000, Fit::Fits));
         let b = plan(
             &d,
-            Limit {
+            OpenFileLimit {
                 soft: Some(1024),
                 hard: None,
             },

@@ -1,9 +1,9 @@
-//! `[limit.NAME]`: rate limits that rules name with `limit = "NAME"` (design.md, "Traffic
-//! policy in rules"). Checked here; the buckets are policy/limit/'s.
+//! `[limit.NAME]`: rate limits that rules name with `limit = "NAME"` (README, `[limit.NAME]`:
+//! rate limits). Checked here; the buckets are policy/rate_limit/'s.
 
 use super::error::ErrorSink;
 use super::raw::RawLimit;
-use crate::policy::limit::{check_store_url, LimitKey, LimitSpec, Rate};
+use crate::policy::rate_limit::{check_store_url, LimitKey, LimitSpec, Rate};
 use toml::Spanned;
 
 const DEFAULT_STATUS: u16 = 429;

@@ -7,7 +7,7 @@
 //!   one per `per / count`. A refusal says exactly when the same request would pass
 //!   ([`Decision::Limited`]'s `retry_after`; `Retry-After` is that in whole seconds, at least
 //!   1: [`retry_after_seconds`]).
-//! - **Bounded memory** (`keys.rs`): at most `max_keys` keys are held, in an LRU. The least
+//! - **Bounded memory** (`key_table.rs`): at most `max_keys` keys are held, in an LRU. The least
 //!   recently used key is evicted to make room, and unless its bucket is full again its `tat`
 //!   is kept in an overflow slot beside a fingerprint of the key (sets of 4 slots chosen by a
 //!   keyed hash, `max(4096, max_keys / 2)` slots). A key that is not held starts from the slot
@@ -17,7 +17,7 @@
 //!   resumes where it was, and a client cannot reset its bucket by pushing itself out of the
 //!   table with a stream of made-up keys. Its slot is lost only when 4 other evicted keys of
 //!   its set have used more of their buckets and are not full again yet: a client able to
-//!   bring that about with its own keys has as many fresh bursts anyway (`keys.rs`). Memory
+//!   bring that about with its own keys has as many fresh bursts anyway (`key_table.rs`). Memory
 //!   per limit: about 120 bytes per key held (measured with 16-byte keys: the key's
 //!   allocation, the LRU's node and its map slot) plus 8 for its share of the slots (16 bytes
 //!   each), so 12.8 MB at the default `max_keys` of 100000 (64 KiB of slots at least).
@@ -30,6 +30,10 @@
 //!   on with its own buckets (fail open to a per-instance limit), a warning said once per
 //!   outage (which ends only when a call succeeds, not when a connection is made), and a new
 //!   try every second.
+//! - **The request's key** (`request_key.rs`): the bytes a request is counted under, taken
+//!   from its parsed head, each value of a key it carries more than once counted.
+//! - **The refusal** (`refusal.rs`): the limit's status with `Retry-After` and the IETF
+//!   RateLimit fields.
 //!
 //! One mutex per limit guards its keys and counts: a check holds it for a lookup and a few
 //! additions (30 to 50 ns measured; two threads checking one limit without pause, 50 to 130
@@ -44,7 +48,9 @@
 mod bucket;
 #[cfg(test)]
 mod counting_alloc;
-mod keys;
+mod key_table;
+mod refusal;
+mod request_key;
 mod store;
 mod touched;
 
@@ -55,8 +61,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::Notify;
 
 use bucket::Gcra;
-use keys::Table;
+use key_table::Table;
 use touched::Touched;
+
+pub use refusal::{retry_after_seconds, Refusal};
 
 /// Wall-clock microseconds since the UNIX epoch, as callers pass them to [`Limiter::check`].
 pub type Micros = u64;
@@ -73,8 +81,9 @@ pub fn now_micros() -> Micros {
         })
 }
 
-/// What a request is keyed by. Turning a request into the key's bytes is the caller's: a
-/// request without the field is not limited (and counted as allowed: [`Limiter::pass`]).
+/// What a request is keyed by. `request_key.rs` turns a request into the key's bytes
+/// ([`Limiter::check_request`]): a request without the field is not limited (and counted as
+/// allowed: [`Limiter::pass`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum LimitKey {
     /// The client's address (the one PROXY names, when there is one).
@@ -97,7 +106,8 @@ pub struct Rate {
 }
 
 impl Rate {
-    /// Reads `"N/s"`, `"N/m"` or `"N/h"`, N from 1 to 2^32 - 1 (design.md).
+    /// Reads `"N/s"`, `"N/m"` or `"N/h"`, N from 1 to 2^32 - 1: a whole count,
+    /// no sign, no fraction, and no unit but the second, the minute and the hour.
     pub fn parse(text: &str) -> Result<Rate, String> {
         let (count, unit) = text
             .split_once('/')
@@ -149,18 +159,6 @@ pub enum Decision {
     },
 }
 
-/// `Retry-After` (and the `t` of `RateLimit`) for a refusal: whole seconds, rounded up, at
-/// least 1 (a client told 0 would come back at once).
-pub fn retry_after_seconds(retry_after: Duration) -> u64 {
-    let whole = retry_after.as_secs();
-    let seconds = if retry_after.subsec_nanos() > 0 {
-        whole.saturating_add(1)
-    } else {
-        whole
-    };
-    seconds.max(1)
-}
-
 /// Requests counted by a limit (for `/stats` and `/metrics`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Counts {
@@ -188,7 +186,7 @@ struct StoreHealth {
 
 /// The part of a limiter that a reload with the same key, rate, burst, bound and store keeps,
 /// and that the sync task reaches (weakly: it ends when the last limiter goes).
-struct Shared {
+struct LimiterCore {
     gcra: Gcra,
     state: Mutex<State>,
     /// Wakes the sync task: keys to send, or the limiter gone.
@@ -196,14 +194,14 @@ struct Shared {
     store: StoreHealth,
 }
 
-impl Shared {
+impl LimiterCore {
     /// The state; a panic while it was held left plain numbers behind, still usable.
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-impl Drop for Shared {
+impl Drop for LimiterCore {
     fn drop(&mut self) {
         // The sync task, waiting, finds the limiter gone and ends.
         self.notify.notify_one();
@@ -215,7 +213,7 @@ pub struct Limiter {
     spec: LimitSpec,
     /// `RateLimit-Policy`'s value, made once.
     policy_field: String,
-    shared: Arc<Shared>,
+    core: Arc<LimiterCore>,
 }
 
 impl std::fmt::Debug for Limiter {
@@ -233,7 +231,7 @@ impl Limiter {
     /// A limiter with no key yet. No I/O and no runtime: the store is reached once
     /// [`Limiter::start_store`] is called.
     pub fn new(spec: LimitSpec) -> Limiter {
-        let shared = Shared {
+        let core = LimiterCore {
             gcra: Gcra::new(&spec.rate, spec.burst),
             state: Mutex::new(State {
                 table: Table::new(spec.max_keys),
@@ -244,9 +242,9 @@ impl Limiter {
             store: StoreHealth::default(),
         };
         Limiter {
-            policy_field: policy_field(&spec),
+            policy_field: refusal::policy_field(&spec),
             spec,
-            shared: Arc::new(shared),
+            core: Arc::new(core),
         }
     }
 
@@ -258,10 +256,10 @@ impl Limiter {
     /// allocates its entry (and may evict the least recently used).
     pub fn check(&self, key: &[u8], now: Micros) -> Decision {
         let now: Nanos = now.saturating_mul(1000);
-        let gcra = self.shared.gcra;
+        let gcra = self.core.gcra;
         let dry_run = self.spec.dry_run;
         let (decision, wake) = {
-            let mut guard = self.shared.lock();
+            let mut guard = self.core.lock();
             let state = &mut *guard;
             let (counts, touched) = (&mut state.counts, &mut state.touched);
             state.table.visit(key, now, |entry| {
@@ -271,36 +269,37 @@ impl Limiter {
             })
         };
         if wake {
-            self.shared.notify.notify_one();
+            self.core.notify.notify_one();
         }
         decision
     }
 
-    /// A request without the key's field: not limited, counted as allowed (design.md).
+    /// A request without the key's field: not limited, counted as allowed (so
+    /// that `allowed + limited` is every request the limit saw).
     pub fn pass(&self) {
-        self.shared.lock().counts.allowed += 1;
+        self.core.lock().counts.allowed += 1;
     }
 
     /// A request refused without a key looked at (it carried too many values of its key):
     /// counted as limited (under `dry_run`, allowed too), to come back after one interval.
     pub fn refuse_outright(&self) -> Decision {
-        let wait = self.shared.gcra.interval();
-        count(&mut self.shared.lock().counts, Err(wait), self.spec.dry_run)
+        let wait = self.core.gcra.interval();
+        count(&mut self.core.lock().counts, Err(wait), self.spec.dry_run)
     }
 
     /// Requests let through (under `dry_run`: every request).
     pub fn allowed(&self) -> u64 {
-        self.shared.lock().counts.allowed
+        self.core.lock().counts.allowed
     }
 
     /// Requests refused (under `dry_run`: those that would have been).
     pub fn limited(&self) -> u64 {
-        self.shared.lock().counts.limited
+        self.core.lock().counts.limited
     }
 
     /// Keys held now (at most `max_keys`).
     pub fn keys(&self) -> usize {
-        self.shared.lock().table.len()
+        self.core.lock().table.len()
     }
 
     /// Whether a reload to `other` keeps this limiter's buckets and counts: the same key,
@@ -322,9 +321,9 @@ impl Limiter {
     /// `Arc<Limiter>` as it is would also keep its old `status` and `dry_run`.
     pub fn carry_over(&self, spec: LimitSpec) -> Option<Limiter> {
         self.same_state_as(&spec).then(|| Limiter {
-            policy_field: policy_field(&spec),
+            policy_field: refusal::policy_field(&spec),
             spec,
-            shared: Arc::clone(&self.shared),
+            core: Arc::clone(&self.core),
         })
     }
 
@@ -336,11 +335,11 @@ impl Limiter {
         let Some(url) = &self.spec.store else {
             return;
         };
-        if self.shared.store.started.swap(true, Ordering::AcqRel) {
+        if self.core.store.started.swap(true, Ordering::AcqRel) {
             return;
         }
-        if let Err(reason) = store::spawn(&self.shared, &self.spec.name, url) {
-            self.shared.store.started.store(false, Ordering::Release);
+        if let Err(reason) = store::spawn(&self.core, &self.spec.name, url) {
+            self.core.store.started.store(false, Ordering::Release);
             tracing::warn!(
                 "limit {}: the store is not used: {reason}; limiting per instance",
                 self.spec.name
@@ -354,36 +353,12 @@ impl Limiter {
         self.spec
             .store
             .as_ref()
-            .map(|_| self.shared.store.up.load(Ordering::Acquire))
+            .map(|_| self.core.store.up.load(Ordering::Acquire))
     }
 
     /// Store outages seen since the start (each warned about once).
     pub fn store_outages(&self) -> u64 {
-        self.shared.store.outages.load(Ordering::Relaxed)
-    }
-
-    /// `RateLimit-Policy`'s value for this limit (draft-ietf-httpapi-ratelimit-headers-11,
-    /// section 3): `"NAME";q=COUNT;w=SECONDS`, the sustained rate as a quota per window.
-    pub fn policy_field(&self) -> &str {
-        &self.policy_field
-    }
-
-    /// Appends the fields of a refusal after `retry_after` to `out`, as (name, value):
-    /// `RateLimit-Policy` ([`Limiter::policy_field`]) and `RateLimit: "NAME";r=0;t=SECONDS`
-    /// (section 4: nothing left, for `t` seconds). `t` is [`retry_after_seconds`], the value
-    /// the caller gives `Retry-After` (which it writes itself), as section 6 asks: a
-    /// `Retry-After` not earlier than the end of the effective window.
-    pub fn write_refusal_fields(
-        &self,
-        out: &mut Vec<(&'static str, String)>,
-        retry_after: Duration,
-    ) {
-        out.push(("RateLimit-Policy", self.policy_field.clone()));
-        let mut limit = String::with_capacity(self.policy_field.len() + 16);
-        push_sf_string(&mut limit, &self.spec.name);
-        limit.push_str(";r=0;t=");
-        limit.push_str(itoa::Buffer::new().format(retry_after_seconds(retry_after)));
-        out.push(("RateLimit", limit));
+        self.core.store.outages.load(Ordering::Relaxed)
     }
 }
 
@@ -408,35 +383,6 @@ fn count(counts: &mut Counts, verdict: Result<(), Nanos>, dry_run: bool) -> Deci
     }
 }
 
-/// `"NAME";q=COUNT;w=SECONDS`: the window in whole seconds (the draft has no fractions;
-/// `N/s`, `N/m` and `N/h` are whole), at least 1.
-fn policy_field(spec: &LimitSpec) -> String {
-    let mut field = String::with_capacity(spec.name.len() + 24);
-    push_sf_string(&mut field, &spec.name);
-    field.push_str(";q=");
-    field.push_str(itoa::Buffer::new().format(spec.rate.count));
-    field.push_str(";w=");
-    field.push_str(itoa::Buffer::new().format(retry_after_seconds(spec.rate.per)));
-    field
-}
-
-/// `text` as a Structured Field String (RFC 9651, 3.3.3): quoted, `"` and `\` escaped; the
-/// type holds printable ASCII only, so any other character becomes `?`.
-fn push_sf_string(out: &mut String, text: &str) {
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
-            }
-            ' '..='~' => out.push(c),
-            _ => out.push('?'),
-        }
-    }
-    out.push('"');
-}
-
 /// Checks a `store` value without connecting (for `tcpvs check`): a `redis://` or
 /// `redis+unix://` URL the client can use.
 pub fn check_store_url(url: &str) -> Result<(), String> {
@@ -451,7 +397,8 @@ mod tests {
     const T0: Micros = 1_700_000_000_000_000;
     const MS: Micros = 1000;
 
-    fn spec(rate: &str, burst: u32) -> LimitSpec {
+    /// A limit of `rate` and `burst` keyed by source (refusal.rs's tests use it too).
+    pub(super) fn spec(rate: &str, burst: u32) -> LimitSpec {
         LimitSpec {
             name: "api".to_string(),
             key: LimitKey::Source,
@@ -579,32 +526,6 @@ mod tests {
     }
 
     #[test]
-    fn refusal_fields_follow_the_ratelimit_draft() {
-        let limiter = Limiter::new(spec("20/s", 40));
-        assert_eq!(limiter.policy_field(), "\"api\";q=20;w=1");
-        let mut fields = Vec::new();
-        limiter.write_refusal_fields(&mut fields, Duration::from_millis(2_100));
-        assert_eq!(
-            fields,
-            [
-                ("RateLimit-Policy", "\"api\";q=20;w=1".to_string()),
-                ("RateLimit", "\"api\";r=0;t=3".to_string()),
-            ]
-        );
-        let hourly = Limiter::new(LimitSpec {
-            name: "odd \"name\" \\ é".to_string(),
-            ..spec("100/h", 1)
-        });
-        assert_eq!(
-            hourly.policy_field(),
-            "\"odd \\\"name\\\" \\\\ ?\";q=100;w=3600"
-        );
-        let mut fields = Vec::new();
-        hourly.write_refusal_fields(&mut fields, Duration::from_millis(1));
-        assert_eq!(fields[1].1, "\"odd \\\"name\\\" \\\\ ?\";r=0;t=1");
-    }
-
-    #[test]
     fn rates_parse_as_the_design_writes_them() {
         let rate = |count, secs| Rate {
             count,
@@ -670,10 +591,10 @@ mod tests {
 
         // With a store: listing keys for the exchange reuses its buffer once grown. The
         // exchange is played here by hand: take the list, clear the marks.
-        limiter.shared.lock().touched.set_recording(true);
+        limiter.core.lock().touched.set_recording(true);
         let mut taken = touched::KeyList::default();
         let exchange = |taken: &mut touched::KeyList| {
-            let mut state = limiter.shared.lock();
+            let mut state = limiter.core.lock();
             taken.clear();
             state.touched.take(usize::MAX, taken);
             state.table.clear_sync_marks();
@@ -698,7 +619,7 @@ mod tests {
     }
 
     /// Figures for the report, not a verdict: `cargo test --release --lib
-    /// policy::limit::tests::cost -- --ignored --nocapture`.
+    /// policy::rate_limit::tests::cost -- --ignored --nocapture`.
     #[test]
     #[ignore]
     fn cost_of_a_check() {
