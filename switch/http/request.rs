@@ -56,16 +56,30 @@ fn parse_request_as_is(buf: &[u8], head: &mut RequestHead) -> Result<bool, HeadE
     head.method = Span::of(buf, method.as_bytes());
     head.target = Span::of(buf, target.as_bytes());
     head.version = Version::from_minor(minor);
+    record_fields(buf, request.headers, &mut head.fields);
+    read_request_parts(buf, head, method)?;
+    Ok(true)
+}
+
+/// What the request's method, target and fields say, once `head` has their spans in `buf`:
+/// the target's form, path and query, then framing, connection options and Host. The HTTP/1
+/// parser above gets the spans from httparse; the HTTP/2 front-end records them as it takes
+/// the request from its HEADERS frame (connection/h2/request.rs), so that both kinds of
+/// request meet the same checks without an HTTP/2 request being written out as HTTP/1.1
+/// text and parsed again.
+pub(crate) fn read_request_parts(
+    buf: &[u8],
+    head: &mut RequestHead,
+    method: &str,
+) -> Result<(), HeadError> {
     head.is_head = method == "HEAD";
     head.is_connect = method == "CONNECT";
     head.idempotent = matches!(
         method,
         "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
     );
-    record_fields(buf, request.headers, &mut head.fields);
     split_target(buf, head, method)?;
-    read_fields(buf, head)?;
-    Ok(true)
+    read_fields(buf, head)
 }
 
 /// The request line (after any empty lines httparse skips), without its line ending.
@@ -113,7 +127,7 @@ fn later_minor_version_digit(buf: &[u8]) -> Option<usize> {
     }
 }
 
-fn too_large() -> HeadError {
+pub(crate) fn too_large() -> HeadError {
     HeadError {
         status: 431,
         reason: "request head too large",

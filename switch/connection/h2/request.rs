@@ -1,12 +1,19 @@
-//! An HTTP/2 request as an HTTP/1.1 head (RFC 9113 section 8): what the h2 crate checked
-//! already (one of each pseudo-header, before the fields and never in trailers; lower-case
-//! names; no connection-specific fields; `te` only `trailers`; `content-length` against the
-//! DATA received; no CR, LF or NUL in a value), and the rest here: `Host` from `:authority` (a
-//! `Host` that disagrees is refused), cookie crumbs joined, values without surrounding
-//! whitespace, framing for a body without a length. The head is then parsed by the same parser
-//! as an HTTP/1 client's (http/request.rs), so routing, rewriting and every later check see
-//! one kind of head.
+//! An HTTP/2 request as a request head (RFC 9113 section 8): what the h2 crate checked
+//! already (one of each pseudo-header, before the fields; lower-case names; no
+//! connection-specific fields; `te` only `trailers`; `content-length` against the DATA
+//! received; valid field values), and the rest here: `Host` from `:authority` (a `Host` that
+//! disagrees is refused), cookie crumbs joined, values without surrounding whitespace, framing
+//! for a body without a length. The method, target and fields are copied once into the head's
+//! own buffer, each recorded as a span as it goes in, and then meet the same checks as an
+//! HTTP/1 client's head (`http::request::read_request_parts`), so routing, rewriting and every
+//! later check see one kind of head. No HTTP/1.1 text is written or parsed for it: writing it
+//! and parsing it back cost an HTTP/2 request 1 000 user-space instructions more than this
+//! (52 405 -> 51 385 with `H2=1 benches/instructions.sh`; BENCHMARKS.md, "Where an HTTP/2
+//! request's instructions go").
 
+use crate::http::fields::{role_of, Field, FieldRole, Span, Version};
+use crate::http::request::{read_request_parts, too_large};
+use crate::http::{RequestHead, MAX_HEADER_FIELDS, MAX_HEAD_BYTES};
 use http::header;
 use http::request::Parts;
 use http::Method;
@@ -20,10 +27,16 @@ pub(super) enum Refusal {
     Answer(u16, &'static str),
 }
 
-/// Writes the HTTP/1.1 head of the request in `parts` into `out`; `body` says whether DATA may
-/// follow (the HEADERS frame did not end the stream).
-pub(super) fn write_head(parts: &Parts, body: bool, out: &mut Vec<u8>) -> Result<(), Refusal> {
-    out.clear();
+/// Reads the request in `parts` into `head`, its bytes into `buf`; `body` says whether DATA
+/// may follow (the HEADERS frame did not end the stream).
+pub(super) fn read_head(
+    parts: &Parts,
+    body: bool,
+    buf: &mut Vec<u8>,
+    head: &mut RequestHead,
+) -> Result<(), Refusal> {
+    buf.clear();
+    head.fields.clear();
     if parts.method == Method::CONNECT {
         return Err(Refusal::Answer(
             501,
@@ -32,14 +45,13 @@ pub(super) fn write_head(parts: &Parts, body: bool, out: &mut Vec<u8>) -> Result
     }
     let target = target(parts)?;
     let host = host(parts)?;
-    out.extend_from_slice(parts.method.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(target.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
+    head.method = put(buf, parts.method.as_str().as_bytes());
+    head.target = put(buf, target.as_bytes());
+    head.version = Version::Http11;
     if let Some(host) = host {
-        put(out, b"host", host);
+        add_field(buf, head, b"host", host);
     }
-    let mut cookie: Option<usize> = None;
+    let mut cookies_joined = false;
     for (name, value) in &parts.headers {
         let value = value.as_bytes();
         if value.first().is_some_and(is_space) || value.last().is_some_and(is_space) {
@@ -48,34 +60,76 @@ pub(super) fn write_head(parts: &Parts, body: bool, out: &mut Vec<u8>) -> Result
             ));
         }
         if *name == header::HOST || *name == header::TE {
-            // Host is written from :authority above; `te: trailers` is for this hop only.
+            // Host is taken from :authority above; `te: trailers` is for this hop only.
             continue;
         }
         if *name == header::COOKIE {
             // Crumbs of one Cookie field, split for compression (RFC 9113 section 8.2.3): one
-            // field again for HTTP/1.1, joined with "; ".
-            match cookie {
-                Some(end) => {
-                    let crumb = [b"; ", value].concat();
-                    let at = end - 2;
-                    out.splice(at..at, crumb.iter().copied());
-                    cookie = Some(end + crumb.len());
-                }
-                None => {
-                    put(out, b"cookie", value);
-                    cookie = Some(out.len());
-                }
+            // field again, joined with "; ", where the first crumb was.
+            if !cookies_joined {
+                cookies_joined = true;
+                add_cookie(buf, head, parts);
             }
             continue;
         }
-        put(out, name.as_str().as_bytes(), value);
+        add_field(buf, head, name.as_str().as_bytes(), value);
     }
     if body && !parts.headers.contains_key(header::CONTENT_LENGTH) {
         // A body without a length: chunked to the server, its trailers (if any) after it.
-        put(out, b"transfer-encoding", b"chunked");
+        add_field(buf, head, b"transfer-encoding", b"chunked");
     }
-    out.extend_from_slice(b"\r\n");
-    Ok(())
+    if head.fields.len() > MAX_HEADER_FIELDS {
+        return Err(Refusal::Answer(431, "too many header fields"));
+    }
+    if buf.len() > MAX_HEAD_BYTES {
+        let e = too_large();
+        return Err(Refusal::Answer(e.status, e.reason));
+    }
+    head.len = buf.len();
+    read_request_parts(buf, head, parts.method.as_str())
+        .map_err(|e| Refusal::Answer(e.status, e.reason))
+}
+
+/// Every crumb of the request's Cookie fields as one field.
+fn add_cookie(buf: &mut Vec<u8>, head: &mut RequestHead, parts: &Parts) {
+    let name = put(buf, b"cookie");
+    let start = buf.len();
+    for (i, crumb) in parts.headers.get_all(header::COOKIE).iter().enumerate() {
+        if i > 0 {
+            buf.extend_from_slice(b"; ");
+        }
+        buf.extend_from_slice(crumb.as_bytes());
+    }
+    head.fields.push(Field {
+        name,
+        value: span(start, buf.len()),
+        role: FieldRole::Forward,
+    });
+}
+
+fn add_field(buf: &mut Vec<u8>, head: &mut RequestHead, name: &[u8], value: &[u8]) {
+    let name_span = put(buf, name);
+    let value = put(buf, value);
+    head.fields.push(Field {
+        name: name_span,
+        value,
+        role: role_of(name),
+    });
+}
+
+/// Appends `bytes` to the head's buffer; their span there. The buffer stays far below u32's
+/// range: the h2 crate bounds a header list (`MAX_HEADER_LIST`).
+fn put(buf: &mut Vec<u8>, bytes: &[u8]) -> Span {
+    let start = buf.len();
+    buf.extend_from_slice(bytes);
+    span(start, buf.len())
+}
+
+fn span(start: usize, end: usize) -> Span {
+    Span {
+        start: start as u32,
+        end: end as u32,
+    }
 }
 
 /// The request target: the path and query, or `*` for OPTIONS.
@@ -116,16 +170,10 @@ fn is_space(b: &u8) -> bool {
     matches!(b, b' ' | b'\t')
 }
 
-fn put(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::BodyFraming;
 
     fn parts(method: &str, uri: &str, fields: &[(&str, &str)]) -> Parts {
         let mut builder = http::Request::builder().method(method).uri(uri);
@@ -138,10 +186,29 @@ mod tests {
             .expect("a request")
     }
 
+    /// The head read from `parts`: method, target and each field as `name: value`.
     fn head(parts: &Parts, body: bool) -> Result<String, Refusal> {
-        let mut out = Vec::new();
-        write_head(parts, body, &mut out)?;
-        Ok(String::from_utf8(out).expect("text"))
+        let (head, buf) = read(parts, body)?;
+        let mut text = format!(
+            "{} {}",
+            String::from_utf8_lossy(head.method.get(&buf)),
+            String::from_utf8_lossy(head.target.get(&buf))
+        );
+        for field in &head.fields {
+            text.push_str(&format!(
+                "\n{}: {}",
+                String::from_utf8_lossy(field.name.get(&buf)),
+                String::from_utf8_lossy(field.value.get(&buf))
+            ));
+        }
+        Ok(text)
+    }
+
+    fn read(parts: &Parts, body: bool) -> Result<(RequestHead, Vec<u8>), Refusal> {
+        let mut head = RequestHead::default();
+        let mut buf = Vec::new();
+        read_head(parts, body, &mut buf, &mut head)?;
+        Ok((head, buf))
     }
 
     #[test]
@@ -158,8 +225,18 @@ mod tests {
         );
         assert_eq!(
             head(&p, false).unwrap(),
-            "GET /a?b=1 HTTP/1.1\r\nhost: www.example.org\r\ncookie: a=1; b=2; c=3\r\naccept: */*\r\n\r\n"
+            "GET /a?b=1\nhost: www.example.org\ncookie: a=1; b=2; c=3\naccept: */*"
         );
+        let (head, buf) = read(&p, false).unwrap();
+        assert_eq!(
+            head.host.map(|h| h.get(&buf)),
+            Some(&b"www.example.org"[..])
+        );
+        assert_eq!(head.path.get(&buf), b"/a");
+        assert_eq!(head.query.map(|q| q.get(&buf)), Some(&b"b=1"[..]));
+        assert_eq!(head.fields[0].role, FieldRole::Host);
+        assert!(head.idempotent && !head.is_head && head.keep_alive);
+        assert_eq!(head.framing, BodyFraming::Empty);
     }
 
     #[test]
@@ -167,13 +244,17 @@ mod tests {
         let p = parts("POST", "http://a/up", &[]);
         assert_eq!(
             head(&p, true).unwrap(),
-            "POST /up HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked\r\n\r\n"
+            "POST /up\nhost: a\ntransfer-encoding: chunked"
         );
+        assert_eq!(read(&p, true).unwrap().0.framing, BodyFraming::Chunked);
         let p = parts("POST", "http://a/up", &[("content-length", "3")]);
         assert_eq!(
             head(&p, true).unwrap(),
-            "POST /up HTTP/1.1\r\nhost: a\r\ncontent-length: 3\r\n\r\n"
+            "POST /up\nhost: a\ncontent-length: 3"
         );
+        let (head, _) = read(&p, true).unwrap();
+        assert_eq!(head.framing, BodyFraming::Length(3));
+        assert!(!head.idempotent);
     }
 
     #[test]
@@ -186,10 +267,7 @@ mod tests {
             Err(Refusal::Malformed("Host differs from :authority"))
         );
         let p = parts("GET", "/", &[("host", "b")]);
-        assert_eq!(
-            head(&p, false).unwrap(),
-            "GET / HTTP/1.1\r\nhost: b\r\n\r\n"
-        );
+        assert_eq!(head(&p, false).unwrap(), "GET /\nhost: b");
         let p = parts("GET", "http://u@a/", &[]);
         assert!(matches!(head(&p, false), Err(Refusal::Malformed(_))));
     }
@@ -205,9 +283,33 @@ mod tests {
     #[test]
     fn te_trailers_stays_on_this_hop() {
         let p = parts("GET", "http://a/", &[("te", "trailers")]);
+        assert_eq!(head(&p, false).unwrap(), "GET /\nhost: a");
+    }
+
+    /// The checks an HTTP/1 head meets, met here too, with the same answers.
+    #[test]
+    fn the_http1_checks_apply() {
+        let many: Vec<(String, String)> = (0..=MAX_HEADER_FIELDS)
+            .map(|i| (format!("x-{i}"), "v".to_string()))
+            .collect();
+        let many: Vec<(&str, &str)> = many.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        let p = parts("GET", "http://a/", &many);
         assert_eq!(
-            head(&p, false).unwrap(),
-            "GET / HTTP/1.1\r\nhost: a\r\n\r\n"
+            head(&p, false),
+            Err(Refusal::Answer(431, "too many header fields"))
         );
+        let long = "v".repeat(MAX_HEAD_BYTES);
+        let p = parts("GET", "http://a/", &[("x", long.as_str())]);
+        assert!(matches!(head(&p, false), Err(Refusal::Answer(431, _))));
+        let p = parts(
+            "GET",
+            "http://a/",
+            &[("content-length", "1"), ("content-length", "2")],
+        );
+        assert!(matches!(head(&p, false), Err(Refusal::Answer(400, _))));
+        let p = parts("GET", "http://a/", &[("x_forwarded_for", "1.2.3.4")]);
+        assert!(matches!(head(&p, false), Err(Refusal::Answer(400, _))));
+        let p = parts("HEAD", "http://a/x", &[]);
+        assert!(read(&p, false).unwrap().0.is_head);
     }
 }

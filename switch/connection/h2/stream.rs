@@ -16,7 +16,7 @@ use crate::exchange::client::{BodySource, ClientSide};
 use crate::exchange::{self, Buffers, Context};
 use crate::http::rewrite::{write_request_head, ForwardedFor, RequestEdit, Scheme};
 use crate::http::status::Answer;
-use crate::http::{parse_request, BodyFraming, RequestHead};
+use crate::http::{BodyFraming, RequestHead};
 use crate::recycle;
 use crate::relay::{push_hex, Meter, RelayError, RelaySettings, TunnelEnd};
 use crate::shared::Shared;
@@ -149,14 +149,7 @@ async fn serve(
     };
     let mut head_bytes = recycle::take_bytes();
     let mut log = access_log::Request::default();
-    let translated =
-        request::write_head(&parts, !body.is_end_stream(), &mut head_bytes).and_then(|()| {
-            match parse_request(&mut head_bytes, &mut head) {
-                Ok(true) => Ok(()),
-                Ok(false) => Err(Refusal::Answer(400, "incomplete request head")),
-                Err(e) => Err(Refusal::Answer(e.status, e.reason)),
-            }
-        });
+    let translated = request::read_head(&parts, !body.is_end_stream(), &mut head_bytes, &mut head);
     let outcome = match translated {
         Ok(()) => {
             cx.shared.access_log.capture(&mut log, &head, &head_bytes);
