@@ -23,6 +23,7 @@ use h2::server::SendResponse;
 use h2::SendStream;
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
+use std::borrow::Cow;
 use std::future::poll_fn;
 use std::io;
 use std::time::Duration;
@@ -218,6 +219,10 @@ fn response_head(response: &ResponseHead, raw: &[u8], edit: ResponseEdit<'_>) ->
     *head.status_mut() = StatusCode::from_u16(response.status).unwrap_or(StatusCode::BAD_GATEWAY);
     let fields = head.headers_mut();
     fields.reserve(response.fields.len() + 2);
+    // The field values, copied once: each `HeaderValue` is a slice of this block (a reference
+    // count), where one made from bytes is an allocation and a copy of its own (a response of
+    // 8 fields took 8 of an HTTP/2 request's 17 allocations).
+    let block = Bytes::copy_from_slice(raw.get(..response.len).unwrap_or(raw));
     // 1xx and 204 frame no content (RFC 9110 sections 8.6, 15.2, 15.3.5).
     let frames_content = response.status >= 200 && response.status != 204;
     for f in &response.fields {
@@ -231,8 +236,12 @@ fn response_head(response: &ResponseHead, raw: &[u8], edit: ResponseEdit<'_>) ->
             | FieldRole::ForwardedProto => {
                 // A control byte an HTTP/1 client gets as sent (http/response.rs) goes as a
                 // space here: the http crate refuses it, and the field keeps its meaning.
-                let value = with_controls_as_spaces(f.value.get(raw));
-                append(fields, f.name.get(raw), &value);
+                match with_controls_as_spaces(f.value.get(raw)) {
+                    Cow::Borrowed(_) if f.value.end as usize <= block.len() => {
+                        append_shared(fields, f.name.get(raw), block.slice(f.value.range()));
+                    }
+                    value => append(fields, f.name.get(raw), &value),
+                }
             }
             FieldRole::Drop | FieldRole::TransferEncoding | FieldRole::Upgrade => {}
             FieldRole::ContentLength => {}
@@ -257,6 +266,16 @@ fn response_head(response: &ResponseHead, raw: &[u8], edit: ResponseEdit<'_>) ->
 /// to send.
 fn append(fields: &mut HeaderMap, name: &[u8], value: &[u8]) {
     if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+        fields.append(name, value);
+    }
+}
+
+/// [`append`] for a value that is a slice of a shared block.
+fn append_shared(fields: &mut HeaderMap, name: &[u8], value: Bytes) {
+    if let (Ok(name), Ok(value)) = (
+        HeaderName::from_bytes(name),
+        HeaderValue::from_maybe_shared(value),
+    ) {
         fields.append(name, value);
     }
 }
