@@ -566,6 +566,47 @@ async fn downloads_with_length_chunked_with_trailers_and_until_close() {
     assert!(reply.trailers.is_none());
 }
 
+/// A server whose answers spell their Content-Length three ways: each reaches an HTTP/2
+/// client as the number alone (the value is passed on as the server wrote it only when it is
+/// already in that form: h2/response.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_content_length_goes_on_in_its_canonical_form() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let web = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let answers: [&[u8]; 3] = [
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 0005\r\n\r\nhello",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello",
+        ];
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut buf = Vec::new();
+        let mut chunk = vec![0u8; 4096];
+        for answer in answers {
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = tokio::time::timeout(PATIENCE, stream.read(&mut chunk))
+                    .await
+                    .expect("a request within PATIENCE")
+                    .unwrap();
+                assert!(n > 0, "closed before a request");
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            buf.drain(..end);
+            stream.write_all(answer).await.unwrap();
+        }
+    });
+    let switch = start_switch(ONE_POOL, &[("web", web.to_string())]).await;
+    let client = H2::plain(switch.local_addr("web").unwrap()).await;
+    for path in ["/plain", "/zeros", "/list"] {
+        let reply = client.get("www.test", path).await;
+        assert_eq!(reply.status, 200, "{path}");
+        assert_eq!(reply.header("content-length"), Some("5"), "{path}");
+        assert_eq!(reply.body, b"hello", "{path}");
+    }
+    server.await.unwrap();
+}
+
 /// What the trailer server received: the head, the decoded body, the trailer section.
 struct Received {
     head: String,

@@ -248,7 +248,17 @@ fn response_head(response: &ResponseHead, raw: &[u8], edit: ResponseEdit<'_>) ->
         }
     }
     if let (true, Some(length)) = (frames_content, response.content_length) {
-        fields.insert(http::header::CONTENT_LENGTH, HeaderValue::from(length));
+        // The server's own value when it is the length in its canonical form (every
+        // Content-Length field agreed on it: http/response.rs), a slice of the block; else made
+        // from the number (`0100`, `100, 100` go on as `100`).
+        let sent = response
+            .fields
+            .iter()
+            .find(|f| f.role == FieldRole::ContentLength)
+            .filter(|f| f.value.end as usize <= block.len() && is_canonical(f.value.get(raw)))
+            .and_then(|f| HeaderValue::from_maybe_shared(block.slice(f.value.range())).ok());
+        let value = sent.unwrap_or_else(|| HeaderValue::from(length));
+        fields.insert(http::header::CONTENT_LENGTH, value);
     }
     if let Some(headers) = edit.headers {
         for (name, value) in headers.appended() {
@@ -268,6 +278,13 @@ fn append(fields: &mut HeaderMap, name: &[u8], value: &[u8]) {
     if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
         fields.append(name, value);
     }
+}
+
+/// A length written as the number alone: digits, no leading zero.
+fn is_canonical(length: &[u8]) -> bool {
+    !length.is_empty()
+        && length.iter().all(u8::is_ascii_digit)
+        && (length.len() == 1 || length[0] != b'0')
 }
 
 /// [`append`] for a value that is a slice of a shared block.
