@@ -5,7 +5,7 @@ use crate::capacity::exhaustion;
 use crate::config::ServiceMode;
 use crate::connection::Connection;
 use crate::http::rewrite::ClientConnection;
-use crate::http::status::write_error;
+use crate::http::status::{write_answer, Answer};
 use crate::shared::Shared;
 use crate::socket::{new_tcp_socket, set_defer_accept, Listener, Socket};
 use crate::state::stats::{self, ServiceStats};
@@ -202,13 +202,11 @@ async fn refuse_busy(slot: ClientSlot, stream: Socket) {
         }
     }
     let mut out = Vec::new();
-    write_error(
-        &mut out,
-        503,
-        "too many clients",
-        ClientConnection::Close,
-        true,
-    );
+    let answer = Answer::Error {
+        status: 503,
+        why: "too many clients",
+    };
+    write_answer(&mut out, &answer, ClientConnection::Close, true);
     let _ = write_all(&stream, &out, TimeLimit::Idle(Duration::from_secs(2))).await;
 }
 

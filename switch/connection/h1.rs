@@ -13,7 +13,7 @@ use super::Connection;
 use crate::access_log;
 use crate::exchange;
 use crate::http::rewrite::ClientConnection;
-use crate::http::status::write_error;
+use crate::http::status::{write_answer, Answer};
 use crate::http::HeadProgress;
 use crate::state::stats;
 use crate::stream::{read_some, write_all, TimeLimit};
@@ -228,13 +228,8 @@ impl Connection {
     async fn refuse(&mut self, status: u16, why: &str) {
         self.unread_input = true;
         self.work.out.clear();
-        write_error(
-            &mut self.work.out,
-            status,
-            why,
-            ClientConnection::Close,
-            true,
-        );
+        let answer = Answer::Error { status, why };
+        write_answer(&mut self.work.out, &answer, ClientConnection::Close, true);
         stats::bump(&self.service().stats.local_errors);
         self.service().stats.classes.count(status);
         let limit = TimeLimit::Idle(Duration::from_secs(5));

@@ -31,7 +31,7 @@ use crate::exchange::account::{account, Outcome};
 use crate::exchange::{Buffers, Context};
 use crate::http::rewrite::ClientConnection;
 use crate::http::rewrite::{forwarded_for, ForwardedFor};
-use crate::http::status::write_error;
+use crate::http::status::{write_answer, Answer};
 use crate::http::RequestHead;
 use crate::policy::source_conns::SourceGuard;
 use crate::recycle;
@@ -289,7 +289,11 @@ impl Connection {
             return;
         }
         let mut out = Vec::new();
-        write_error(&mut out, 503, refusal.why(), ClientConnection::Close, true);
+        let answer = Answer::Error {
+            status: 503,
+            why: refusal.why(),
+        };
+        write_answer(&mut out, &answer, ClientConnection::Close, true);
         let mut scratch = IoBuf::with_capacity(4096);
         let mut received = false;
         while let Ok(n @ 1..) = self.client.try_recv(scratch.spare()) {

@@ -53,18 +53,10 @@ pub(crate) trait ClientSide {
     /// The body source and the response sink, to be driven at once.
     fn split(&mut self) -> (&mut Self::Body, &mut Self::Sink);
 
-    /// Answers the request with an error from the switch itself (its reason `why`, in `out`).
-    /// Returns the bytes sent and whether the client may send another request.
-    fn respond_locally(
-        &mut self,
-        out: &mut Vec<u8>,
-        status: u16,
-        why: &str,
-    ) -> impl Future<Output = (u64, bool)> + Send;
-
-    /// Answers the request with what a rule says (a redirect, `respond`, a limit's refusal),
-    /// written in `out`. Returns the bytes sent and whether the client may send another
-    /// request.
+    /// Answers the request with what the switch says itself: its own error or refusal, or a
+    /// rule's answer (a redirect, `respond`, a limit's refusal), written in `out`. The one way
+    /// every front-end answers from the switch. Returns the bytes sent and whether the client
+    /// may send another request.
     fn answer(
         &mut self,
         out: &mut Vec<u8>,

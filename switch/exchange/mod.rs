@@ -30,6 +30,7 @@ use failure::{short_reason, ExchangeError, Verdict};
 use crate::buffer::IoBuf;
 use crate::http::path::normalize;
 use crate::http::rewrite::RequestEdit;
+use crate::http::status::Answer;
 use crate::http::ResponseHead;
 use crate::policy::{Action, Edits};
 use crate::recycle;
@@ -242,7 +243,8 @@ async fn answer_locally<C: ClientSide>(
     pool: Option<usize>,
 ) -> Outcome {
     stats::bump(&cx.service.stats.local_errors);
-    let (bytes_out, keep_client) = client.respond_locally(out, status, why).await;
+    let answer = Answer::Error { status, why };
+    let (bytes_out, keep_client) = client.answer(out, &answer).await;
     Outcome::local(status, bytes_out, keep_client, pool)
 }
 

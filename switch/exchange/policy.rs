@@ -9,7 +9,7 @@ use super::account::Outcome;
 use super::client::ClientSide;
 use super::{Buffers, Context};
 use crate::http::fields::FieldRole;
-use crate::http::status::Answer;
+use crate::http::status::{Answer, Given};
 use crate::policy::rate_limit::{Decision, Limiter, Refusal};
 use crate::policy::redirect::{Origin, Redirect};
 use crate::policy::respond::Respond;
@@ -98,13 +98,13 @@ async fn refuse<C: ClientSide>(
     let refusal = Refusal::new(limiter, retry_after);
     refusal.write_body(&mut work.policy_bytes);
     let fields = refusal.fields();
-    let answer = Answer {
+    let answer = Given {
         status: refusal.status,
         fields: &fields,
         body: &work.policy_bytes,
     };
     client.release_head();
-    let (bytes_out, keep_client) = client.answer(&mut work.out, &answer).await;
+    let (bytes_out, keep_client) = client.answer(&mut work.out, &Answer::Given(answer)).await;
     stats::bump(&cx.service.stats.local_errors);
     Outcome::local(refusal.status, bytes_out, keep_client, None)
 }
@@ -139,13 +139,13 @@ async fn answer_redirect<C: ClientSide>(
         redirect.write_location(&origin, captures.as_ref(), &mut work.policy_bytes);
     }
     let fields: [(&[u8], &[u8]); 1] = [(b"Location", &work.policy_bytes)];
-    let answer = Answer {
+    let answer = Given {
         status: redirect.code,
         fields: &fields,
         body: b"",
     };
     client.release_head();
-    let (bytes_out, keep_client) = client.answer(&mut work.out, &answer).await;
+    let (bytes_out, keep_client) = client.answer(&mut work.out, &Answer::Given(answer)).await;
     stats::bump(&cx.service.stats.redirects);
     Outcome::local(redirect.code, bytes_out, keep_client, None)
 }
@@ -158,7 +158,7 @@ async fn answer_respond<C: ClientSide>(
 ) -> Outcome {
     let content_type = respond.content_type.as_deref().unwrap_or("");
     let fields: [(&[u8], &[u8]); 1] = [(b"Content-Type", content_type.as_bytes())];
-    let answer = Answer {
+    let answer = Given {
         status: respond.status,
         fields: if content_type.is_empty() {
             &[]
@@ -168,7 +168,7 @@ async fn answer_respond<C: ClientSide>(
         body: &respond.body,
     };
     client.release_head();
-    let (bytes_out, keep_client) = client.answer(&mut work.out, &answer).await;
+    let (bytes_out, keep_client) = client.answer(&mut work.out, &Answer::Given(answer)).await;
     stats::bump(&cx.service.stats.responds);
     Outcome::local(respond.status, bytes_out, keep_client, None)
 }

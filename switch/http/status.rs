@@ -37,11 +37,53 @@ pub fn reason_phrase(status: u16) -> &'static str {
     }
 }
 
-/// Appends a complete error response to `out`. `detail` is a short explanation meant for the
-/// client; it never carries server addresses. `connection` says what happens to the client
-/// connection next (an HTTP/1.0 client kept alive must be told so). A response to HEAD
-/// (`with_body` false) keeps its Content-Length but sends no body.
-pub fn write_error(
+/// What the switch answers by itself, in every front-end (HTTP/1 writes it with
+/// [`write_answer`], HTTP/2 sends it as HEADERS and DATA: connection/h2/response.rs): its own
+/// errors and refusals, and what a rule says.
+#[derive(Clone, Copy)]
+pub enum Answer<'a> {
+    /// An error or refusal of the switch itself: `STATUS REASON: why` as text, not to be
+    /// cached. `why` is a short explanation meant for the client; it never carries server
+    /// addresses.
+    Error { status: u16, why: &'a str },
+    /// What a rule says: a redirect, `respond`, a limit's refusal.
+    Given(Given<'a>),
+}
+
+/// An answer a rule gives: its status, its fields, its body.
+#[derive(Clone, Copy)]
+pub struct Given<'a> {
+    pub status: u16,
+    /// Fields besides Content-Length and Connection, which the writer adds.
+    pub fields: &'a [(&'a [u8], &'a [u8])],
+    pub body: &'a [u8],
+}
+
+impl Answer<'_> {
+    pub fn status(&self) -> u16 {
+        match self {
+            Answer::Error { status, .. } => *status,
+            Answer::Given(given) => given.status,
+        }
+    }
+}
+
+/// Appends `answer` as an HTTP/1.1 response to `out`. `connection` says what happens to the
+/// client connection next (an HTTP/1.0 client kept alive must be told so). A response to HEAD
+/// (`with_body` false) keeps its Content-Length but sends no body; 204 and 304 frame nothing.
+pub fn write_answer(
+    out: &mut Vec<u8>,
+    answer: &Answer<'_>,
+    connection: ClientConnection,
+    with_body: bool,
+) {
+    match answer {
+        Answer::Error { status, why } => write_error(out, *status, why, connection, with_body),
+        Answer::Given(given) => write_given(out, given, connection, with_body),
+    }
+}
+
+fn write_error(
     out: &mut Vec<u8>,
     status: u16,
     detail: &str,
@@ -62,25 +104,15 @@ pub fn write_error(
     write_error_body(out, status, detail);
 }
 
-/// An answer a rule gives: its status, its fields, its body.
-pub struct Answer<'a> {
-    pub status: u16,
-    /// Fields besides Content-Length and Connection, which the writer adds.
-    pub fields: &'a [(&'a [u8], &'a [u8])],
-    pub body: &'a [u8],
-}
-
-/// Appends `answer` as an HTTP/1.1 response to `out`; a response to HEAD (`with_body`
-/// false) keeps its Content-Length but sends no body. 204 and 304 frame nothing.
-pub fn write_answer(
+fn write_given(
     out: &mut Vec<u8>,
-    answer: &Answer<'_>,
+    given: &Given<'_>,
     connection: ClientConnection,
     with_body: bool,
 ) {
-    let status = answer.status;
+    let status = given.status;
     let _ = write!(out, "HTTP/1.1 {status} {}\r\n", reason_phrase(status));
-    for (name, value) in answer.fields {
+    for (name, value) in given.fields {
         out.extend_from_slice(name);
         out.extend_from_slice(b": ");
         out.extend_from_slice(value);
@@ -88,12 +120,12 @@ pub fn write_answer(
     }
     let frames_content = !matches!(status, 204 | 304);
     if frames_content {
-        let _ = write!(out, "Content-Length: {}\r\n", answer.body.len());
+        let _ = write!(out, "Content-Length: {}\r\n", given.body.len());
     }
     out.extend_from_slice(connection.field());
     out.extend_from_slice(b"\r\n");
     if with_body && frames_content {
-        out.extend_from_slice(answer.body);
+        out.extend_from_slice(given.body);
     }
 }
 

@@ -14,7 +14,7 @@ use crate::http::rewrite::{
     add_field_to_head, client_connection, write_request_head, write_response_head,
     ClientConnection, ForwardedFor, RequestEdit, Scheme,
 };
-use crate::http::status::{write_answer, write_error, Answer};
+use crate::http::status::{write_answer, Answer};
 use crate::http::{BodyFraming, RequestHead, ResponseHead, Version};
 use crate::relay::{tunnel, BodyRelay, ChunkedOutput, Meter, RelayError, RelaySettings, TunnelEnd};
 use crate::socket::Socket;
@@ -153,13 +153,6 @@ impl<'c> ClientSide for H1Client<'c> {
 
     fn split(&mut self) -> (&mut H1Body<'c>, &mut H1Sink<'c>) {
         (&mut self.body, &mut self.sink)
-    }
-
-    async fn respond_locally(&mut self, out: &mut Vec<u8>, status: u16, why: &str) -> (u64, bool) {
-        self.send_own(out, |out, connection, with_body| {
-            write_error(out, status, why, connection, with_body)
-        })
-        .await
     }
 
     async fn answer(&mut self, out: &mut Vec<u8>, answer: &Answer<'_>) -> (u64, bool) {

@@ -13,7 +13,7 @@ use crate::buffer::IoBuf;
 use crate::exchange::client::{ResponseEdit, ResponseSink};
 use crate::http::chunked::{for_each_trailer, may_be_trailer, ChunkedDecoder, Decoded};
 use crate::http::fields::{with_controls_as_spaces, FieldRole};
-use crate::http::status::{write_error_body, Answer};
+use crate::http::status::{write_error_body, Answer, Given};
 use crate::http::{BodyFraming, ResponseHead};
 use crate::relay::{Meter, RelayError, RelaySettings};
 use crate::socket::Socket;
@@ -51,45 +51,39 @@ impl H2Sink {
         }
     }
 
-    /// Answers with an error of the switch itself; returns the body bytes sent.
-    pub(super) async fn respond_locally(
+    /// Answers with what the switch says itself (its own error, a rule's answer); returns the
+    /// body bytes sent.
+    pub(super) async fn answer(
         &mut self,
         out: &mut Vec<u8>,
-        status: u16,
-        why: &str,
+        answer: &Answer<'_>,
         idle: Duration,
     ) -> u64 {
-        send_local(&mut self.respond, out, status, why, self.is_head, idle).await
-    }
-
-    /// Answers with what a rule says (a redirect, `respond`, a limit's refusal); returns the
-    /// body bytes sent.
-    pub(super) async fn answer(&mut self, answer: &Answer<'_>, idle: Duration) -> u64 {
-        send_answer(&mut self.respond, answer, self.is_head, idle).await
+        send_answer(&mut self.respond, out, answer, self.is_head, idle).await
     }
 }
 
-/// Sends an answer of the switch itself (`STATUS REASON: why`, as text) on `respond`.
-pub(super) async fn send_local(
-    respond: &mut SendResponse<Bytes>,
-    out: &mut Vec<u8>,
-    status: u16,
-    why: &str,
-    is_head: bool,
-    idle: Duration,
-) -> u64 {
-    out.clear();
-    write_error_body(out, status, why);
-    let fields: [(&[u8], &[u8]); 2] = [
-        (b"content-type", b"text/plain"),
-        (b"cache-control", b"no-store"),
-    ];
-    let answer = Answer {
-        status,
-        fields: &fields,
-        body: out,
-    };
-    send_answer(respond, &answer, is_head, idle).await
+/// The fields of the switch's own errors (beside `content-length`).
+const ERROR_FIELDS: [(&[u8], &[u8]); 2] = [
+    (b"content-type", b"text/plain"),
+    (b"cache-control", b"no-store"),
+];
+
+/// `answer` as status, fields and body: a rule's as it is; an error of the switch's own as
+/// text, written in `out`.
+fn given<'a>(answer: &Answer<'a>, out: &'a mut Vec<u8>) -> Given<'a> {
+    match *answer {
+        Answer::Given(given) => given,
+        Answer::Error { status, why } => {
+            out.clear();
+            write_error_body(out, status, why);
+            Given {
+                status,
+                fields: &ERROR_FIELDS,
+                body: out,
+            }
+        }
+    }
 }
 
 /// Answers a stream the switch does not run (connection/h2/admission.rs): `503` and its text,
@@ -97,30 +91,24 @@ pub(super) async fn send_local(
 /// connection's budget of refusals), so that nothing waits for a client that does not read.
 pub(super) fn refuse_at_once(respond: &mut SendResponse<Bytes>, is_head: bool, why: &str) {
     let mut out = Vec::new();
-    write_error_body(&mut out, 503, why);
-    let fields: [(&[u8], &[u8]); 2] = [
-        (b"content-type", b"text/plain"),
-        (b"cache-control", b"no-store"),
-    ];
-    let answer = Answer {
-        status: 503,
-        fields: &fields,
-        body: &out,
-    };
+    let answer = given(&Answer::Error { status: 503, why }, &mut out);
     if let Some(mut send) = start_answer(respond, &answer, is_head) {
-        let _ = send.send_data(Bytes::from(out), true);
+        let _ = send.send_data(Bytes::copy_from_slice(answer.body), true);
     }
 }
 
-/// Sends `answer` on `respond`: its fields, `content-length`, and its body unless the request
-/// was HEAD or the status frames none (204, 304). Returns the body bytes sent.
-async fn send_answer(
+/// Sends `answer` on `respond` (an error's text written in `out`): its fields,
+/// `content-length`, and its body unless the request was HEAD or the status frames none (204,
+/// 304). Returns the body bytes sent.
+pub(super) async fn send_answer(
     respond: &mut SendResponse<Bytes>,
+    out: &mut Vec<u8>,
     answer: &Answer<'_>,
     is_head: bool,
     idle: Duration,
 ) -> u64 {
-    let Some(mut send) = start_answer(respond, answer, is_head) else {
+    let answer = given(answer, out);
+    let Some(mut send) = start_answer(respond, &answer, is_head) else {
         return 0;
     };
     let body = Bytes::copy_from_slice(answer.body);
@@ -134,7 +122,7 @@ async fn send_answer(
 /// Sends `answer`'s head; the stream to send its body on, if it has one.
 fn start_answer(
     respond: &mut SendResponse<Bytes>,
-    answer: &Answer<'_>,
+    answer: &Given<'_>,
     is_head: bool,
 ) -> Option<SendStream<Bytes>> {
     let mut head = Response::new(());

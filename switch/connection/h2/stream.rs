@@ -7,7 +7,7 @@
 use super::admission::{SparePlace, StreamPass};
 use super::error::h2_error;
 use super::request::{self, Refusal};
-use super::response::{send_local, H2Sink};
+use super::response::{send_answer, H2Sink};
 use crate::access_log;
 use crate::connection::proxy_header::destination_or_unknown;
 use crate::edge::proxy_protocol;
@@ -184,7 +184,8 @@ async fn serve(
             log.refused_h2(&parts.method, &parts.uri);
             stats::bump(&stats.local_errors);
             let mut out = Vec::new();
-            let sent = send_local(&mut respond, &mut out, status, why, false, cx.relay.idle).await;
+            let answer = Answer::Error { status, why };
+            let sent = send_answer(&mut respond, &mut out, &answer, false, cx.relay.idle).await;
             Outcome::local(status, sent, true, None)
         }
     };
@@ -247,15 +248,9 @@ impl ClientSide for H2Client<'_> {
         (&mut self.body, &mut self.sink)
     }
 
-    async fn respond_locally(&mut self, out: &mut Vec<u8>, status: u16, why: &str) -> (u64, bool) {
+    async fn answer(&mut self, out: &mut Vec<u8>, answer: &Answer<'_>) -> (u64, bool) {
         let idle = self.link.relay.idle;
-        let sent = self.sink.respond_locally(out, status, why, idle).await;
-        (sent, true)
-    }
-
-    async fn answer(&mut self, _out: &mut Vec<u8>, answer: &Answer<'_>) -> (u64, bool) {
-        let idle = self.link.relay.idle;
-        let sent = self.sink.answer(answer, idle).await;
+        let sent = self.sink.answer(out, answer, idle).await;
         (sent, true)
     }
 
