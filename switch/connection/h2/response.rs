@@ -90,9 +90,14 @@ fn given<'a>(answer: &Answer<'a>, out: &'a mut Vec<u8>) -> Given<'a> {
 /// connection's budget of refusals), so that nothing waits for a client that does not read.
 pub(super) fn refuse_at_once(respond: &mut SendResponse<Bytes>, is_head: bool, why: &str) {
     let mut out = Vec::new();
-    let answer = given(&Answer::Error { status: 503, why }, &mut out);
-    if let Some(mut send) = start_answer(respond, &answer, is_head) {
-        let _ = send.send_data(Bytes::copy_from_slice(answer.body), true);
+    let send = start_answer(
+        respond,
+        &given(&Answer::Error { status: 503, why }, &mut out),
+        is_head,
+    );
+    if let Some(mut send) = send {
+        // The body is `out` itself: moved into the frame, not copied.
+        let _ = send.send_data(Bytes::from(out), true);
     }
 }
 
@@ -254,7 +259,6 @@ fn append(fields: &mut HeaderMap, name: &[u8], value: &[u8]) {
         fields.append(name, value);
     }
 }
-
 
 /// Writes the fields of `map` (a client's HTTP/2 trailers) as the trailer lines of a chunked
 /// body, without those that must not be trailers, as for an HTTP/1 client
