@@ -259,6 +259,12 @@ fn malformed_cases() -> Vec<Malformed> {
             "Host disagreeing with :authority",
             get("host").field("host", "other.test"),
         ),
+        // RFC 9113 section 8.5: a CONNECT request carries `:authority` and neither `:scheme`
+        // nor `:path`; without `:authority` it is malformed (not a CONNECT to refuse with 501).
+        one(
+            "CONNECT without :authority",
+            Block::new().field(":method", "CONNECT"),
+        ),
     ]
 }
 

@@ -38,10 +38,7 @@ pub(super) fn read_head(
     buf.clear();
     head.fields.clear();
     if parts.method == Method::CONNECT {
-        return Err(Refusal::Answer(
-            501,
-            "CONNECT over HTTP/2 is not supported; use HTTP/1.1",
-        ));
+        return Err(connect(parts));
     }
     let target = target(parts)?;
     let host = host(parts)?;
@@ -88,6 +85,23 @@ pub(super) fn read_head(
     head.len = buf.len();
     read_request_parts(buf, head, parts.method.as_str())
         .map_err(|e| Refusal::Answer(e.status, e.reason))
+}
+
+/// What a CONNECT request gets: well formed (RFC 9113 section 8.5: `:authority`, and neither
+/// `:scheme` nor `:path`), a `501`, since the switch does not tunnel over HTTP/2; else it is
+/// malformed, and its stream is reset.
+fn connect(parts: &Parts) -> Refusal {
+    let has_path = parts
+        .uri
+        .path_and_query()
+        .is_some_and(|p| !p.as_str().is_empty());
+    if parts.uri.authority().is_none() {
+        Refusal::Malformed("CONNECT without :authority")
+    } else if parts.uri.scheme().is_some() || has_path {
+        Refusal::Malformed("CONNECT with :scheme or :path")
+    } else {
+        Refusal::Answer(501, "CONNECT over HTTP/2 is not supported; use HTTP/1.1")
+    }
 }
 
 /// Every crumb of the request's Cookie fields as one field.
@@ -278,6 +292,20 @@ mod tests {
         assert!(matches!(head(&p, false), Err(Refusal::Malformed(_))));
         let p = parts("CONNECT", "a:443", &[]);
         assert!(matches!(head(&p, false), Err(Refusal::Answer(501, _))));
+    }
+
+    #[test]
+    fn a_connect_without_authority_or_with_a_path_is_malformed() {
+        let p = parts("CONNECT", "/", &[]);
+        assert_eq!(
+            head(&p, false),
+            Err(Refusal::Malformed("CONNECT without :authority"))
+        );
+        let p = parts("CONNECT", "https://a:443/x", &[]);
+        assert_eq!(
+            head(&p, false),
+            Err(Refusal::Malformed("CONNECT with :scheme or :path"))
+        );
     }
 
     #[test]
