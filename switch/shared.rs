@@ -5,12 +5,14 @@
 //! (supervisor/).
 
 use crate::access_log::AccessLog;
+use crate::capacity::share::{self, Crowding};
 use crate::config::SwitchSettings;
-use crate::policy::source_conns::SourceConns;
+use crate::policy::source_conns::{SourceConns, SourceGuard};
 use crate::state::generation::Generation;
 use crate::state::snapshot::{self, Snapshot};
 use arc_swap::ArcSwap;
-use std::sync::atomic::AtomicUsize;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 use tokio::sync::watch;
 
@@ -45,6 +47,29 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Client connections and HTTP/2 streams that take places of `max_clients` now.
+    pub fn places_in_use(&self) -> usize {
+        self.clients.load(Ordering::Relaxed) + self.h2_streams.load(Ordering::Relaxed)
+    }
+
+    /// Counts one more connection or stream of `address` in what its source holds, if the
+    /// share rule (capacity/share.rs) admits it with `in_use` places taken; `besides` is what
+    /// the source's count already holds of the newcomer's own (a stream's connection), which
+    /// its verdict leaves out. Read and counted under one lock.
+    pub fn take_share(
+        &self,
+        address: IpAddr,
+        in_use: usize,
+        besides: u32,
+    ) -> Result<SourceGuard, Crowding> {
+        let mut verdict = Ok(());
+        let taken = self.source_load.enter_if(address, |held| {
+            verdict = share::admits(in_use, self.max_clients, held.saturating_sub(besides));
+            verdict.is_ok()
+        });
+        taken.ok_or(verdict.err().unwrap_or(Crowding::Full))
+    }
+
     /// The counters and states of every service, pool and server, read now
     /// ([`snapshot::take`]).
     pub fn snapshot(&self) -> Snapshot {

@@ -24,7 +24,7 @@ mod tunnel;
 
 use crate::access_log;
 use crate::buffer::IoBuf;
-use crate::capacity::share::{self, Crowding};
+use crate::capacity::share::Crowding;
 use crate::config::ServiceMode;
 use crate::edge::client_stream::ClientStream;
 use crate::exchange::account::{account, Outcome};
@@ -43,7 +43,6 @@ use crate::state::stats;
 use crate::stream::{read_some, write_all, Io, TimeLimit};
 use crate::timeouts::Slot;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -254,15 +253,11 @@ impl Connection {
         // to deliver its refusals too (a burst of them must not refuse the connections it let
         // in: tests/descriptors.rs): here only the share applies, so a client that holds
         // nothing is never refused.
-        let in_use = (shared.clients.load(Ordering::Relaxed).saturating_sub(1)
-            + shared.h2_streams.load(Ordering::Relaxed))
-        .min(shared.max_clients.saturating_sub(1));
-        let mut verdict = Ok(());
-        self.source_load = shared.source_load.enter_if(address, |held| {
-            verdict = share::admits(in_use, shared.max_clients, held);
-            verdict.is_ok()
-        });
-        verdict.map_err(SourceRefusal::Crowded)
+        let in_use =
+            (shared.places_in_use().saturating_sub(1)).min(shared.max_clients.saturating_sub(1));
+        let taken = shared.take_share(address, in_use, 0);
+        self.source_load = Some(taken.map_err(SourceRefusal::Crowded)?);
+        Ok(())
     }
 
     /// A connection its client may not hold (`count_source`): 503 and closed. A TLS client gets no

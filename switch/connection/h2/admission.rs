@@ -21,12 +21,11 @@
 //! to a budget of their own (`Driver::refusals`): a client that keeps opening streams the
 //! switch refuses gets `GOAWAY` with `ENHANCE_YOUR_CALM`, as a control-frame flood does.
 
-use crate::capacity::share::{self, Crowding};
+use crate::capacity::share::Crowding;
 use crate::policy::source_conns::SourceGuard;
 use crate::shared::Shared;
 use crate::state::generation::Service;
 use std::net::IpAddr;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Why a stream does not run.
@@ -130,20 +129,14 @@ pub(super) fn admit(client: Client<'_>, service: &Service) -> Result<StreamPass,
         place,
         spare: Arc::clone(spare),
     };
-    let in_use = shared.clients.load(Ordering::Relaxed) + shared.h2_streams.load(Ordering::Relaxed);
-    let mut verdict = Ok(());
-    let in_switch = shared.source_load.enter_if(address, |held| {
-        // `held` counts this connection too: a stream is judged by what its client holds
-        // besides it, so a newcomer's first stream is let in wherever its connection was (an
-        // HTTP/1.1 client's request needs no more than its connection either).
-        verdict = share::admits(in_use, shared.max_clients, held.saturating_sub(1));
-        verdict.is_ok()
-    });
-    match in_switch {
-        Some(in_switch) => Ok(StreamPass {
-            _in_switch: in_switch,
-            _place: place,
-        }),
-        None => Err(Refusal::Crowded(verdict.err().unwrap_or(Crowding::Full))),
-    }
+    // What the client holds counts this connection too: a stream is judged by what it holds
+    // besides it, so a newcomer's first stream is let in wherever its connection was (an
+    // HTTP/1.1 client's request needs no more than its connection either).
+    let in_switch = shared
+        .take_share(address, shared.places_in_use(), 1)
+        .map_err(Refusal::Crowded)?;
+    Ok(StreamPass {
+        _in_switch: in_switch,
+        _place: place,
+    })
 }
