@@ -15,10 +15,10 @@
 //!   free, so filling the quarter takes about 30 of them, not the 5 that a fixed share let
 //!   (measured by the re-run attack of issue 42);
 //! - a source is an IPv4 address, or an IPv6 /64 network: one subscriber's LAN, whose 2^64
-//!   addresses would otherwise each be a fresh source (`policy/source_conns.rs` `group`).
+//!   addresses would otherwise each be a fresh source (`policy/source_conns.rs` `Grouping`).
 //!
-//! The same rule decides a new connection (`connection/mod.rs` `count_source`) and a new
-//! HTTP/2 stream (`connection/h2/admission.rs`).
+//! The same rule, through `Shared::take_share`, decides a new connection (`connection/mod.rs`
+//! `count_source`) and a new HTTP/2 stream (`connection/h2/admission.rs`).
 
 /// Why a connection or stream does not fit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
