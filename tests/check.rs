@@ -82,43 +82,96 @@ fn a_valid_file_gets_a_summary() {
 
 #[test]
 fn the_shipped_rule_files_are_valid() {
-    // Strict: a shipped file teaches by example, so it carries no warning either, installed
-    // as README says: mode 600, as two of them hold a cookie secret.
+    // Strict: a shipped file teaches by example, so it carries no warning either, as checked
+    // out (the file in place, and a copy readable by all, as a checkout with any umask leaves
+    // it) and installed as README says (mode 600). Every rule file of rules/ and deploy/.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut shipped = Vec::new();
+    for folder in ["rules", "deploy"] {
+        for entry in std::fs::read_dir(root.join(folder)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                shipped.push(path);
+            }
+        }
+    }
+    shipped.sort();
+    let names: Vec<String> = shipped
+        .iter()
+        .map(|p| p.strip_prefix(root).unwrap().display().to_string())
+        .collect();
     for file in [
-        "rules/static-image-cgi.toml",
+        "rules/demo.toml",
         "rules/locality.toml",
+        "rules/site-policy.toml",
+        "rules/static-image-cgi.toml",
         "deploy/rules.toml",
     ] {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
-        let text = std::fs::read_to_string(path).unwrap();
-        let name = format!("shipped-{}", file.replace('/', "-"));
-        let installed = check_mode(&["--strict"], &name, &text, 0o600);
-        assert_eq!(
-            (installed.code, installed.stderr.as_str()),
-            (0, ""),
-            "{file}"
-        );
+        assert!(names.iter().any(|n| n == file), "{file} in {names:?}");
     }
-    // As checked out (readable by all), the deploy example's secret is warned about.
-    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rules.toml");
-    let text = std::fs::read_to_string(&deploy).unwrap();
-    let readable = check_mode(&[], "deploy-rules-644.toml", &text, 0o644);
+    // `tcpvs check --strict FILE`: its exit code and stderr.
+    let strict = |path: &std::path::Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tcpvs"))
+            .args(["check", "--strict"])
+            .arg(path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), stderr)
+    };
+    for (path, file) in shipped.iter().zip(&names) {
+        assert_eq!(strict(path), (Some(0), String::new()), "{file}");
+    }
+    // Copies of each folder (site-policy.toml's certificate goes along), readable by all and
+    // then as installed.
+    let copies = std::env::temp_dir().join(format!("tcpvs-check-shipped-{}", std::process::id()));
+    for folder in ["rules", "deploy"] {
+        copy_folder(&root.join(folder), &copies.join(folder));
+    }
+    for mode in [0o644, 0o600] {
+        for file in &names {
+            let copy = copies.join(file);
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(
+                strict(&copy),
+                (Some(0), String::new()),
+                "{file} mode {mode:o}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&copies);
+    // The deploy example's secret is commented out, not the warning weakened: set in a copy
+    // readable by all, it is warned about, and --strict refuses it.
+    let deploy = std::fs::read_to_string(root.join("deploy/rules.toml")).unwrap();
+    let secret_line = "#   secret = \"the same long random string on every instance\"\n";
+    assert!(deploy.contains(secret_line), "{deploy}");
+    let with_secret = deploy.replace(
+        secret_line,
+        "secret = \"the same long random string on every instance\"\n",
+    );
+    let readable = check_mode(&[], "deploy-rules-644.toml", &with_secret, 0o644);
     assert_eq!(readable.code, 0);
     assert_eq!(
         readable.stderr.trim(),
-        at(&readable.file, &text, "\"the same long random string", 0, "warning: pool `app`'s cookie `secret` is in this rule file, which its group and every other user can read (mode 0644): whoever reads it can make cookies that choose a server; make the file mode 600")
+        at(&readable.file, &with_secret, "\"the same long random string", 0, "warning: pool `app`'s cookie `secret` is in this rule file, which its group and every other user can read (mode 0644): whoever reads it can make cookies that choose a server; make the file mode 600")
     );
-    // The demo's endpoint is on loopback without a token, so that its monitor page's buttons
-    // work at once; it is a toy on one's own machine, and its one warning says what that costs
-    // on a shared one.
-    let demo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("rules/demo.toml");
-    let text = std::fs::read_to_string(&demo).unwrap();
-    let checked = check_mode(&["--strict"], "demo.toml", &text, 0o644);
-    assert_eq!(checked.code, 1);
-    assert_eq!(
-        checked.stderr.trim(),
-        at(&checked.file, &text, "\"127.0.0.1:9090\"", 0, "any local user can change servers and reload through the admin endpoint on 127.0.0.1:9090 (it has no token): set `token_file`, or listen on a Unix socket (\"unix:/run/tcpvs/admin.sock\") whose `mode` says who may")
-    );
+    let strict = check_mode(&["--strict"], "deploy-rules-644.toml", &with_secret, 0o644);
+    assert_eq!(strict.code, 1, "{}", strict.stderr);
+}
+
+/// Copies the folder `from`, with its subfolders, to `to`.
+fn copy_folder(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_folder(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
 }
 
 /// [`check_with`] on a file of permissions `mode` (writing a file anew keeps its mode).
