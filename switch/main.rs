@@ -6,6 +6,7 @@ mod cli;
 use clap::{Parser, Subcommand};
 use cli::admin_verbs::{self, AdminArgs, StateWord};
 use cli::check::check;
+use cli::host_port::HostPort;
 use cli::import_ktcpvs::import_ktcpvs;
 use cli::run;
 use std::net::SocketAddr;
@@ -77,9 +78,10 @@ enum Command {
     SetWeight {
         /// The pool, as named in the rule file.
         pool: String,
-        /// The server's address in that pool (IP:PORT).
+        /// The server in that pool: its address (IP:PORT), or NAME:PORT as the rule file
+        /// writes it (localhost:9102), looked up as the rule file was.
         #[arg(value_name = "SERVER")]
-        server: SocketAddr,
+        server: HostPort,
         /// The weight, 0..=65535 (0: no new requests).
         #[arg(value_name = "N", value_parser = clap::value_parser!(u16))]
         weight: u16,
@@ -92,9 +94,10 @@ enum Command {
     SetState {
         /// The pool, as named in the rule file.
         pool: String,
-        /// The server's address in that pool (IP:PORT).
+        /// The server in that pool: its address (IP:PORT), or NAME:PORT as the rule file
+        /// writes it (localhost:9102), looked up as the rule file was.
         #[arg(value_name = "SERVER")]
-        server: SocketAddr,
+        server: HostPort,
         #[arg(value_enum, value_name = "STATE")]
         state: StateWord,
         #[command(flatten)]
@@ -130,13 +133,13 @@ fn main() -> ExitCode {
             server,
             weight,
             admin,
-        } => admin_verbs::set_weight(&pool, server, weight, &admin),
+        } => admin_verbs::set_weight(&pool, &server, weight, &admin),
         Command::SetState {
             pool,
             server,
             state,
             admin,
-        } => admin_verbs::set_state(&pool, server, state, &admin),
+        } => admin_verbs::set_state(&pool, &server, state, &admin),
         Command::Reload { admin } => admin_verbs::reload(&admin),
         Command::ImportKtcpvs { file } => import_ktcpvs(&file),
     }

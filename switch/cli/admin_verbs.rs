@@ -2,20 +2,23 @@
 //! `set-state` and `reload`. Each finds the endpoint and its token ([`AdminArgs`]), sends one
 //! request, and prints the answer on stdout (exit 0) or the reason on stderr (exit 1).
 
+use super::admin_endpoint::{self, Asked};
+use super::host_port::{AdminAddress, HostPort};
 use clap::{Args, ValueEnum};
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use tcpvs::admin::client::{self, Address, AdminState, Endpoint};
+use tcpvs::admin::client::{self, AdminState, Endpoint};
 use tcpvs::admin::table;
 
-/// How the admin verbs find the endpoint and the token.
+/// How the admin verbs find the endpoint and the token (the order: admin_endpoint.rs).
 #[derive(Args)]
 pub struct AdminArgs {
-    /// The admin endpoint: IP:PORT, or unix:PATH for a Unix socket [default: 127.0.0.1:9090].
+    /// The admin endpoint: HOST:PORT, or unix:PATH for a Unix socket [default: -c FILE's, else
+    /// $TCPVS_ADMIN, else /etc/tcpvs/rules.toml's [admin] listen, else 127.0.0.1:9090].
     #[arg(long, value_name = "ADDR", conflicts_with = "config")]
-    admin: Option<Address>,
+    admin: Option<AdminAddress>,
     /// Find the endpoint by this rule file's `[admin]` table (`listen`, and its token if it has
     /// one and no other is given); the rest of the file is not read. `reload` also checks that
     /// the switch runs this file.
@@ -27,10 +30,15 @@ pub struct AdminArgs {
     token_file: Option<PathBuf>,
 }
 
-/// The admin endpoint's address when neither `--admin` nor `-c` is given.
-const DEFAULT_ADMIN: &str = "127.0.0.1:9090";
-/// The environment variable with the token.
-const TOKEN_VARIABLE: &str = "TCPVS_ADMIN_TOKEN";
+impl AdminArgs {
+    fn asked(&self) -> Asked<'_> {
+        Asked {
+            admin: self.admin.as_ref(),
+            config: self.config.as_deref(),
+            token_file: self.token_file.as_deref(),
+        }
+    }
+}
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum StateWord {
@@ -65,20 +73,40 @@ pub fn list(json: bool, args: &AdminArgs) -> ExitCode {
     })
 }
 
-/// `tcpvs set-weight`: the server's line after the change.
-pub fn set_weight(pool: &str, server: SocketAddr, weight: u16, args: &AdminArgs) -> ExitCode {
+/// `tcpvs set-weight`: the server's line after the change. The server is named by address or
+/// as the rule file writes it (`localhost:9102`).
+pub fn set_weight(pool: &str, server: &HostPort, weight: u16, args: &AdminArgs) -> ExitCode {
+    let Some(server) = resolve_server(server) else {
+        return ExitCode::FAILURE;
+    };
     admin_verb(args, |endpoint| {
         let now = client::set_weight(endpoint, pool, server, weight)?;
         Ok(changed_line(pool, server, now))
     })
 }
 
-/// `tcpvs set-state`: the server's line after the change.
-pub fn set_state(pool: &str, server: SocketAddr, state: StateWord, args: &AdminArgs) -> ExitCode {
+/// `tcpvs set-state`: the server's line after the change; the server named as for
+/// [`set_weight`].
+pub fn set_state(pool: &str, server: &HostPort, state: StateWord, args: &AdminArgs) -> ExitCode {
+    let Some(server) = resolve_server(server) else {
+        return ExitCode::FAILURE;
+    };
     admin_verb(args, |endpoint| {
         let now = client::set_state(endpoint, pool, server, state.into())?;
         Ok(changed_line(pool, server, now))
     })
+}
+
+/// The server's address: a name looked up as the rule file looked it up, so that it is the
+/// server the file made. `None` after printing why not.
+fn resolve_server(server: &HostPort) -> Option<SocketAddr> {
+    match server.resolve() {
+        Ok(addr) => Some(addr),
+        Err(e) => {
+            eprintln!("tcpvs: server {e}");
+            None
+        }
+    }
 }
 
 /// `tcpvs reload`: the file the switch re-read and its new generation.
@@ -98,19 +126,20 @@ pub fn reload(args: &AdminArgs) -> ExitCode {
 }
 
 /// Runs an admin verb: finds the endpoint, sends, prints what `verb` returns on stdout (exit 0)
-/// or the error on stderr (exit 1).
+/// or the error on stderr (exit 1). An endpoint that cannot be reached comes with where it was
+/// looked for, unless `--admin` named it.
 fn admin_verb(
     args: &AdminArgs,
     verb: impl FnOnce(&Endpoint) -> Result<String, client::Error>,
 ) -> ExitCode {
-    let endpoint = match endpoint(args) {
-        Ok(e) => e,
+    let found = match admin_endpoint::find(&args.asked()) {
+        Ok(found) => found,
         Err(message) => {
             eprintln!("{message}");
             return ExitCode::FAILURE;
         }
     };
-    match verb(&endpoint) {
+    match verb(&found.endpoint) {
         Ok(text) => {
             let mut out = std::io::stdout().lock();
             // A closed pipe (`tcpvs list | head`) is not an error worth a message.
@@ -119,6 +148,11 @@ fn admin_verb(
         }
         Err(e) => {
             eprintln!("tcpvs: {e}");
+            if matches!(e, client::Error::Unreachable { .. })
+                && !found.trail.named_on_command_line()
+            {
+                eprintln!("{}", found.trail);
+            }
             ExitCode::FAILURE
         }
     }
@@ -130,49 +164,4 @@ fn changed_line(pool: &str, server: SocketAddr, mut now: client::ServerJson) -> 
         now.addr = server.to_string();
     }
     table::server_line(pool, &now) + "\n"
-}
-
-/// The endpoint's address (`--admin`, else the rule file's `[admin] listen`, else the
-/// default) and the token (`--token-file`, else TCPVS_ADMIN_TOKEN, else the rule file's). Of
-/// the rule file only `[admin]` is read: a mistake elsewhere in it (being fixed, or the reason
-/// for a reload the switch will refuse with its errors) does not stop the verbs. The error is
-/// the message to print: `[admin]`'s errors (or a TOML syntax error) as `FILE:LINE:COL: message`.
-fn endpoint(args: &AdminArgs) -> Result<Endpoint, String> {
-    let mut addr = args.admin.clone();
-    let mut file_token = None;
-    if let Some(path) = &args.config {
-        let admin = tcpvs::config::admin::load_admin_only(path).map_err(|e| e.to_string())?;
-        let Some(admin) = admin else {
-            return Err(format!(
-                "tcpvs: {} has no [admin] listen: a switch run with it serves no admin endpoint",
-                path.display()
-            ));
-        };
-        addr = Some(Address::from(&admin.listen));
-        file_token = admin.token;
-    }
-    let addr = addr
-        .unwrap_or_else(|| Address::Tcp(DEFAULT_ADMIN.parse().expect("a valid default address")));
-    let token = match &args.token_file {
-        Some(path) => Some(read_token_file(path)?),
-        None => match std::env::var(TOKEN_VARIABLE) {
-            Ok(value) if !value.trim().is_empty() => Some(value.trim().to_string()),
-            Ok(_) | Err(std::env::VarError::NotPresent) => file_token,
-            Err(std::env::VarError::NotUnicode(_)) => {
-                return Err(format!("tcpvs: {TOKEN_VARIABLE} is not valid UTF-8"))
-            }
-        },
-    };
-    Ok(Endpoint { addr, token })
-}
-
-/// The token in a file: its first line, trimmed.
-fn read_token_file(path: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("tcpvs: cannot read the token file {}: {e}", path.display()))?;
-    let token = text.lines().next().unwrap_or("").trim();
-    if token.is_empty() {
-        return Err(format!("tcpvs: the token file {} is empty", path.display()));
-    }
-    Ok(token.to_string())
 }
