@@ -229,3 +229,25 @@ fn words_that_name_nothing_are_refused_with_their_reason() {
         text(&out.stderr)
     );
 }
+
+/// `tcpvs demo` on an address another process listens on says so and points at its own
+/// `--listen` and `--admin`, not at `--take-over` (an option of `tcpvs run` alone).
+#[test]
+fn the_demo_on_a_taken_port_names_its_own_options() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    for (args, advice) in [
+        (
+            ["demo", "--listen", &addr, "--admin", "127.0.0.1:0"],
+            format!("tcpvs demo: cannot listen on {addr}: another process listens there already (another tcpvs demo?): stop it, or give the demo another address with --listen ADDR (127.0.0.1:0 takes a free port)\n"),
+        ),
+        (
+            ["demo", "--listen", "127.0.0.1:0", "--admin", &addr],
+            format!("tcpvs demo: cannot put the monitor on {addr}: another process listens there already (another tcpvs demo?): stop it, or give the monitor another address with --admin ADDR (127.0.0.1:0 takes a free port)\n"),
+        ),
+    ] {
+        let out = tcpvs(&args, &[]);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(text(&out.stderr), advice, "{args:?}");
+    }
+}

@@ -61,6 +61,51 @@ pub fn self_signed_certificate() -> Result<Certificate, String> {
     })
 }
 
+/// Refuses to start when an address the demo needs is taken: its service (`listen`), its
+/// monitor (`admin`), or one of its servers' (fixed by rules/demo.toml). The switch's own
+/// message for a taken address suggests `--take-over`, which hands a running `tcpvs run`'s
+/// listeners over and which the demo has no use for; here the advice is the demo's options.
+/// A probe binds each address and lets go of it at once (std sets SO_REUSEADDR, so only a
+/// listener there, not connections closing, makes it fail). The error is the message to print.
+pub fn ensure_addresses_free(
+    config: &Config,
+    listen: SocketAddr,
+    admin: SocketAddr,
+) -> Result<(), String> {
+    let taken = |addr: SocketAddr| {
+        addr.port() != 0
+            && matches!(std::net::TcpListener::bind(addr),
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse)
+    };
+    const WHO: &str = "another process listens there already (another tcpvs demo?)";
+    if taken(listen) {
+        return Err(format!(
+            "tcpvs demo: cannot listen on {listen}: {WHO}: stop it, or give the demo another \
+             address with --listen ADDR (127.0.0.1:0 takes a free port)"
+        ));
+    }
+    if taken(admin) {
+        return Err(format!(
+            "tcpvs demo: cannot put the monitor on {admin}: {WHO}: stop it, or give the monitor \
+             another address with --admin ADDR (127.0.0.1:0 takes a free port)"
+        ));
+    }
+    let servers = config.pools.iter().flat_map(|pool| {
+        pool.servers
+            .iter()
+            .map(move |server| (pool.name.as_str(), server.addr))
+    });
+    for (pool, addr) in servers.filter(|(_, addr)| addr.ip().is_loopback()) {
+        if taken(addr) {
+            return Err(format!(
+                "tcpvs demo: cannot start the demo server of pool `{pool}` on {addr}: {WHO}: \
+                 stop it (the demo's servers have fixed addresses, those of rules/demo.toml)"
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Pages,

@@ -92,6 +92,10 @@ pub fn run_demo(listen: SocketAddr, admin: SocketAddr, tls: bool) -> ExitCode {
         listen: AdminListen::Tcp(admin),
         token: None,
     });
+    if let Err(message) = demo::ensure_addresses_free(&config, listen, admin) {
+        eprintln!("{message}");
+        return ExitCode::FAILURE;
+    }
     run(config, Launch::demo())
 }
 
