@@ -251,3 +251,106 @@ fn the_demo_on_a_taken_port_names_its_own_options() {
         assert_eq!(text(&out.stderr), advice, "{args:?}");
     }
 }
+
+/// Each example of an error message in the README's "Rule files" section, with a file that
+/// makes it: the README must quote it and `tcpvs check` must print it. An example added to
+/// that paragraph without a case here fails the test, so the two cannot drift apart unseen.
+#[test]
+fn the_readme_quotes_the_binarys_error_messages() {
+    const SERVICE: &str = "[virtual.web]\nlisten = \"127.0.0.1:8080\"\ndefault_pool = \"p\"\n";
+    const POOL: &str = "[pool.p]\nservers = [{ addr = \"127.0.0.1:9000\" }]\n";
+    let cases: Vec<(&str, String)> = vec![
+        (
+            "unknown field `wrokers` in [switch]: did you mean `workers`?",
+            format!("[switch]\nwrokers = 1\n{SERVICE}{POOL}"),
+        ),
+        (
+            "`header_timeout`: expected a duration like \"30s\", found the number 30",
+            format!("[switch]\nheader_timeout = 30\n{SERVICE}{POOL}"),
+        ),
+        (
+            "unknown option `t_hihg` for scheduler `lard`: did you mean `t_high`?",
+            format!(
+                "{SERVICE}{}",
+                POOL.replace("[pool.p]\n", "[pool.p]\nscheduler = \"lard\"\nt_hihg = 3\n")
+            ),
+        ),
+        (
+            "invalid listen address \"127.0.0.1:70000\": port 70000 is out of range 0..=65535",
+            format!("{}{POOL}", SERVICE.replace("8080", "70000")),
+        ),
+        (
+            "invalid server address \"127.0.0.1:70000\": port 70000 is out of range 1..=65535",
+            format!("{SERVICE}{}", POOL.replace("9000", "70000")),
+        ),
+    ];
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let section = readme_errors_paragraph(&readme);
+    let examples = code_spans(section);
+    let scratch = common::Scratch::new("first_use_readme");
+    for (example, file) in &cases {
+        assert!(
+            examples.iter().any(|span| span == example),
+            "the README's \"Rule files\" no longer quotes {example:?}: {examples:#?}"
+        );
+        let path = scratch.file("broken.toml", file);
+        let out = tcpvs(&["check", &path.display().to_string()], &[]);
+        assert_eq!(out.status.code(), Some(1), "{file}");
+        // Errors are printed on stderr.
+        assert!(
+            text(&out.stderr).contains(example),
+            "README: {example:?}\ntcpvs check: {}",
+            text(&out.stderr)
+        );
+    }
+    // Spans that read as messages (a reason after a colon, a range, a suggestion).
+    for span in &examples {
+        let message = span.contains("did you mean")
+            || span.contains("out of range")
+            || span.contains(": expected");
+        assert!(
+            !message || cases.iter().any(|(example, _)| example == span),
+            "the README quotes {span:?} with no case in this test"
+        );
+    }
+}
+
+/// The README's paragraph on what `tcpvs check` reports, from "## Rule files" to the warnings.
+fn readme_errors_paragraph(readme: &str) -> &str {
+    let start = readme
+        .find("\n## Rule files\n")
+        .expect("a \"Rule files\" section");
+    let rest = &readme[start..];
+    let end = rest
+        .find("Some things are valid but almost surely not meant")
+        .expect("the warnings' paragraph");
+    &rest[..end]
+}
+
+/// The code spans of Markdown text: `x` and ``x `y` `` (their content trimmed of the one space
+/// that double backticks allow around it).
+fn code_spans(text: &str) -> Vec<String> {
+    let mut spans = Vec::new();
+    let mut rest = text;
+    while let Some(open) = rest.find('`') {
+        let ticks = rest[open..].len() - rest[open..].trim_start_matches('`').len();
+        let fence = "`".repeat(ticks);
+        let body_start = open + ticks;
+        let Some(close) = rest[body_start..].find(&fence) else {
+            break;
+        };
+        let body = rest[body_start..body_start + close].replace('\n', " ");
+        spans.push(body.trim().to_string());
+        rest = &rest[body_start + close + ticks..];
+    }
+    spans
+}
+
+#[test]
+fn code_spans_are_read_as_markdown_writes_them() {
+    assert_eq!(
+        code_spans("a `b` and ``c `d` e`` then `` `f` `` end"),
+        ["b", "c `d` e", "`f`"]
+    );
+}
