@@ -44,6 +44,8 @@ pub struct Found {
 /// address.
 pub struct Trail {
     places: Vec<(String, String)>,
+    /// `--admin` named the endpoint: the only place looked at.
+    named_by_option: bool,
 }
 
 impl Trail {
@@ -54,7 +56,7 @@ impl Trail {
     /// Whether the operator named the endpoint on the command line (`--admin`): then it was the
     /// only place looked at, and the error's address says it all.
     pub fn named_on_command_line(&self) -> bool {
-        self.places.len() == 1 && self.places[0].0 == "--admin"
+        self.named_by_option
     }
 }
 
@@ -73,7 +75,10 @@ impl std::fmt::Display for Trail {
 /// `[admin]` is wrong (`FILE:LINE:COL: message`), a `TCPVS_ADMIN` that is no address, a name
 /// that does not resolve, a token file that cannot be read.
 pub fn find(asked: &Asked<'_>) -> Result<Found, String> {
-    let mut trail = Trail { places: Vec::new() };
+    let mut trail = Trail {
+        places: Vec::new(),
+        named_by_option: asked.admin.is_some(),
+    };
     let (addr, file_token) = find_address(asked, &mut trail)?;
     let token = match asked.token_file {
         Some(path) => Some(read_token_file(path)?),
