@@ -5,7 +5,8 @@
 //! HTTP/1, `connection/h2.rs` for HTTP/2 (one task per stream) or `connection/tunnel.rs` for
 //! TLS passthrough, which reads each request's head) -> `exchange` (one request carried out:
 //! route -> pick -> connect or reuse -> relay -> account, every failure classified in
-//! `exchange/failure.rs`) with [`http`] for framing, [`rules`] for routing, [`state`] for
+//! `exchange/failure.rs`; the server's protocol spoken by `upstream`, HTTP/1.1 in
+//! `upstream/h1/`, the two sides meeting in `exchange/client.rs` and `exchange/server.rs`) with [`http`] for framing, [`rules`] for routing, [`state`] for
 //! pools, servers and counters and the scheduling modules of `tcpvs-modules`, [`relay`] for
 //! bodies (spliced: `relay/splice.rs`), [`stream`] for socket I/O. [`gateway::Switch`] starts
 //! and stops it all; [`config`] reads rule files.
@@ -36,6 +37,7 @@ pub mod supervisor;
 pub mod throttled;
 pub mod timeouts;
 pub mod upgrade;
+mod upstream;
 
 pub use config::Config;
 pub use gateway::Switch;

@@ -6,6 +6,7 @@
 
 mod client;
 mod head;
+mod parts;
 mod wait;
 
 use super::h2::PREFACE;

@@ -4,31 +4,35 @@
 //! a 101 or a 2xx to CONNECT turns the connection into a tunnel.
 
 use super::account::Outcome;
-use super::client::{BodySource, ClientSide, ResponseEdit};
+use super::client::{BodySource, ClientSide, ResponseEdit, ResponseSink};
 use super::failure::{body_incomplete, request_body_error, timeout_evidence, ExchangeError};
-use super::{Buffers, Exchange};
+use super::server::{HeadRead, ResponseSource, ServerSide};
+use super::Exchange;
+use crate::buffer::IoBuf;
 use crate::http::response::RequestKind;
+use crate::http::rewrite::RequestEdit;
 use crate::http::BodyFraming;
 use crate::relay::{Meter, RelayError, RelaySettings};
 use crate::socket::Socket;
-use crate::state::control::Failure;
 use crate::state::pool::Lease;
 use crate::state::server::Backend;
 use crate::state::stats::{self, RelayingBody};
-use crate::stream::{write_both, Then, TimeLimit};
+use crate::upstream::h1::{H1Request, H1Server};
 use std::future::Future;
 use std::pin::{pin, Pin};
+
+/// Interim (1xx) responses relayed before a final one, at most. Each moves bytes, so the idle
+/// timeout never ends a server that streams `100 Continue` forever; a long operation's
+/// `102 Processing` every few seconds, or a few `103 Early Hints`, stay far below this.
+const MAX_INTERIM_RESPONSES: usize = 100;
 
 /// What went up with the request head.
 pub(super) struct Sent {
     /// The body still to send (`Empty` when it went with the head, or there is none).
     pub body_left: BodyFraming,
-    /// Body bytes sent with the head.
-    pub early_body: usize,
     /// The server's response count when the request went up: a server too slow for this
     /// request that answered others meanwhile is busy, not silent (failure.rs).
     pub answered: u64,
-    pub reused: bool,
 }
 
 /// Bytes of the request body sent (up) and of the response body relayed (down).
@@ -56,16 +60,14 @@ pub(super) struct Relayed {
     pub head_bytes: u64,
 }
 
-/// One attempt's state while the body goes up and the response comes down: the server side
-/// (its connection and the exchange's buffers) and the client's response sink.
-pub(super) struct Attempt<'x, S> {
-    pub server: &'x Socket,
+/// One attempt's state while the body goes up and the response comes down: the server side's
+/// response, the client's response sink, and the buffer heads are written in.
+pub(super) struct Attempt<'x, S, R> {
+    pub source: &'x mut R,
     pub backend: &'x Backend,
-    pub work: &'x mut Buffers,
+    pub out: &'x mut Vec<u8>,
     pub sink: &'x mut S,
     pub relay: RelaySettings,
-    pub kind: RequestKind,
-    pub reused: bool,
     /// What the response gets besides the server's fields.
     pub response_edit: ResponseEdit<'x>,
 }
@@ -121,6 +123,23 @@ impl<'u, F: Future<Output = Result<(), RelayError>>> Upload<'u, F> {
 }
 
 impl<'a, C: ClientSide> Exchange<'a, C> {
+    /// Writes the request head as the pool's servers get it, once per request (the same for
+    /// every server tried): `host_field` when the request has no Host of its own, and what the
+    /// rule changes. The client's copy of the head may go after.
+    pub(super) fn write_server_head(&mut self, host_field: &[u8]) {
+        let edit = match self.edits {
+            None => RequestEdit::default(),
+            Some(edits) => RequestEdit {
+                path: edits.path.as_ref().map(|_| &self.work.policy_bytes[..]),
+                headers: edits.request_headers.as_ref(),
+            },
+        };
+        let origin = self.client.origin();
+        let out = &mut self.work.upstream_head;
+        H1Server::write_head(out, self.client.request(), origin, host_field, edit);
+        self.client.release_head();
+    }
+
     /// Sends the request to the server on `server` and relays the response to the client.
     pub(super) async fn attempt(
         &mut self,
@@ -129,13 +148,33 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         reused: bool,
     ) -> Result<Outcome, ExchangeError> {
         let backend = lease.backend();
-        self.work.server_buf.consume(self.work.server_buf.len());
-        let sent = self.send_head(lease, &server, reused).await?;
+        let head = self.client.request().0;
+        let early_len = self.client.early_body().map(<[u8]>::len);
+        let request = H1Request {
+            kind: RequestKind {
+                is_head: head.is_head,
+                is_connect: head.is_connect,
+            },
+            body_left: match early_len {
+                Some(_) => BodyFraming::Empty,
+                None => head.framing,
+            },
+            reused,
+            idle: self.picker.cx.relay.idle,
+        };
+        // The server side reads into the exchange's buffers, lent for the attempt.
+        let mut buf = std::mem::replace(&mut self.work.server_buf, IoBuf::unallocated());
+        let mut response = std::mem::take(&mut self.work.response);
+        let mut side = H1Server::new(&server, &mut buf, &mut response, request);
         let meters = Meters::default();
-        let phase = self.duplex(&server, backend, &sent, &meters).await?;
+        let exchanged = self.exchange_on(lease, &mut side, request, &meters).await;
+        drop(side);
+        self.work.server_buf = buf;
+        self.work.response = response;
+        let phase = exchanged?;
         stats::add(
             &backend.stats.bytes_in,
-            (self.work.upstream_head.len() + sent.early_body) as u64 + meters.up.get(),
+            (self.work.upstream_head.len() + early_len.unwrap_or(0)) as u64 + meters.up.get(),
         );
         match phase {
             Phase::Tunnel => self.open_tunnel(backend, &server).await,
@@ -143,89 +182,64 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         }
     }
 
-    /// The head, with the body too when it is small and already here (one writev); a PROXY
-    /// header first on a new connection of a `send_proxy` pool.
-    async fn send_head(
+    /// The head, with the body too when it is small and already here (one write); a PROXY
+    /// header first on a new connection of a `send_proxy` pool. Then the body and the
+    /// response, at once.
+    async fn exchange_on(
         &mut self,
         lease: &Lease<'a>,
-        server: &Socket,
-        reused: bool,
-    ) -> Result<Sent, ExchangeError> {
+        side: &mut H1Server<'_>,
+        request: H1Request,
+        meters: &Meters,
+    ) -> Result<Phase, ExchangeError> {
         let backend = lease.backend();
-        let idle = self.picker.cx.relay.idle;
-        let early = self.client.early_body();
-        let body_left = match early {
-            Some(_) => BodyFraming::Empty,
-            None => self.client.request().0.framing,
-        };
-        let with_head = early.unwrap_or_default();
         // A pool with `send_proxy` starts each new connection with a PROXY header naming the
         // client; its connections serve that client only (never parked for reuse).
-        let proxied;
-        let head: &[u8] = match lease.pool().config.send_proxy {
-            Some(version) if !reused => {
-                let mut out = Vec::with_capacity(self.work.upstream_head.len() + 64);
-                self.client.write_proxy_header(&mut out, version);
-                out.extend_from_slice(&self.work.upstream_head);
-                proxied = out;
-                &proxied
-            }
-            _ => &self.work.upstream_head,
-        };
+        let mut preamble = Vec::new();
+        if let (Some(version), false) = (lease.pool().config.send_proxy, request.reused) {
+            self.client.write_proxy_header(&mut preamble, version);
+        }
         // What the server answered so far, to tell a server too slow for this request from a
         // silent one should the response not come in time.
         let answered = stats::read(&backend.stats.responses);
-        // Pushed at once even when a body follows: the client may wait for 100 Continue
-        // before sending it, and MSG_MORE would hold the head back for up to 200 ms.
-        if let Err(e) = write_both(server, head, with_head, Then::Push, TimeLimit::Idle(idle)).await
-        {
-            return Err(if reused {
-                ExchangeError::Stale
-            } else {
-                ExchangeError::Unanswered(Failure::broken(format!("sending the request: {e}")))
-            });
-        }
-        let early_body = with_head.len();
-        self.client.consume_early(early_body);
+        let early = self.client.early_body().unwrap_or_default();
+        side.send_request(&preamble, &self.work.upstream_head, early)
+            .await?;
+        self.client.consume_early(early.len());
         stats::bump(&backend.stats.requests);
-        Ok(Sent {
-            body_left,
-            early_body,
+        let sent = Sent {
+            body_left: request.body_left,
             answered,
-            reused,
-        })
+        };
+        self.duplex(side, backend, &sent, meters).await
     }
 
     /// 2. The request body goes up while the response head is awaited: a server may answer
     ///    100 Continue before the body, or its final status before reading all of it.
     /// 3. The response comes down, the upload still going on if it has not ended: a server
     ///    may stream its answer while it reads (full duplex).
-    async fn duplex(
+    async fn duplex<V: ServerSide>(
         &mut self,
-        server: &Socket,
+        side: &mut V,
         backend: &Backend,
         sent: &Sent,
         meters: &Meters,
     ) -> Result<Phase, ExchangeError> {
         let head = self.client.request().0;
-        let kind = RequestKind {
-            is_head: head.is_head,
-            is_connect: head.is_connect,
-        };
+        let is_connect = head.is_connect;
         let upgrade = head.upgrade;
         let relay = self.picker.cx.relay;
+        let (up, down) = side.split();
         let (body, sink) = self.client.split();
-        let upload = pin!(body.upload(server, sent.body_left, &relay, &meters.up));
+        let upload = pin!(body.upload(up, sent.body_left, &relay, &meters.up));
         let uploading = !matches!(sent.body_left, BodyFraming::Empty);
         let mut upload = Upload::new(upload, uploading, backend);
         let mut attempt = Attempt {
-            server,
+            source: down,
             backend,
-            work: &mut *self.work,
+            out: &mut self.work.out,
             sink,
             relay,
-            kind,
-            reused: sent.reused,
             response_edit: ResponseEdit {
                 field: self.response_field.as_ref(),
                 headers: self.edits.and_then(|e| e.response_headers.as_ref()),
@@ -240,8 +254,8 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         // request's (an early error, or a bug): the rest could be read as the next request,
         // so such a connection is not reused, however the upload ends.
         let uploaded_before_answer = upload.complete;
-        let status = attempt.work.response.status;
-        if status == 101 || (kind.is_connect && (200..300).contains(&status)) {
+        let status = attempt.source.head().0.status;
+        if status == 101 || (is_connect && (200..300).contains(&status)) {
             if status == 101 && !upgrade {
                 return Err(ExchangeError::server(
                     502,
@@ -271,31 +285,61 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
     }
 }
 
-impl<S> Attempt<'_, S>
-where
-    S: super::client::ResponseSink,
-{
-    /// Awaits the final response head while the body goes up. A failure before the body is
-    /// all in is the client's (failure.rs, `body_incomplete`).
+impl<S: ResponseSink, R: ResponseSource> Attempt<'_, S, R> {
+    /// Awaits the final response head while the body goes up, passing interim ones on to the
+    /// client. A failure before the body is all in is the client's (failure.rs,
+    /// `body_incomplete`).
     async fn await_response_head<F: Future<Output = Result<(), RelayError>>>(
         &mut self,
         upload: &mut Upload<'_, F>,
         answered: u64,
         uploaded: &Meter,
     ) -> Result<(), ExchangeError> {
+        let mut interim = 0;
+        loop {
+            match self.next_head(upload, answered, uploaded).await? {
+                HeadRead::Final => return Ok(()),
+                HeadRead::Interim => {}
+            }
+            interim += 1;
+            if interim > MAX_INTERIM_RESPONSES {
+                return Err(ExchangeError::server(
+                    502,
+                    format!("more than {MAX_INTERIM_RESPONSES} interim responses"),
+                ));
+            }
+            let (head, raw) = self.source.head();
+            self.sink
+                .interim(self.out, head, raw)
+                .await
+                .map_err(|_| ExchangeError::Client {
+                    status: 0,
+                    why: "client closed".into(),
+                })?;
+        }
+    }
+
+    /// Reads the next response head while the body goes up.
+    async fn next_head<F: Future<Output = Result<(), RelayError>>>(
+        &mut self,
+        upload: &mut Upload<'_, F>,
+        answered: u64,
+        uploaded: &Meter,
+    ) -> Result<HeadRead, ExchangeError> {
         let backend = self.backend;
-        let mut response_head = pin!(self.read_response_head(uploaded));
+        let mut response_head = pin!(self.source.read_head(uploaded));
         loop {
             tokio::select! {
                 biased;
                 result = &mut response_head => {
-                    if let Err(e) = result {
-                        // The upload may have ended in the same instant, unpolled.
-                        upload.finishes_now().await;
-                        let e = timeout_evidence(e, answered, &backend.stats);
-                        return Err(if upload.complete { e } else { body_incomplete(e) });
-                    }
-                    return Ok(());
+                    let e = match result {
+                        Ok(read) => return Ok(read),
+                        Err(e) => e,
+                    };
+                    // The upload may have ended in the same instant, unpolled.
+                    upload.finishes_now().await;
+                    let e = timeout_evidence(e, answered, &backend.stats);
+                    return Err(if upload.complete { e } else { body_incomplete(e) });
                 }
                 sent = &mut upload.future, if upload.running => {
                     upload.ended();

@@ -9,9 +9,10 @@
 //! at once: the body goes up while the response head is awaited and while the response comes
 //! down (full duplex).
 
+use super::server::{RequestBodySink, ResponseSource};
 use super::Buffers;
 use crate::edge::proxy_protocol;
-use crate::http::rewrite::RequestEdit;
+use crate::http::rewrite::Scheme;
 use crate::http::status::Answer;
 use crate::http::{RequestHead, ResponseHead};
 use crate::policy::headers::HeaderActions;
@@ -35,10 +36,8 @@ pub(crate) trait ClientSide {
     /// The head is rebuilt or answered: its bytes may go (what follows is its body).
     fn release_head(&mut self);
 
-    /// Writes the request head as the server gets it (rewrite.rs: X-Forwarded-For, Host,
-    /// framing), with `host_field` when the request has no Host of its own, and what the
-    /// rule changes (`edit`).
-    fn write_server_head(&self, out: &mut Vec<u8>, host_field: &[u8], edit: RequestEdit<'_>);
+    /// Who sent the request, as the server is told (X-Forwarded-For, X-Forwarded-Proto).
+    fn origin(&self) -> Origin<'_>;
 
     /// A PROXY protocol header naming the client and the address it connected to.
     fn write_proxy_header(&self, out: &mut Vec<u8>, version: proxy_protocol::Version);
@@ -81,6 +80,15 @@ pub(crate) trait ClientSide {
     fn held_for_close(&mut self, held: bool);
 }
 
+/// Who sent a request, as the server is told.
+#[derive(Clone, Copy)]
+pub(crate) struct Origin<'o> {
+    /// The client's address as X-Forwarded-For text.
+    pub forwarded_for: &'o [u8],
+    /// Whether the client came over TLS.
+    pub scheme: Scheme,
+}
+
 /// What the response gets on its way to the client besides the server's fields.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct ResponseEdit<'e> {
@@ -92,11 +100,11 @@ pub(crate) struct ResponseEdit<'e> {
 
 /// The request body, sent to the server.
 pub(crate) trait BodySource {
-    /// Sends the rest of the body (what did not go with the head) to `server`, counting it in
-    /// `meter`.
-    fn upload(
+    /// Sends the rest of the body (what did not go with the head) to the server side `to`,
+    /// counting it in `meter`.
+    fn upload<U: RequestBodySink>(
         &mut self,
-        server: &Socket,
+        to: &mut U,
         framing: crate::http::BodyFraming,
         relay: &RelaySettings,
         meter: &Meter,
@@ -126,12 +134,11 @@ pub(crate) trait ResponseSink {
         upload_complete: bool,
     ) -> bool;
 
-    /// Sends the head in `out` and then the body from `server` (starting with what
-    /// `server_buf` holds), as the response's framing says; the body bytes count in `meter`.
-    fn relay_body(
+    /// Sends the head in `out` and then the body from the server side `from`; the body bytes
+    /// count in `meter`.
+    fn relay_body<R: ResponseSource>(
         &mut self,
-        server: &Socket,
-        server_buf: &mut crate::buffer::IoBuf,
+        from: &mut R,
         out: &mut Vec<u8>,
         relay: &RelaySettings,
         meter: &Meter,

@@ -44,7 +44,7 @@ pub(crate) enum ExchangeError {
 
 impl ExchangeError {
     /// The server failed in a way that shows it broken (502): see [`Evidence::Broken`].
-    pub(super) fn server(status: u16, why: impl Into<String>) -> ExchangeError {
+    pub(crate) fn server(status: u16, why: impl Into<String>) -> ExchangeError {
         ExchangeError::Server {
             status,
             failure: Failure::broken(why),
@@ -53,7 +53,7 @@ impl ExchangeError {
 
     /// The server's head cannot be relayed (502): [`Evidence::Answered`] when it began with a
     /// valid status line, [`Evidence::Broken`] when it is not HTTP.
-    pub(super) fn bad_response(bad: BadResponse) -> ExchangeError {
+    pub(crate) fn bad_response(bad: BadResponse) -> ExchangeError {
         ExchangeError::Server {
             status: 502,
             failure: Failure {

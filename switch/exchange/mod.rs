@@ -6,9 +6,9 @@
 //! [`route`] (the service's rules pick the pool) -> [`policy`] (the rule's redirect, answer,
 //! rate limit, path edit) -> [`pick`] (the pool's module picks a server;
 //! backups, the pool's queue; an idle connection to it reused) -> [`connect`] (else a new one) ->
-//! [`attempt`] (the head goes up, the body while the response head is awaited:
-//! [`response_head`]) -> [`response`] (the response relayed, or a tunnel after 101; the server
-//! connection parked) -> [`account`] (stats, access log). Whatever fails on the way is
+//! [`attempt`] (the head goes up, the body while the response head is awaited, through the
+//! server side of the pool's protocol: [`server`], upstream/) -> [`response`] (the response
+//! relayed, or a tunnel after 101; the server connection parked) -> [`account`] (stats, access log). Whatever fails on the way is
 //! classified in [`failure`]: the client's status, whose failure it is, whether the request
 //! may go to the next server, what is counted at the server.
 
@@ -16,12 +16,12 @@ pub(crate) mod account;
 mod attempt;
 pub(crate) mod client;
 mod connect;
-mod failure;
+pub(crate) mod failure;
 mod pick;
 mod policy;
 mod response;
-mod response_head;
 pub(crate) mod route;
+pub(crate) mod server;
 
 use account::Outcome;
 use client::ClientSide;
@@ -29,7 +29,6 @@ use failure::{short_reason, ExchangeError, Verdict};
 
 use crate::buffer::IoBuf;
 use crate::http::path::normalize;
-use crate::http::rewrite::RequestEdit;
 use crate::http::status::Answer;
 use crate::http::ResponseHead;
 use crate::policy::{Action, Edits};
@@ -283,17 +282,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             } = connected;
             self.response_field = response_field;
             if !head_written {
-                let host_field = &lease.backend().host_field;
-                let edit = match self.edits {
-                    None => RequestEdit::default(),
-                    Some(edits) => RequestEdit {
-                        path: edits.path.as_ref().map(|_| &self.work.policy_bytes[..]),
-                        headers: edits.request_headers.as_ref(),
-                    },
-                };
-                self.client
-                    .write_server_head(&mut self.work.upstream_head, host_field, edit);
-                self.client.release_head();
+                self.write_server_head(&lease.backend().host_field);
                 head_written = true;
             }
             let result = self.attempt_or_renew(&lease, server, reused).await;

@@ -6,6 +6,7 @@ use super::account::Outcome;
 use super::attempt::{Attempt, Relayed, Upload};
 use super::client::{ClientSide, ResponseSink};
 use super::failure::ExchangeError;
+use super::server::ResponseSource;
 use super::Exchange;
 use crate::relay::{Meter, RelayError};
 use crate::socket::Socket;
@@ -15,7 +16,7 @@ use crate::state::stats;
 use std::future::Future;
 use std::pin::pin;
 
-impl<S: ResponseSink> Attempt<'_, S> {
+impl<S: ResponseSink, R: ResponseSource> Attempt<'_, S, R> {
     /// Sends the response head and relays the body, while the upload goes on if it has not
     /// ended. Returns whether the client connection is kept, the head's size, and how the relay
     /// ended.
@@ -24,26 +25,17 @@ impl<S: ResponseSink> Attempt<'_, S> {
         upload: &mut Upload<'_, F>,
         meter: &Meter,
     ) -> (bool, u64, Result<(), RelayError>) {
-        let work = &mut *self.work;
+        let (head, raw) = self.source.head();
         // Announced now, so an upload still running means the connection must close.
-        let keep_client = self.sink.start_response(
-            &mut work.out,
-            &work.response,
-            work.server_buf.filled(),
-            self.response_edit,
-            upload.complete,
-        );
-        let head_bytes = work.out.len() as u64;
-        work.server_buf.consume(work.response.len);
+        let keep_client =
+            self.sink
+                .start_response(self.out, head, raw, self.response_edit, upload.complete);
+        let head_bytes = self.out.len() as u64;
         // The answer comes down at the client's pace, holding the server.
         let _download_mark = self.backend.stats.relaying();
-        let mut download = pin!(self.sink.relay_body(
-            self.server,
-            &mut work.server_buf,
-            &mut work.out,
-            &self.relay,
-            meter
-        ));
+        let mut download = pin!(self
+            .sink
+            .relay_body(self.source, self.out, &self.relay, meter));
         let relayed = loop {
             tokio::select! {
                 biased;

@@ -9,6 +9,7 @@ pub mod chunked;
 pub mod fields;
 pub mod head_progress;
 pub mod host;
+pub mod part;
 pub mod path;
 pub mod request;
 mod request_fields;

@@ -2,6 +2,7 @@
 //! threshold up), chunked (decoded, checked and re-framed), until close, and tunnels after an
 //! upgrade.
 
+pub mod parts;
 pub mod splice;
 
 use crate::buffer::IoBuf;

@@ -3,19 +3,22 @@
 //! chunked, re-framed for the server), and the response written back in HTTP/1 (its head
 //! rebuilt for the client's version, its body re-framed when needed).
 
+use super::parts::{self, Delivery};
 use crate::buffer::IoBuf;
 use crate::connection::proxy_header::write_proxy_header;
 use crate::connection::Connection;
 use crate::edge::client_stream::ClientStream;
 use crate::edge::proxy_protocol;
-use crate::exchange::client::{BodySource, ClientSide, ResponseEdit, ResponseSink};
+use crate::exchange::client::{BodySource, ClientSide, Origin, ResponseEdit, ResponseSink};
+use crate::exchange::server::{RequestBodySink, ResponseSource};
 use crate::exchange::{Buffers, Context};
 use crate::http::rewrite::{
-    add_field_to_head, client_connection, write_request_head, write_response_head,
-    ClientConnection, ForwardedFor, RequestEdit, Scheme,
+    add_field_to_head, client_connection, write_response_head, ClientConnection, ForwardedFor,
+    Scheme,
 };
 use crate::http::status::{write_answer, Answer};
 use crate::http::{BodyFraming, RequestHead, ResponseHead, Version};
+use crate::relay::parts::PartFraming;
 use crate::relay::{tunnel, BodyRelay, ChunkedOutput, Meter, RelayError, RelaySettings, TunnelEnd};
 use crate::socket::Socket;
 use crate::stream::{send_all, write_all, Then, TimeLimit};
@@ -117,20 +120,14 @@ impl<'c> ClientSide for H1Client<'c> {
         self.head.len = 0;
     }
 
-    fn write_server_head(&self, out: &mut Vec<u8>, host_field: &[u8], edit: RequestEdit<'_>) {
-        let scheme = match self.body.stream.tls() {
-            None => Scheme::Http,
-            Some(_) => Scheme::Https,
-        };
-        write_request_head(
-            out,
-            self.head,
-            self.body.inbuf.filled(),
-            self.client_text.as_bytes(),
-            host_field,
-            scheme,
-            edit,
-        );
+    fn origin(&self) -> Origin<'_> {
+        Origin {
+            forwarded_for: self.client_text.as_bytes(),
+            scheme: match self.body.stream.tls() {
+                None => Scheme::Http,
+                Some(_) => Scheme::Https,
+            },
+        }
     }
 
     fn write_proxy_header(&self, out: &mut Vec<u8>, version: proxy_protocol::Version) {
@@ -237,14 +234,20 @@ pub(in crate::connection) struct H1Body<'c> {
 }
 
 impl BodySource for H1Body<'_> {
-    /// Sends the rest of the request body (what was not sent with the head) to the server.
-    async fn upload(
+    /// Sends the rest of the request body (what was not sent with the head) to the server:
+    /// as it came to an HTTP/1 server over a plain socket, else part by part.
+    async fn upload<U: RequestBodySink>(
         &mut self,
-        server: &Socket,
+        to: &mut U,
         framing: BodyFraming,
         relay: &RelaySettings,
         meter: &Meter,
     ) -> Result<(), RelayError> {
+        let Some(server) = to.h1_wire() else {
+            let limit = TimeLimit::Idle(relay.idle);
+            let client = (self.stream, &mut *self.inbuf);
+            return parts::upload(client, framing, to, limit, meter).await;
+        };
         let mut body = BodyRelay {
             src: self.stream,
             buf: &mut *self.inbuf,
@@ -336,20 +339,33 @@ impl ResponseSink for H1Sink<'_> {
         keep_client
     }
 
-    /// Sends the response head in `out` and then the body, as its framing says.
-    async fn relay_body(
+    /// Sends the response head in `out` and then the body, as its framing says: from an
+    /// HTTP/1 server over a plain socket as it came (spliced from the threshold up), else part
+    /// by part.
+    async fn relay_body<R: ResponseSource>(
         &mut self,
-        server: &Socket,
-        server_buf: &mut IoBuf,
+        from: &mut R,
         out: &mut Vec<u8>,
         relay: &RelaySettings,
         meter: &Meter,
     ) -> Result<(), RelayError> {
         let client = self.stream;
         let limit = TimeLimit::Idle(relay.idle);
+        let Some(wire) = from.h1_wire() else {
+            let framing = match (self.framing, self.dechunk) {
+                (BodyFraming::Chunked, false) => PartFraming::Chunked,
+                _ => PartFraming::Raw,
+            };
+            let delivery = Delivery {
+                framing,
+                last: self.last,
+                limit,
+            };
+            return parts::download(client, from, out, delivery, meter).await;
+        };
         let mut body = BodyRelay {
-            src: server,
-            buf: server_buf,
+            src: wire.socket,
+            buf: wire.buf,
             dst: client,
             settings: relay,
             meter,

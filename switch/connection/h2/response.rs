@@ -1,23 +1,24 @@
-//! The response of an HTTP/2 stream: the server's HTTP/1.1 head as HEADERS (without the fields
-//! of one connection: RFC 9113 section 8.2.2), its body as DATA sent as fast as the client's
-//! flow control allows, a chunked body's trailers as a trailing HEADERS, and answers of the
-//! switch itself.
+//! The response of an HTTP/2 stream: the server's head as HEADERS (without the fields of one
+//! connection: RFC 9113 section 8.2.2), its body's parts (exchange/server.rs: whatever
+//! protocol the server spoke, this file frames none of it) as DATA sent as fast as the
+//! client's flow control allows, its trailers as a trailing HEADERS, and answers of the switch
+//! itself.
 //!
-//! Memory: a stream holds its server buffer and at most one read of it waiting for the
-//! client's window ([`send_data`] reserves before it reads on); the h2 crate buffers at most
+//! Memory: a stream holds its server buffer and at most one gathering of its parts waiting for
+//! the client's window ([`send_data`] reserves before it reads on); the h2 crate buffers at most
 //! `MAX_SEND_BUFFER` per stream (h2.rs), so a client that stops reading holds
 //! `SETTINGS_MAX_CONCURRENT_STREAMS` times that at most, while its servers wait.
 
 use super::error::h2_error;
-use crate::buffer::IoBuf;
 use crate::exchange::client::{ResponseEdit, ResponseSink};
-use crate::http::chunked::{for_each_trailer, may_be_trailer, ChunkedDecoder, Decoded};
+use crate::exchange::server::ResponseSource;
+use crate::http::chunked::may_be_trailer;
 use crate::http::fields::{with_controls_as_spaces, FieldRole};
+use crate::http::part::{BodyPart, Trailers};
 use crate::http::status::{write_error_body, Answer, Given};
 use crate::http::{BodyFraming, ResponseHead};
 use crate::relay::{Meter, RelayError, RelaySettings};
-use crate::socket::Socket;
-use crate::stream::{read_some, wait, TimeLimit};
+use crate::stream::{wait, TimeLimit};
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::SendStream;
@@ -27,7 +28,7 @@ use std::future::poll_fn;
 use std::io;
 use std::time::Duration;
 
-/// Decoded chunks are sent once this much has gathered (or the server pauses).
+/// Data is sent once this much has gathered (or when no more is already here).
 const CHUNK_SEND_BYTES: usize = 32 * 1024;
 
 /// The response side of a stream.
@@ -174,32 +175,44 @@ impl ResponseSink for H2Sink {
         upload_complete
     }
 
-    async fn relay_body(
+    /// Sends the head, then the body part by part: data gathered up to
+    /// [`CHUNK_SEND_BYTES`] while more is already here, the last data with the end of the
+    /// stream when nothing follows it, trailers as a trailing HEADERS.
+    async fn relay_body<R: ResponseSource>(
         &mut self,
-        server: &Socket,
-        server_buf: &mut IoBuf,
+        from: &mut R,
         _out: &mut Vec<u8>,
         relay: &RelaySettings,
         meter: &Meter,
     ) -> Result<(), RelayError> {
         let head = self.head.take().unwrap_or_default();
         let empty = self.framing == BodyFraming::Empty;
-        let mut send = self
+        let send = self
             .respond
             .send_response(head, empty)
             .map_err(|e| RelayError::Write(h2_error(e)))?;
         let mut body = Download {
-            server,
-            buf: server_buf,
-            send: &mut send,
+            send,
             limit: TimeLimit::Idle(relay.idle),
             meter,
+            gathered: Vec::new(),
+            ended: empty,
         };
-        match self.framing {
-            BodyFraming::Empty => Ok(()),
-            BodyFraming::Length(n) => body.length(n).await,
-            BodyFraming::Chunked => body.chunked().await,
-            BodyFraming::UntilClose => body.until_close().await,
+        loop {
+            let data = match from.next_part().await? {
+                BodyPart::Data(data) => data,
+                BodyPart::Trailers(trailers) => {
+                    body.send_trailers(trailers).await?;
+                    continue;
+                }
+                BodyPart::End => return body.end().await,
+            };
+            body.gathered.extend_from_slice(data);
+            if from.finished() {
+                body.flush(true).await?;
+            } else if body.gathered.len() >= CHUNK_SEND_BYTES || !from.has_buffered() {
+                body.flush(false).await?;
+            }
         }
     }
 }
@@ -275,120 +288,61 @@ pub(super) fn put_fields(out: &mut Vec<u8>, map: &HeaderMap) {
     }
 }
 
-/// A response body on its way from the server to the stream.
+/// A response body on its way to the stream.
 struct Download<'d> {
-    server: &'d Socket,
-    buf: &'d mut IoBuf,
-    send: &'d mut SendStream<Bytes>,
+    send: SendStream<Bytes>,
     limit: TimeLimit,
     meter: &'d Meter,
+    /// Data not sent yet.
+    gathered: Vec<u8>,
+    /// The end of the stream went.
+    ended: bool,
 }
 
 impl Download<'_> {
-    /// Reads the server once more; a close before the body's end is a truncation.
-    async fn read(&mut self) -> Result<(), RelayError> {
-        match read_some(self.server, self.buf, self.limit).await {
-            Ok(0) => Err(RelayError::Truncated),
-            Ok(_) => Ok(()),
-            Err(e) => Err(RelayError::Read(e)),
+    /// Sends what has gathered, with the end of the stream if `end`.
+    async fn flush(&mut self, end: bool) -> Result<(), RelayError> {
+        if self.ended || (self.gathered.is_empty() && !end) {
+            return Ok(());
         }
-    }
-
-    async fn send(&mut self, data: Bytes, end: bool) -> Result<(), RelayError> {
+        let data = Bytes::from(std::mem::take(&mut self.gathered));
         let n = data.len() as u64;
-        send_data(self.send, data, end, self.limit)
+        send_data(&mut self.send, data, end, self.limit)
             .await
             .map_err(RelayError::Write)?;
         self.meter.add(n);
+        self.ended = end;
         Ok(())
     }
 
-    async fn length(&mut self, len: u64) -> Result<(), RelayError> {
-        let mut left = len;
-        while left > 0 {
-            if self.buf.is_empty() {
-                self.read().await?;
-            }
-            let n = (self.buf.len() as u64).min(left) as usize;
-            let data = Bytes::copy_from_slice(&self.buf.filled()[..n]);
-            self.buf.consume(n);
-            left -= n as u64;
-            self.send(data, left == 0).await?;
+    /// The data gathered, then the trailers (the end of the stream without them when none
+    /// may pass).
+    async fn send_trailers(&mut self, trailers: Trailers<'_>) -> Result<(), RelayError> {
+        let map = trailer_map(trailers);
+        if map.is_empty() {
+            return self.flush(true).await;
         }
-        Ok(())
+        self.flush(false).await?;
+        if self.ended {
+            return Ok(());
+        }
+        self.ended = true;
+        self.send
+            .send_trailers(map)
+            .map_err(|e| RelayError::Write(h2_error(e)))
     }
 
-    async fn chunked(&mut self) -> Result<(), RelayError> {
-        let mut decoder = ChunkedDecoder::new();
-        let mut gathered: Vec<u8> = Vec::new();
-        loop {
-            loop {
-                let (used, decoded) = decoder
-                    .decode(self.buf.filled())
-                    .map_err(RelayError::Framing)?;
-                match decoded {
-                    Decoded::Data(range) => {
-                        gathered.extend_from_slice(&self.buf.filled()[range]);
-                        self.buf.consume(used);
-                        if gathered.len() >= CHUNK_SEND_BYTES {
-                            let data = Bytes::from(std::mem::take(&mut gathered));
-                            self.send(data, false).await?;
-                        }
-                    }
-                    Decoded::End => {
-                        self.buf.consume(used);
-                        return self.end_chunked(gathered, decoder.trailers()).await;
-                    }
-                    Decoded::NeedMore => {
-                        self.buf.consume(used);
-                        break;
-                    }
-                }
-            }
-            if !gathered.is_empty() {
-                let data = Bytes::from(std::mem::take(&mut gathered));
-                self.send(data, false).await?;
-            }
-            self.read().await?;
-        }
-    }
-
-    /// The last decoded bytes, then the trailers (or the end of the stream without them).
-    async fn end_chunked(&mut self, gathered: Vec<u8>, trailers: &[u8]) -> Result<(), RelayError> {
-        let trailers = trailer_map(trailers);
-        let end_with_data = trailers.is_empty();
-        if !gathered.is_empty() || end_with_data {
-            self.send(Bytes::from(gathered), end_with_data).await?;
-        }
-        if !end_with_data {
-            self.send
-                .send_trailers(trailers)
-                .map_err(|e| RelayError::Write(h2_error(e)))?;
-        }
-        Ok(())
-    }
-
-    async fn until_close(&mut self) -> Result<(), RelayError> {
-        loop {
-            if !self.buf.is_empty() {
-                let data = Bytes::copy_from_slice(self.buf.filled());
-                self.buf.consume(self.buf.len());
-                self.send(data, false).await?;
-            }
-            match read_some(self.server, self.buf, self.limit).await {
-                Ok(0) => return self.send(Bytes::new(), true).await,
-                Ok(_) => {}
-                Err(e) => return Err(RelayError::Read(e)),
-            }
-        }
+    /// The end of the body: the stream ends here unless it ended already.
+    async fn end(&mut self) -> Result<(), RelayError> {
+        self.flush(true).await
     }
 }
 
-/// A chunked body's trailer section as HTTP/2 trailers, without the fields that must not be
-/// trailers (the same as for an HTTP/1 client: `chunked::for_each_trailer`).
-fn trailer_map(section: &[u8]) -> HeaderMap {
+/// A trailer section as HTTP/2 trailers, without the fields that must not be trailers (the
+/// same as for an HTTP/1 client).
+fn trailer_map(trailers: Trailers<'_>) -> HeaderMap {
     let mut map = HeaderMap::new();
-    for_each_trailer(section, |name, value| append(&mut map, name, value));
+    trailers.for_each(|name, value| append(&mut map, name, value));
     map
 }
 

@@ -1,8 +1,8 @@
 //! One HTTP/2 stream: one request, carried out by the same exchange as an HTTP/1 request
 //! (exchange/), in a task of its own so that the streams of a connection run at once. The
-//! client side of that exchange (exchange/client.rs) is the stream: the request head
-//! translated to HTTP/1.1 (request.rs), its DATA as the body source, and the response sent as
-//! HEADERS, DATA and trailers (response.rs).
+//! client side of that exchange (exchange/client.rs) is the stream: the request head read
+//! from its HEADERS (request.rs), its DATA and trailers as the body source, and the response
+//! sent as HEADERS, DATA and trailers (response.rs).
 
 use super::admission::{SparePlace, StreamPass};
 use super::error::h2_error;
@@ -12,18 +12,20 @@ use crate::access_log;
 use crate::connection::proxy_header::destination_or_unknown;
 use crate::edge::proxy_protocol;
 use crate::exchange::account::{account, Outcome};
-use crate::exchange::client::{BodySource, ClientSide};
+use crate::exchange::client::{BodySource, ClientSide, Origin};
+use crate::exchange::server::RequestBodySink;
 use crate::exchange::{self, Buffers, Context};
-use crate::http::rewrite::{write_request_head, ForwardedFor, RequestEdit, Scheme};
+use crate::http::part::{BodyPart, Trailers};
+use crate::http::rewrite::{ForwardedFor, Scheme};
 use crate::http::status::Answer;
 use crate::http::{BodyFraming, RequestHead};
 use crate::recycle;
-use crate::relay::{push_hex, Meter, RelayError, RelaySettings, TunnelEnd};
+use crate::relay::{Meter, RelayError, RelaySettings, TunnelEnd};
 use crate::shared::Shared;
 use crate::socket::Socket;
 use crate::state::generation::Generation;
 use crate::state::stats;
-use crate::stream::{wait, write_all, TimeLimit};
+use crate::stream::{wait, TimeLimit};
 use crate::timeouts::{Slot, SESSION_TIMER};
 use atomic_waker::AtomicWaker;
 use bytes::Bytes;
@@ -220,17 +222,11 @@ impl ClientSide for H2Client<'_> {
     /// The head has a buffer of its own, which the body does not share: nothing to release.
     fn release_head(&mut self) {}
 
-    fn write_server_head(&self, out: &mut Vec<u8>, host_field: &[u8], edit: RequestEdit<'_>) {
-        let client = self.link.client_text.as_bytes();
-        write_request_head(
-            out,
-            self.head,
-            self.bytes,
-            client,
-            host_field,
-            self.link.scheme,
-            edit,
-        );
+    fn origin(&self) -> Origin<'_> {
+        Origin {
+            forwarded_for: self.link.client_text.as_bytes(),
+            scheme: self.link.scheme,
+        }
     }
 
     fn write_proxy_header(&self, out: &mut Vec<u8>, version: proxy_protocol::Version) {
@@ -272,59 +268,41 @@ impl ClientSide for H2Client<'_> {
     fn held_for_close(&mut self, _held: bool) {}
 }
 
-/// The request body: the stream's DATA, and its trailers when it goes chunked.
+/// The request body: the stream's DATA, then its trailers.
 pub(super) struct H2Body {
     recv: RecvStream,
-    /// A chunk on its way to the server, framed.
+    /// The trailers as field lines.
     scratch: Vec<u8>,
 }
 
 impl BodySource for H2Body {
-    async fn upload(
+    async fn upload<U: RequestBodySink>(
         &mut self,
-        server: &Socket,
+        to: &mut U,
         framing: BodyFraming,
         relay: &RelaySettings,
         meter: &Meter,
     ) -> Result<(), RelayError> {
-        let chunked = match framing {
-            BodyFraming::Empty | BodyFraming::UntilClose => return Ok(()),
-            BodyFraming::Length(_) => false,
-            BodyFraming::Chunked => true,
-        };
+        if matches!(framing, BodyFraming::Empty | BodyFraming::UntilClose) {
+            return Ok(());
+        }
         let limit = TimeLimit::Idle(relay.idle);
         while let Some(data) = self.next_data(limit).await? {
             let n = data.len();
             if n == 0 {
                 continue;
             }
-            if chunked {
-                self.scratch.clear();
-                push_hex(&mut self.scratch, n);
-                self.scratch.extend_from_slice(b"\r\n");
-                self.scratch.extend_from_slice(&data);
-                self.scratch.extend_from_slice(b"\r\n");
-                write_all(server, &self.scratch, limit).await
-            } else {
-                write_all(server, &data, limit).await
-            }
-            .map_err(RelayError::Write)?;
+            to.send(BodyPart::Data(&data[..])).await?;
             meter.add(n as u64);
             // The client may send as much again.
             let _ = self.recv.flow_control().release_capacity(n);
         }
-        if chunked {
+        if let Some(trailers) = self.trailers(limit).await? {
             self.scratch.clear();
-            self.scratch.extend_from_slice(b"0\r\n");
-            if let Some(trailers) = self.trailers(limit).await? {
-                super::response::put_fields(&mut self.scratch, &trailers);
-            }
-            self.scratch.extend_from_slice(b"\r\n");
-            write_all(server, &self.scratch, limit)
-                .await
-                .map_err(RelayError::Write)?;
+            super::response::put_fields(&mut self.scratch, &trailers);
+            to.send(BodyPart::Trailers(Trailers(&self.scratch))).await?;
         }
-        Ok(())
+        to.send(BodyPart::End).await
     }
 }
 
