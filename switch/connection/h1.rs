@@ -66,6 +66,11 @@ enum Burst {
 /// before; an idle one frees the memory soon.
 const BURST_GRACE: Duration = Duration::from_millis(50);
 
+/// The length of the preface's first line, `PRI * HTTP/2.0\r\n`: what tells HTTP/2 by prior
+/// knowledge from HTTP/1.
+const PREFACE_LINE: usize = 16;
+const _: () = assert!(PREFACE[PREFACE_LINE - 2] == b'\r' && PREFACE[PREFACE_LINE - 1] == b'\n');
+
 /// Why reading the next request head ended without a request.
 enum NoRequest {
     /// The client closed, went idle past keepalive_timeout, or the switch is stopping.
@@ -141,10 +146,11 @@ impl Connection {
     }
 
     /// Whether a plain connection of an HTTP/2 service begins with the HTTP/2 preface (prior
-    /// knowledge, RFC 9113 section 3.3): reads on while what came is a beginning of it. An
-    /// HTTP/1 request is told apart by what is in the buffer already; only a connection whose
-    /// first bytes begin the preface reads on, in a box: that read's state (some 650 bytes)
-    /// would otherwise sit in every connection's task for as long as it lives (issue 42).
+    /// knowledge, RFC 9113 section 3.3): reads on while what came is a beginning of its first
+    /// line. An HTTP/1 request is told apart by what is in the buffer already; only a
+    /// connection whose first bytes begin the preface reads on, in a box: that read's state
+    /// (some 650 bytes) would otherwise sit in every connection's task for as long as it lives
+    /// (issue 42).
     async fn begins_with_preface(&mut self, deadline: Instant) -> bool {
         if !self.service().http2 || self.client.tls().is_some() {
             return false;
@@ -155,15 +161,18 @@ impl Connection {
         }
     }
 
-    /// Whether the buffer holds the preface (`Some(true)`) or something else (`Some(false)`);
-    /// `None` while it holds a beginning of it.
+    /// Whether the buffer holds the preface's first line (`Some(true)`) or something else
+    /// (`Some(false)`); `None` while it holds a beginning of it. The first line decides: no
+    /// HTTP/1 request begins `PRI * HTTP/2.0`, so a connection that does is HTTP/2's, and a
+    /// corrupt rest of the preface is HTTP/2's error to answer (GOAWAY `PROTOCOL_ERROR`,
+    /// RFC 9113 section 3.4: `serve_h2`), not an HTTP/1 request of version 2.0.
     fn preface_in_buffer(&self) -> Option<bool> {
         let filled = self.inbuf.filled();
-        let n = filled.len().min(PREFACE.len());
+        let n = filled.len().min(PREFACE_LINE);
         if filled[..n] != PREFACE[..n] {
             return Some(false);
         }
-        (n == PREFACE.len()).then_some(true)
+        (n == PREFACE_LINE).then_some(true)
     }
 
     /// Reads until the buffer holds the preface or something else.

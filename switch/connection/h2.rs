@@ -4,7 +4,9 @@
 //! request, carried out by the same exchange as an HTTP/1 request, in a task of its own
 //! (`h2/stream.rs`). This driver accepts streams, keeps the connection's limits, and ends it:
 //! GOAWAY when the switch stops or the service leaves at a reload, when the client is idle past
-//! `keepalive_timeout`, and with `ENHANCE_YOUR_CALM` when the client floods it (`h2/frames.rs`).
+//! `keepalive_timeout`, with `ENHANCE_YOUR_CALM` when the client floods it (`h2/frames.rs`), and
+//! with `PROTOCOL_ERROR` when its preface is not HTTP/2's or is not followed by SETTINGS
+//! (RFC 9113 section 3.4: `h2/io.rs`, `refuse_preface`).
 //!
 //! The limits, and the attack each one bounds (each has a test in tests/h2_abuse.rs):
 //!
@@ -33,8 +35,8 @@ mod stream;
 use super::Connection;
 use crate::http::rewrite::Scheme;
 use crate::state::generation::{self, Followed, Generation};
-use crate::state::stats;
-use crate::stream::{wait, TimeLimit};
+use crate::state::stats::{self, ServiceStats};
+use crate::stream::{wait, write_all, TimeLimit};
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
@@ -73,14 +75,26 @@ enum Event {
     Stream(Box<(http::Request<RecvStream>, SendResponse<Bytes>)>),
     /// The connection ended (the h2 crate's error, if any).
     Closed(Option<h2::Error>),
-    /// The client spent its overhead budget.
-    Flood,
+    /// The I/O raised its alarm (`h2/io.rs`) with this code: the client spent its overhead
+    /// budget (`ENHANCE_YOUR_CALM`), or its first frame was not SETTINGS (`PROTOCOL_ERROR`).
+    Alarm(Reason),
     /// The switch stops, or the service left at a reload.
     Leave,
     /// No stream for `keepalive_timeout`.
     Idle,
     /// The streams did not end within the grace after GOAWAY.
     GraceOver,
+}
+
+/// How a connection's preface turned out, for what the end of the connection owes the client.
+enum Preface {
+    /// Nothing more is owed: the preface was HTTP/2's and followed by SETTINGS (or the
+    /// connection ended before that was known), and the h2 crate ended the connection.
+    Ended,
+    /// Not HTTP/2's: the h2 crate sent its SETTINGS, the GOAWAY is ours to send.
+    Invalid,
+    /// Followed by another frame than SETTINGS: the h2 crate sent GOAWAY, that frame is unread.
+    NoSettings,
 }
 
 /// The connection's state while streams come and go.
@@ -92,6 +106,8 @@ struct Driver<'c> {
     service: usize,
     /// GOAWAY sent: no new stream, the connection ends with its last one.
     going_away: bool,
+    /// GOAWAY sent for the client's fault (a flood, a first frame other than SETTINGS):
+    /// nothing more of it is read or accepted.
     flooded: bool,
     /// Streams answered `503` at once: more than a budget's worth is a flood (a browser's
     /// burst of requests on a full switch fits in it).
@@ -128,17 +144,45 @@ impl Connection {
             live_streams: LiveStreams::default(),
             spare_place: Arc::new(admission::SparePlace::new(self.source_place.take())),
         });
+        match self.drive(early, link, &stats, deadline).await {
+            Preface::Ended => {}
+            Preface::Invalid => Box::pin(self.refuse_preface(&stats)).await,
+            Preface::NoSettings => {
+                // The h2 crate sent GOAWAY and closed, and the frame was never read; closing
+                // over unread bytes would reset the connection and could destroy the GOAWAY
+                // on its way.
+                self.unread_input = true;
+                Box::pin(self.linger()).await;
+            }
+        }
+    }
+
+    /// Hands the client stream to the h2 crate, and the connection to its driver until it
+    /// ends. Apart from `serve_h2`, so that the stream is no longer borrowed when the end
+    /// needs the connection itself (`refuse_preface`, `linger`).
+    async fn drive(
+        &self,
+        early: Vec<u8>,
+        link: Arc<Link>,
+        stats: &ServiceStats,
+        deadline: Instant,
+    ) -> Preface {
         let alarm = Alarm::default();
-        let io = H2Io::new(&self.client, early, &alarm, &stats);
+        let io = H2Io::new(&self.client, early, &alarm, stats);
         let handshake = builder().handshake::<_, Bytes>(io);
         let handshaken = wait(async { Ok(handshake.await) }, TimeLimit::Until(deadline)).await;
         let conn = match handshaken {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) => {
                 tracing::debug!(client = %self.peer, "HTTP/2 handshake failed: {e}");
-                return;
+                // The one GOAWAY error of the handshake: the h2 crate read a preface that is
+                // not HTTP/2's, after it sent its SETTINGS, and leaves the GOAWAY to us.
+                if e.is_go_away() && e.reason() == Some(Reason::PROTOCOL_ERROR) {
+                    return Preface::Invalid;
+                }
+                return Preface::Ended;
             }
-            Err(_) => return,
+            Err(_) => return Preface::Ended,
         };
         let keepalive_ms = self.shared.settings.keepalive_timeout.as_millis() as u64;
         let mut driver = Driver {
@@ -154,8 +198,52 @@ impl Connection {
             keepalive_ms,
         };
         driver.run().await;
+        match alarm.raised() {
+            Some(io::PROTOCOL_ERROR) => Preface::NoSettings,
+            _ => Preface::Ended,
+        }
+    }
+
+    /// Ends a connection whose preface is not HTTP/2's (RFC 9113 section 3.4: a connection
+    /// error of type PROTOCOL_ERROR) with GOAWAY, after the SETTINGS the h2 crate sent, and
+    /// closes it without losing the GOAWAY to a reset (the rest of the client's bytes are
+    /// unread).
+    async fn refuse_preface(&mut self, stats: &ServiceStats) {
+        let limit = TimeLimit::Idle(Duration::from_secs(5));
+        if write_all(&self.client, &PREFACE_GOAWAY, limit)
+            .await
+            .is_ok()
+        {
+            // Counted as io.rs counts the GOAWAYs the h2 crate writes.
+            stats::bump(&stats.h2_goaways_sent);
+            stats::bump(&stats.h2_protocol_errors);
+        }
+        self.unread_input = true;
+        self.linger().await;
     }
 }
+
+/// GOAWAY for a preface that is not HTTP/2's: no stream processed (last stream id 0),
+/// `PROTOCOL_ERROR`, no debug data.
+const PREFACE_GOAWAY: [u8; 17] = [
+    0,
+    0,
+    8,
+    frames::GOAWAY,
+    0, // length 8, type, no flags
+    0,
+    0,
+    0,
+    0, // stream 0
+    0,
+    0,
+    0,
+    0, // last stream id 0
+    0,
+    0,
+    0,
+    1, // PROTOCOL_ERROR
+];
 
 /// The h2 crate's settings for a client connection (the limits of the module comment).
 fn builder() -> h2::server::Builder {
@@ -190,10 +278,10 @@ impl Driver<'_> {
                     }
                     return;
                 }
-                Event::Flood => {
-                    tracing::debug!(client = %self.link.peer, "HTTP/2 client flooded: GOAWAY");
+                Event::Alarm(reason) => {
+                    tracing::debug!(client = %self.link.peer, "HTTP/2 client flooded or began without SETTINGS: GOAWAY {reason}");
                     self.flooded = true;
-                    self.conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+                    self.conn.abrupt_shutdown(reason);
                     self.go_away_until_grace();
                 }
                 Event::Leave | Event::Idle => {
@@ -263,8 +351,8 @@ impl Driver<'_> {
     }
 
     fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Event> {
-        if self.alarm.raised() && !self.flooded {
-            return Poll::Ready(Event::Flood);
+        if let Some(code) = self.alarm.raised().filter(|_| !self.flooded) {
+            return Poll::Ready(Event::Alarm(Reason::from(code)));
         }
         if !self.going_away && self.should_leave() {
             return Poll::Ready(Event::Leave);

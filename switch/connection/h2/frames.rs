@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 pub(super) const DATA: u8 = 0x0;
 pub(super) const HEADERS: u8 = 0x1;
 pub(super) const RST_STREAM: u8 = 0x3;
+pub(super) const SETTINGS: u8 = 0x4;
 pub(super) const GOAWAY: u8 = 0x7;
 pub(super) const WINDOW_UPDATE: u8 = 0x8;
 pub(super) const CONTINUATION: u8 = 0x9;
@@ -335,7 +336,6 @@ mod tests {
     use std::rc::Rc;
 
     const PRIORITY: u8 = 0x2;
-    const SETTINGS: u8 = 0x4;
     const PING: u8 = 0x6;
     const ACK: u8 = 0x1;
 

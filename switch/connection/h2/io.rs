@@ -8,13 +8,16 @@ use crate::state::stats::{self, ServiceStats};
 use crate::stream::{Io, Then};
 use std::io::{self, IoSlice};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+/// Bytes of the client's connection preface: where its first frame begins.
+const PREFACE_LEN: u64 = super::PREFACE.len() as u64;
+
 /// RST_STREAM and GOAWAY error codes (RFC 9113 section 7).
 const NO_ERROR: u32 = 0x0;
-const PROTOCOL_ERROR: u32 = 0x1;
+pub(super) const PROTOCOL_ERROR: u32 = 0x1;
 const FLOW_CONTROL_ERROR: u32 = 0x3;
 const STREAM_CLOSED: u32 = 0x5;
 const FRAME_SIZE_ERROR: u32 = 0x6;
@@ -22,15 +25,30 @@ const COMPRESSION_ERROR: u32 = 0x9;
 const ENHANCE_YOUR_CALM: u32 = 0xb;
 
 /// What the connection's driver learns from its I/O: the client spent its budget of free
-/// frames.
+/// frames (`ENHANCE_YOUR_CALM`), or its preface was not followed by SETTINGS
+/// (`PROTOCOL_ERROR`). Either way nothing more is read, and the driver ends the connection
+/// with GOAWAY and that code. An atomic, though the I/O and the driver run in one task: both
+/// hold it by reference, and the task must be `Send`.
 #[derive(Debug, Default)]
 pub(super) struct Alarm {
-    calm_down: AtomicBool,
+    /// The GOAWAY error code, 0 while nothing is wrong (NO_ERROR is never an alarm).
+    code: AtomicU32,
 }
 
 impl Alarm {
-    pub(super) fn raised(&self) -> bool {
-        self.calm_down.load(Ordering::Relaxed)
+    /// The error code the connection is to end with, if the alarm was raised.
+    pub(super) fn raised(&self) -> Option<u32> {
+        match self.code.load(Ordering::Relaxed) {
+            NO_ERROR => None,
+            code => Some(code),
+        }
+    }
+
+    /// The first alarm stands: the frame that raised it is the one the client is told about.
+    fn raise(&self, code: u32) {
+        let _ = self
+            .code
+            .compare_exchange(NO_ERROR, code, Ordering::Relaxed, Ordering::Relaxed);
     }
 }
 
@@ -60,7 +78,7 @@ impl<'c> H2Io<'c> {
             stream,
             early,
             early_at: 0,
-            inbound: Scanner::new(super::PREFACE.len()),
+            inbound: Scanner::new(PREFACE_LEN as usize),
             outbound: Scanner::new(0),
             budget: Budget::new(),
             alarm,
@@ -70,16 +88,23 @@ impl<'c> H2Io<'c> {
         }
     }
 
-    /// Charges the client's free frames to its budget; returns how many of `bytes` the h2
-    /// crate may have: all, or those before the frame that spent the budget (the rest is never
-    /// read, so the budget bounds the frames handled, whatever the size of a read).
+    /// Checks that the client's first frame is SETTINGS and charges its free frames to its
+    /// budget; returns how many of `bytes` the h2 crate may have: all, or those before the
+    /// frame that raised the alarm (the rest is never read, so the budget bounds the frames
+    /// handled, whatever the size of a read, and a frame before SETTINGS is never answered).
     fn received(&mut self, bytes: &[u8]) -> usize {
         let base = self.inbound.position();
         let (budget, alarm) = (&mut self.budget, self.alarm);
         let mut cut: Option<u64> = None;
         self.inbound.scan(bytes, &mut |frame: &Frame| {
-            if !budget.charge(frame) {
-                alarm.calm_down.store(true, Ordering::Relaxed);
+            // RFC 9113 section 3.4: the preface is followed by SETTINGS, anything else is a
+            // connection error of type PROTOCOL_ERROR. The h2 crate does not check it (it
+            // answered a PING sent first), so it never sees such a frame.
+            if frame.start == PREFACE_LEN && frame.kind != frames::SETTINGS {
+                alarm.raise(PROTOCOL_ERROR);
+                cut.get_or_insert(frame.start);
+            } else if !budget.charge(frame) {
+                alarm.raise(ENHANCE_YOUR_CALM);
                 cut.get_or_insert(frame.start);
             }
         });
@@ -135,7 +160,7 @@ impl AsyncRead for H2Io<'_> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.alarm.raised() {
+        if this.alarm.raised().is_some() {
             return this.read_no_more(cx);
         }
         if this.early_at < this.early.len() {
