@@ -223,27 +223,12 @@ impl Connection {
     }
 }
 
-/// GOAWAY for a preface that is not HTTP/2's: no stream processed (last stream id 0),
-/// `PROTOCOL_ERROR`, no debug data.
-const PREFACE_GOAWAY: [u8; 17] = [
-    0,
-    0,
-    8,
-    frames::GOAWAY,
-    0, // length 8, type, no flags
-    0,
-    0,
-    0,
-    0, // stream 0
-    0,
-    0,
-    0,
-    0, // last stream id 0
-    0,
-    0,
-    0,
-    1, // PROTOCOL_ERROR
-];
+/// GOAWAY for a preface that is not HTTP/2's: its header (length 8, type GOAWAY 0x7, no flags,
+/// stream 0), last stream id 0 (no stream was processed), `PROTOCOL_ERROR` (0x1), no debug
+/// data.
+const PREFACE_GOAWAY: [u8; 17] = [0, 0, 8, 0x7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x1];
+const _: () =
+    assert!(PREFACE_GOAWAY[3] == frames::GOAWAY && PREFACE_GOAWAY[16] as u32 == io::PROTOCOL_ERROR);
 
 /// The h2 crate's settings for a client connection (the limits of the module comment).
 fn builder() -> h2::server::Builder {
