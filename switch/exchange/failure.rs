@@ -36,8 +36,9 @@ pub(crate) enum ExchangeError {
     Server { status: u16, failure: Failure },
     /// The client's request body was invalid (400), late (408), or the client went away (0).
     Client { status: u16, why: String },
-    /// Failure after the response head went to the client: nothing to do but close.
-    AfterResponse(String),
+    /// Failure after the response head went to the client: nothing to do but close. `side`
+    /// says whose: a client that resets or stops reading is not the server's failure.
+    AfterResponse { why: String, side: Side },
     /// This process could not go on (out of descriptors): nobody's failure, a 503.
     Local { status: u16, why: String },
 }
@@ -152,6 +153,30 @@ impl From<ConnectFailure> for ExchangeError {
     }
 }
 
+/// The side of an exchange a relay failed on after the response head went out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// The client reset, closed or stopped reading.
+    Client,
+    /// The server closed early, failed, or broke the body's framing.
+    Server,
+}
+
+impl ExchangeError {
+    /// A response body that could not be relayed: writing to the client failed (its failure),
+    /// or reading the server did (the server's).
+    pub(super) fn response_relay(e: RelayError) -> ExchangeError {
+        let side = match e {
+            RelayError::Write(_) => Side::Client,
+            RelayError::Read(_) | RelayError::Truncated | RelayError::Framing(_) => Side::Server,
+        };
+        ExchangeError::AfterResponse {
+            why: e.to_string(),
+            side,
+        }
+    }
+}
+
 /// Whose failure a failed exchange is.
 pub(super) enum Blame {
     /// The server's: counted as a response error (and a timeout for 504), and heard by
@@ -173,8 +198,9 @@ pub(super) enum Verdict {
         blame: Blame,
     },
     /// The relay broke off after the response head went to the client: nothing to do but
-    /// close (counted as a response error at the server, not reported to passive health).
-    BrokeOff(String),
+    /// close (when the server's side broke, counted as a response error at the server; never
+    /// reported to passive health).
+    BrokeOff { why: String, side: Side },
 }
 
 impl ExchangeError {
@@ -197,7 +223,7 @@ impl ExchangeError {
             ExchangeError::Client { status, why } | ExchangeError::Local { status, why } => {
                 (status, why, Blame::NotTheServer)
             }
-            ExchangeError::AfterResponse(why) => return Verdict::BrokeOff(why),
+            ExchangeError::AfterResponse { why, side } => return Verdict::BrokeOff { why, side },
         };
         Verdict::Answer { status, why, blame }
     }

@@ -25,7 +25,7 @@ pub(crate) mod server;
 
 use account::Outcome;
 use client::ClientSide;
-use failure::{short_reason, ExchangeError, Verdict};
+use failure::{short_reason, ExchangeError, Side, Verdict};
 
 use crate::buffer::IoBuf;
 use crate::http::path::normalize;
@@ -350,11 +350,14 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
                 tracing::debug!(server = %backend.addr, "no answer ({why}); trying the next server");
                 return Next::Retry;
             }
-            Verdict::BrokeOff(why) => {
-                // The relay broke off; the client may be mid-request.
+            Verdict::BrokeOff { why, side } => {
+                // The relay broke off; the client may be mid-request. Only a break on the
+                // server's side is the server's (a client that resets or stops reading is not).
                 self.client.leave_unread();
-                stats::bump(&backend.stats.response_errors);
-                tracing::debug!(server = %backend.addr, "relay failed after the response head: {why}");
+                if side == Side::Server {
+                    stats::bump(&backend.stats.response_errors);
+                }
+                tracing::debug!(server = %backend.addr, ?side, "relay failed after the response head: {why}");
                 return Next::Done(Outcome {
                     status: self.work.response.status,
                     bytes_out: 0,

@@ -5,7 +5,7 @@
 use super::account::Outcome;
 use super::attempt::{Attempt, Relayed, Upload};
 use super::client::{ClientSide, ResponseSink};
-use super::failure::ExchangeError;
+use super::failure::{ExchangeError, Side};
 use super::server::ResponseSource;
 use super::Exchange;
 use crate::relay::{Meter, RelayError};
@@ -73,7 +73,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         let bytes_out = head_bytes + downloaded.get();
         stats::add(&backend.stats.bytes_out, bytes_out);
         if let Err(e) = relayed {
-            return Err(ExchangeError::AfterResponse(e.to_string()));
+            return Err(ExchangeError::response_relay(e));
         }
         if !upload_complete {
             self.client.leave_unread();
@@ -115,7 +115,10 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             .client
             .tunnel(self.work, server, &relay)
             .await
-            .map_err(|e| ExchangeError::AfterResponse(e.to_string()))?;
+            .map_err(|e| ExchangeError::AfterResponse {
+                why: format!("sending the response head: {e}"),
+                side: Side::Client,
+            })?;
         if let Some(e) = end.failure() {
             tracing::debug!(server = %backend.addr, "tunnel ended: {e}");
         }
