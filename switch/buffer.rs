@@ -108,6 +108,13 @@ impl IoBuf {
         &mut self.data[self.end..]
     }
 
+    /// Keeps the first `len` filled bytes and drops the rest.
+    pub fn truncate(&mut self, len: usize) {
+        if len < self.len() {
+            self.end = self.start + len;
+        }
+    }
+
     /// Records that `n` bytes were written into [`IoBuf::spare`].
     pub fn fill(&mut self, n: usize) {
         debug_assert!(self.end + n <= self.data.len());

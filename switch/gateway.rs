@@ -255,6 +255,7 @@ fn shared_state(
         servers: generation.pools.iter().map(|p| p.backends.len()).sum(),
         admin,
     });
+    let buffer_memory = crate::buffering::BufferMemory::new(settings.buffer_memory);
     Ok(Shared {
         settings,
         generation: arc_swap::ArcSwap::from_pointee(Generation::empty()),
@@ -265,5 +266,6 @@ fn shared_state(
         shutdown,
         started: std::time::Instant::now(),
         access_log,
+        buffer_memory,
     })
 }

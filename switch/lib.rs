@@ -14,6 +14,7 @@
 pub mod access_log;
 pub mod admin;
 pub mod buffer;
+pub mod buffering;
 pub mod capacity;
 pub mod config;
 mod connection;

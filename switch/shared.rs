@@ -44,6 +44,8 @@ pub struct Shared {
     /// Where each request's line goes (`access_log`, `access_log_format`); shared with the
     /// SIGUSR1 task that reopens its file.
     pub access_log: std::sync::Arc<AccessLog>,
+    /// What buffered request bodies hold now, within `buffer_memory` (buffering/).
+    pub buffer_memory: crate::buffering::BufferMemory,
 }
 
 impl Shared {
@@ -73,6 +75,6 @@ impl Shared {
     /// The counters and states of every service, pool and server, read now
     /// ([`snapshot::take`]).
     pub fn snapshot(&self) -> Snapshot {
-        snapshot::take(&self.generation.load(), &self.clients)
+        snapshot::take(&self.generation.load(), &self.clients, &self.buffer_memory)
     }
 }

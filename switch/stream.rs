@@ -177,6 +177,44 @@ async fn flush(stream: &impl Io, then: Then, limit: TimeLimit) -> io::Result<()>
     }
 }
 
+/// Writes every slice of `parts` in order and pushes them out, with as few system calls as the
+/// stream allows (one sendmsg of up to 32 slices at a time).
+pub async fn write_all_parts<'p>(
+    stream: &impl Io,
+    parts: impl Iterator<Item = &'p [u8]> + Clone,
+    limit: TimeLimit,
+) -> io::Result<()> {
+    const MAX_SLICES: usize = 32;
+    let total: usize = parts.clone().map(<[u8]>::len).sum();
+    let mut sent = 0usize;
+    while sent < total {
+        let mut slices = [IoSlice::new(&[]); MAX_SLICES];
+        let mut count = 0;
+        let mut skip = sent;
+        for part in parts.clone() {
+            if skip >= part.len() {
+                skip -= part.len();
+                continue;
+            }
+            slices[count] = IoSlice::new(&part[skip..]);
+            skip = 0;
+            count += 1;
+            if count == MAX_SLICES {
+                break;
+            }
+        }
+        match stream.try_send(&slices[..count], Then::Push) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                wait(stream.writable(), limit).await?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    flush(stream, Then::Push, limit).await
+}
+
 /// Writes `first` then `second` with as few system calls as possible (one sendmsg when the
 /// socket takes it all).
 pub async fn write_both(

@@ -303,6 +303,20 @@ fn each_error_names_file_line_and_column() {
             "`defer_accept`: expected true or false, found the string \"yes\"",
         ),
         (
+            "request_buffer not a size",
+            "scheduler = \"rr\"",
+            "scheduler = \"rr\"\nrequest_buffer = \"1MB!\"",
+            "\"1MB!\"",
+            "invalid size \"1MB!\"",
+        ),
+        (
+            "buffer_memory negative",
+            "workers = 2",
+            "workers = 2\nbuffer_memory = -1",
+            "-1",
+            "buffer_memory cannot be negative",
+        ),
+        (
             "unknown module option",
             "scheduler = \"rr\"",
             "scheduler = \"rr\"\nt_low = 3",

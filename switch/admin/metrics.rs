@@ -379,6 +379,18 @@ impl Scrape {
             "tcpvs_clients",
             "Client connections open now",
             [(none, gauge(self.snapshot.clients as i64))],
+        )?;
+        family(
+            e,
+            "tcpvs_buffered_bytes",
+            "Bytes of request bodies buffered now (request_buffer, within buffer_memory)",
+            [(none, gauge(self.snapshot.buffered_bytes as i64))],
+        )?;
+        family(
+            e,
+            "tcpvs_buffer_fallbacks",
+            "Request bodies that streamed because buffer_memory was spent",
+            [(none, counter(self.snapshot.buffer_fallbacks))],
         )
     }
 }

@@ -19,6 +19,10 @@ pub struct StatsJson {
     pub generation: u64,
     pub uptime_s: f64,
     pub clients: usize,
+    /// Bytes of request bodies buffered now (`request_buffer`, within `buffer_memory`).
+    pub buffered_bytes: u64,
+    /// Request bodies that streamed because `buffer_memory` was spent.
+    pub buffer_fallbacks: u64,
     /// The rule file the switch runs and a reload reads again (its canonical path; `null` for
     /// rules built in): `tcpvs reload -c FILE` checks that FILE is this one.
     pub rule_file: Option<String>,
@@ -238,6 +242,8 @@ pub fn stats_json(
         generation,
         uptime_s: seconds(uptime),
         clients: snapshot.clients,
+        buffered_bytes: snapshot.buffered_bytes,
+        buffer_fallbacks: snapshot.buffer_fallbacks,
         rule_file: None,
         services,
         pools,

@@ -60,6 +60,9 @@ pub struct SwitchSettings {
     pub server_idle_max: usize,
     pub server_idle_timeout: Duration,
     pub cpu_affinity: CpuAffinity,
+    /// The most memory all request bodies buffered at once may take (`buffer_memory`); past
+    /// it, bodies stream as without a buffer (counted as `buffer_fallbacks`).
+    pub buffer_memory: u64,
 }
 
 impl Default for SwitchSettings {
@@ -81,6 +84,7 @@ impl Default for SwitchSettings {
             server_idle_max: 64,
             server_idle_timeout: Duration::from_secs(30),
             cpu_affinity: CpuAffinity::Off,
+            buffer_memory: 256 << 20,
         }
     }
 }
@@ -195,6 +199,9 @@ pub struct PoolConfig {
     pub health: health::PoolHealth,
     /// A PROXY protocol header of this version starts each server connection (`send_proxy`).
     pub send_proxy: Option<crate::edge::proxy_protocol::Version>,
+    /// Bytes of a request body received before a server is picked (`request_buffer`; 0: the
+    /// body streams as it comes).
+    pub request_buffer: u64,
 }
 
 /// A checked rule file.
@@ -475,19 +482,33 @@ fn read_splice(raw: &RawSwitch, s: &mut SwitchSettings, sink: &mut ErrorSink<'_>
     if let Some(v) = raw.splice {
         s.splice = v;
     }
-    if let Some(v) = &raw.splice_threshold {
-        let parsed = match v.get_ref() {
-            Scalar::Integer(n) => {
-                u64::try_from(*n).map_err(|_| "splice_threshold cannot be negative".to_string())
-            }
-            Scalar::String(text) => units::parse_size(text),
-            _ => {
-                Err("splice_threshold must be a size in bytes, like 65536 or \"64KiB\"".to_string())
-            }
-        };
-        match parsed {
-            Ok(n) => s.splice_threshold = n,
-            Err(e) => sink.at(v.span(), e),
+    if let Some(n) = size_of(raw.splice_threshold.as_ref(), "splice_threshold", sink) {
+        s.splice_threshold = n;
+    }
+    if let Some(n) = size_of(raw.buffer_memory.as_ref(), "buffer_memory", sink) {
+        s.buffer_memory = n;
+    }
+}
+
+/// A size key's value (bytes, or a size like "64KiB"); `None` when absent or wrong (reported).
+pub(super) fn size_of(
+    v: Option<&Spanned<Scalar>>,
+    key: &str,
+    sink: &mut ErrorSink<'_>,
+) -> Option<u64> {
+    let v = v?;
+    let parsed = match v.get_ref() {
+        Scalar::Integer(n) => u64::try_from(*n).map_err(|_| format!("{key} cannot be negative")),
+        Scalar::String(text) => units::parse_size(text),
+        _ => Err(format!(
+            "{key} must be a size in bytes, like 65536 or \"64KiB\""
+        )),
+    };
+    match parsed {
+        Ok(n) => Some(n),
+        Err(e) => {
+            sink.at(v.span(), e);
+            None
         }
     }
 }

@@ -57,6 +57,8 @@ pub(super) fn build_pools(
             servers,
             health: pool_health,
             send_proxy,
+            request_buffer: super::size_of(pool.request_buffer.as_ref(), "request_buffer", sink)
+                .unwrap_or(0),
         };
         // Build the module once now, so an unknown name or a bad option is refused at load.
         let states = crate::config::scheduler::server_states(&config);

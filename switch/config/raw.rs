@@ -34,6 +34,7 @@ pub(crate) const SWITCH_KEYS: &[&str] = &[
     "server_idle_max",
     "server_idle_timeout",
     "cpu_affinity",
+    "buffer_memory",
 ];
 const ADMIN_KEYS: &[&str] = &["listen", "token", "token_file", "mode"];
 const SERVICE_KEYS: &[&str] = &[
@@ -57,6 +58,7 @@ pub(crate) const POOL_KEYS: &[&str] = &[
     "queue_timeout",
     "slow_start",
     "send_proxy",
+    "request_buffer",
     "health",
 ];
 const HEALTH_KEYS: &[&str] = &[
@@ -118,6 +120,8 @@ pub(crate) struct RawSwitch {
     pub server_idle_max: Option<Spanned<i64>>,
     pub server_idle_timeout: Option<Spanned<String>>,
     pub cpu_affinity: Option<Spanned<String>>,
+    /// A number of bytes or a size string.
+    pub buffer_memory: Option<Spanned<Scalar>>,
 }
 
 pub(crate) struct RawAdmin {
@@ -189,6 +193,8 @@ pub(crate) struct RawPool {
     pub queue_timeout: Option<Spanned<String>>,
     pub slow_start: Option<Spanned<String>>,
     pub send_proxy: Option<Spanned<String>>,
+    /// A number of bytes or a size string.
+    pub request_buffer: Option<Spanned<Scalar>>,
     pub health: Option<RawHealth>,
     /// In name order, as the module sees them.
     pub options: Vec<(Spanned<String>, Spanned<Scalar>)>,
@@ -310,6 +316,7 @@ fn read_switch(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawSwitch {
         server_idle_max: t.integer("server_idle_max", sink),
         server_idle_timeout: t.duration("server_idle_timeout", sink),
         cpu_affinity: t.string("cpu_affinity", "\"off\" or \"auto\"", sink),
+        buffer_memory: t.scalar("buffer_memory", sink),
     }
 }
 
@@ -413,6 +420,7 @@ fn read_pool(name: &str, t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawPool
         queue_timeout: t.duration("queue_timeout", sink),
         slow_start: t.duration("slow_start", sink),
         send_proxy: t.string("send_proxy", "\"v1\" or \"v2\"", sink),
+        request_buffer: t.scalar("request_buffer", sink),
         health: t
             .table(
                 "health",

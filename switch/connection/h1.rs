@@ -4,6 +4,7 @@
 //! connection for the next one: a burst of requests shares one boxed state, an idle connection
 //! keeps only its socket. What cannot be read is refused here (400, 408, 431, ...).
 
+mod buffer_body;
 mod client;
 mod head;
 mod parts;

@@ -49,6 +49,12 @@ pub(crate) trait ClientSide {
     /// `n` bytes of the early body went up.
     fn consume_early(&mut self, n: usize);
 
+    /// Receives the request body, up to `up_to` bytes of it, before a server is picked (the
+    /// pool's `request_buffer`: buffering/); the rest, if any, streams as without. A budget
+    /// (`buffer_memory`) with no room leaves the body to stream, counted. `Err`: the client
+    /// failed to send it.
+    fn hold_body(&mut self, up_to: u64) -> impl Future<Output = Result<(), BodyRefused>> + Send;
+
     /// The body source and the response sink, to be driven at once.
     fn split(&mut self) -> (&mut Self::Body, &mut Self::Sink);
 
@@ -78,6 +84,27 @@ pub(crate) trait ClientSide {
 
     /// The last response went out held back for the FIN (the connection closes after it).
     fn held_for_close(&mut self, held: bool);
+}
+
+/// Why a request body could not be received: the client's failure, answered with `status` (0:
+/// the client went away, nobody to answer); never a server's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BodyRefused {
+    pub status: u16,
+    pub why: &'static str,
+}
+
+impl BodyRefused {
+    /// The client closed or reset before its body was in.
+    pub(crate) const GONE: BodyRefused = BodyRefused {
+        status: 0,
+        why: "client closed during the request body",
+    };
+    /// Nothing came for the idle timeout.
+    pub(crate) const LATE: BodyRefused = BodyRefused {
+        status: 408,
+        why: "request body not received in time",
+    };
 }
 
 /// Who sent a request, as the server is told.

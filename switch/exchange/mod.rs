@@ -189,6 +189,30 @@ pub(crate) async fn serve<C: ClientSide>(
         } => (pool, edits, would_limit),
         policy::Step::Answered(outcome) => return outcome,
     };
+    // The pool's `request_buffer`: the body comes in before a server is picked.
+    let up_to = cx.generation.pools[pool_index].config.request_buffer;
+    if up_to > 0 && client.request().0.has_body() {
+        if let Err(refused) = client.hold_body(up_to).await {
+            client.release_head();
+            let mut outcome = match refused.status {
+                0 => Outcome::local(0, 0, false, Some(pool_index)),
+                status => {
+                    let why = refused.why;
+                    answer_locally(
+                        &cx,
+                        &mut client,
+                        &mut work.out,
+                        status,
+                        why,
+                        Some(pool_index),
+                    )
+                    .await
+                }
+            };
+            outcome.limited = would_limit;
+            return outcome;
+        }
+    }
     let mut exchange = Exchange {
         picker: Picker::new(cx, pool_index, tried),
         client,

@@ -155,7 +155,8 @@ fn changed_settings(running: &SwitchSettings, file: &SwitchSettings) -> Vec<Stri
         connect_attempts,
         server_idle_max,
         server_idle_timeout,
-        cpu_affinity
+        cpu_affinity,
+        buffer_memory
     );
     changed
 }

@@ -1,6 +1,7 @@
 //! The counters and states of every service, pool and server, read at once: what tests,
 //! `tcpvs list`, `/stats`, `/metrics` and the monitor page show.
 
+use crate::buffering::BufferMemory;
 use crate::config::health::CheckKind;
 use crate::state::generation::{Generation, Service};
 use crate::state::pool::Pool;
@@ -19,7 +20,7 @@ use tcpvs_modules::ServerState;
 ///
 /// `clients` is read last: a connection is counted in it before its service counts it
 /// `accepted` (listener.rs), so a snapshot that shows a connection accepted shows it open too.
-pub fn take(generation: &Generation, clients: &AtomicUsize) -> Snapshot {
+pub fn take(generation: &Generation, clients: &AtomicUsize, buffers: &BufferMemory) -> Snapshot {
     let services = generation.services.iter().map(service_snapshot).collect();
     let mut pools = Vec::with_capacity(generation.pools.len());
     let mut servers = Vec::new();
@@ -49,6 +50,8 @@ pub fn take(generation: &Generation, clients: &AtomicUsize) -> Snapshot {
     Snapshot {
         generation: generation.number,
         clients: clients.load(Ordering::Relaxed),
+        buffered_bytes: buffers.in_use(),
+        buffer_fallbacks: buffers.fallbacks(),
         services,
         pools,
         servers,
@@ -189,6 +192,10 @@ pub struct Snapshot {
     pub generation: u64,
     /// Client connections open right now.
     pub clients: usize,
+    /// Bytes of request bodies buffered now (`request_buffer`, within `buffer_memory`).
+    pub buffered_bytes: u64,
+    /// Request bodies that streamed because `buffer_memory` was spent.
+    pub buffer_fallbacks: u64,
     pub services: Vec<ServiceSnapshot>,
     pub pools: Vec<PoolSnapshot>,
     /// Every pool's servers, in pool order.

@@ -5,13 +5,17 @@
 
 use super::parts::{self, Delivery};
 use crate::buffer::IoBuf;
+use crate::buffering::held::HeldBody;
 use crate::connection::proxy_header::write_proxy_header;
 use crate::connection::Connection;
 use crate::edge::client_stream::ClientStream;
 use crate::edge::proxy_protocol;
-use crate::exchange::client::{BodySource, ClientSide, Origin, ResponseEdit, ResponseSink};
+use crate::exchange::client::{
+    BodyRefused, BodySource, ClientSide, Origin, ResponseEdit, ResponseSink,
+};
 use crate::exchange::server::{RequestBodySink, ResponseSource};
 use crate::exchange::{Buffers, Context};
+use crate::http::part::BodyPart;
 use crate::http::rewrite::{
     add_field_to_head, client_connection, write_response_head, ClientConnection, ForwardedFor,
     Scheme,
@@ -21,7 +25,7 @@ use crate::http::{BodyFraming, RequestHead, ResponseHead, Version};
 use crate::relay::parts::PartFraming;
 use crate::relay::{tunnel, BodyRelay, ChunkedOutput, Meter, RelayError, RelaySettings, TunnelEnd};
 use crate::socket::Socket;
-use crate::stream::{send_all, write_all, Then, TimeLimit};
+use crate::stream::{send_all, write_all, write_all_parts, Then, TimeLimit};
 use crate::timeouts::Slot;
 use std::io;
 use std::net::SocketAddr;
@@ -32,9 +36,9 @@ const EARLY_BODY_BYTES: u64 = 64 * 1024;
 
 /// The connection's pieces an exchange borrows for one request.
 pub(in crate::connection) struct H1Client<'c> {
-    body: H1Body<'c>,
+    pub(super) body: H1Body<'c>,
     sink: H1Sink<'c>,
-    head: &'c mut RequestHead,
+    pub(super) head: &'c mut RequestHead,
     client_text: &'c ForwardedFor,
     peer: SocketAddr,
     destination: Option<SocketAddr>,
@@ -92,6 +96,7 @@ impl Connection {
                 stream: client,
                 inbuf,
                 scratch: chunk_scratch,
+                held: HeldBody::new(&shared.buffer_memory),
             },
             sink,
             head,
@@ -146,6 +151,11 @@ impl<'c> ClientSide for H1Client<'c> {
 
     fn consume_early(&mut self, n: usize) {
         self.body.inbuf.consume(n);
+    }
+
+    async fn hold_body(&mut self, up_to: u64) -> Result<(), BodyRefused> {
+        let idle = TimeLimit::Idle(self.sink.idle);
+        H1Client::hold_body(self, up_to, idle).await
     }
 
     fn split(&mut self) -> (&mut H1Body<'c>, &mut H1Sink<'c>) {
@@ -227,10 +237,13 @@ impl H1Client<'_> {
 
 /// The request body, read from the connection.
 pub(in crate::connection) struct H1Body<'c> {
-    stream: &'c ClientStream,
-    inbuf: &'c mut IoBuf,
+    pub(super) stream: &'c ClientStream,
+    pub(super) inbuf: &'c mut IoBuf,
     /// Re-framed chunks on their way to the server.
     scratch: &'c mut Vec<u8>,
+    /// The part of a body received before the server was picked (`request_buffer`:
+    /// buffer_body.rs); it goes first.
+    pub(super) held: HeldBody<'c>,
 }
 
 impl BodySource for H1Body<'_> {
@@ -243,11 +256,32 @@ impl BodySource for H1Body<'_> {
         relay: &RelaySettings,
         meter: &Meter,
     ) -> Result<(), RelayError> {
+        let limit = TimeLimit::Idle(relay.idle);
+        let held = self.held.len();
+        let framing = match framing {
+            BodyFraming::Length(n) if held > 0 => BodyFraming::Length(n - held),
+            other => other,
+        };
         let Some(server) = to.h1_wire() else {
-            let limit = TimeLimit::Idle(relay.idle);
+            for part in self.held.slices() {
+                to.send(BodyPart::Data(part)).await?;
+            }
+            meter.add(held);
+            self.held.release();
             let client = (self.stream, &mut *self.inbuf);
             return parts::upload(client, framing, to, limit, meter).await;
         };
+        if held > 0 {
+            // The held part in one write, right after the head.
+            write_all_parts(server, self.held.slices(), limit)
+                .await
+                .map_err(RelayError::Write)?;
+            meter.add(held);
+            self.held.release();
+            if framing == BodyFraming::Length(0) {
+                return Ok(());
+            }
+        }
         let mut body = BodyRelay {
             src: self.stream,
             buf: &mut *self.inbuf,

@@ -9,10 +9,11 @@ use super::error::h2_error;
 use super::request::{self, Refusal};
 use super::response::{send_answer, H2Sink};
 use crate::access_log;
+use crate::buffering::BufferLease;
 use crate::connection::proxy_header::destination_or_unknown;
 use crate::edge::proxy_protocol;
 use crate::exchange::account::{account, Outcome};
-use crate::exchange::client::{BodySource, ClientSide, Origin};
+use crate::exchange::client::{BodyRefused, BodySource, ClientSide, Origin};
 use crate::exchange::server::RequestBodySink;
 use crate::exchange::{self, Buffers, Context};
 use crate::http::part::{BodyPart, Trailers};
@@ -163,6 +164,9 @@ async fn serve(
                 body: H2Body {
                     recv: body,
                     scratch: Vec::new(),
+                    held: Vec::new(),
+                    lease: BufferLease::new(&cx.shared.buffer_memory),
+                    ended: false,
                 },
                 sink: H2Sink::new(respond, head.is_head),
             };
@@ -207,12 +211,12 @@ struct H2Client<'s> {
     head: &'s RequestHead,
     bytes: &'s [u8],
     link: &'s Link,
-    body: H2Body,
+    body: H2Body<'s>,
     sink: H2Sink,
 }
 
-impl ClientSide for H2Client<'_> {
-    type Body = H2Body;
+impl<'s> ClientSide for H2Client<'s> {
+    type Body = H2Body<'s>;
     type Sink = H2Sink;
 
     fn request(&self) -> (&RequestHead, &[u8]) {
@@ -240,7 +244,14 @@ impl ClientSide for H2Client<'_> {
 
     fn consume_early(&mut self, _n: usize) {}
 
-    fn split(&mut self) -> (&mut H2Body, &mut H2Sink) {
+    /// DATA received and its flow-control window given back, so that the client sends on,
+    /// until `up_to` bytes are held or the body ended.
+    async fn hold_body(&mut self, up_to: u64) -> Result<(), BodyRefused> {
+        let limit = TimeLimit::Idle(self.link.relay.idle);
+        self.body.hold(up_to, limit).await
+    }
+
+    fn split(&mut self) -> (&mut H2Body<'s>, &mut H2Sink) {
         (&mut self.body, &mut self.sink)
     }
 
@@ -269,13 +280,19 @@ impl ClientSide for H2Client<'_> {
 }
 
 /// The request body: the stream's DATA, then its trailers.
-pub(super) struct H2Body {
+pub(super) struct H2Body<'s> {
     recv: RecvStream,
     /// The trailers as field lines.
     scratch: Vec<u8>,
+    /// DATA received before the server was picked (`request_buffer`), which goes first.
+    held: Vec<Bytes>,
+    /// The budget (`buffer_memory`) those bytes take.
+    lease: BufferLease<'s>,
+    /// The body's DATA all came while it was held.
+    ended: bool,
 }
 
-impl BodySource for H2Body {
+impl BodySource for H2Body<'_> {
     async fn upload<U: RequestBodySink>(
         &mut self,
         to: &mut U,
@@ -287,7 +304,15 @@ impl BodySource for H2Body {
             return Ok(());
         }
         let limit = TimeLimit::Idle(relay.idle);
-        while let Some(data) = self.next_data(limit).await? {
+        for data in std::mem::take(&mut self.held) {
+            to.send(BodyPart::Data(&data[..])).await?;
+            meter.add(data.len() as u64);
+        }
+        self.lease.release();
+        while !self.ended {
+            let Some(data) = self.next_data(limit).await? else {
+                break;
+            };
             let n = data.len();
             if n == 0 {
                 continue;
@@ -306,7 +331,35 @@ impl BodySource for H2Body {
     }
 }
 
-impl H2Body {
+impl H2Body<'_> {
+    /// Holds DATA until `up_to` bytes are held or the body ended; each DATA's window goes back
+    /// to the client at once.
+    async fn hold(&mut self, up_to: u64, limit: TimeLimit) -> Result<(), BodyRefused> {
+        while self.lease.held() < up_to {
+            let data = match self.next_data(limit).await {
+                Ok(Some(data)) => data,
+                Ok(None) => {
+                    self.ended = true;
+                    return Ok(());
+                }
+                Err(RelayError::Read(e)) if e.kind() == io::ErrorKind::TimedOut => {
+                    return Err(BodyRefused::LATE)
+                }
+                Err(_) => return Err(BodyRefused::GONE),
+            };
+            let n = data.len();
+            let _ = self.recv.flow_control().release_capacity(n);
+            let taken = self.lease.grow(n as u64);
+            self.held.push(data);
+            if !taken {
+                // Kept (it is here already), but the rest streams.
+                self.lease.count_fallback();
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
     /// The next DATA of the stream; `None` at its end.
     async fn next_data(&mut self, limit: TimeLimit) -> Result<Option<Bytes>, RelayError> {
         let recv = &mut self.recv;

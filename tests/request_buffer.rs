@@ -1,0 +1,337 @@
+//! Request buffering (`[pool.NAME] request_buffer`, issue 46): a slow uploader holds the
+//! switch's memory, never a server's worker. The server here serves one connection at a time
+//! (a CGI server with one worker); uploaders that send half their body and stop would hold it
+//! without buffering, and every other client would wait behind them. The verdicts wait for
+//! events (answers, the statistics); nothing is decided by a timer.
+
+mod common;
+#[path = "common/h2.rs"]
+mod h2c;
+
+use bytes::Bytes;
+use common::*;
+use h2c::{request, H2};
+use std::net::SocketAddr;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A server with one worker: it takes one connection at a time, reads one request with its
+/// whole body (Content-Length or chunked), answers `LEN HASH` of the body it got and closes.
+async fn one_worker() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let Some(body) = read_request(&mut stream).await else {
+                continue;
+            };
+            let text = format!("{} {:016x}\n", body.len(), fnv(&body));
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                text.len()
+            );
+            let _ = stream.write_all(answer.as_bytes()).await;
+        }
+    });
+    (addr, task)
+}
+
+/// One request's body, as the server reads it (`None`: the connection broke first).
+async fn read_request(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut buf = Vec::new();
+    let end = loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+        read_more(stream, &mut buf).await?;
+    };
+    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+    let mut rest = buf.split_off(end);
+    if let Some(line) = head.lines().find(|l| l.starts_with("content-length:")) {
+        let length: usize = line["content-length:".len()..].trim().parse().ok()?;
+        while rest.len() < length {
+            read_more(stream, &mut rest).await?;
+        }
+        rest.truncate(length);
+        return Some(rest);
+    }
+    if head.contains("transfer-encoding: chunked") {
+        let mut body = Vec::new();
+        loop {
+            let Some(line_end) = rest.windows(2).position(|w| w == b"\r\n") else {
+                read_more(stream, &mut rest).await?;
+                continue;
+            };
+            let size =
+                usize::from_str_radix(std::str::from_utf8(&rest[..line_end]).ok()?, 16).ok()?;
+            if size == 0 {
+                return Some(body);
+            }
+            while rest.len() < line_end + 2 + size + 2 {
+                read_more(stream, &mut rest).await?;
+            }
+            body.extend_from_slice(&rest[line_end + 2..line_end + 2 + size]);
+            rest.drain(..line_end + 2 + size + 2);
+        }
+    }
+    Some(Vec::new())
+}
+
+async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<()> {
+    let mut chunk = [0u8; 16 * 1024];
+    match stream.read(&mut chunk).await {
+        Ok(0) | Err(_) => None,
+        Ok(n) => {
+            buf.extend_from_slice(&chunk[..n]);
+            Some(())
+        }
+    }
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The answer the server gives for `body`.
+fn echo_of(body: &[u8]) -> String {
+    format!("{} {:016x}\n", body.len(), fnv(body))
+}
+
+fn body_of(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
+}
+
+async fn switch_for(server: SocketAddr, pool: &str, settings: &str) -> tcpvs::Switch {
+    start_switch(
+        &format!(
+            r#"
+[switch]
+access_log = false
+{settings}
+[virtual.web]
+listen = "127.0.0.1:0"
+default_pool = "p"
+[pool.p]
+servers = [{{ addr = "{server}" }}]
+{pool}
+"#
+        ),
+        &[],
+    )
+    .await
+}
+
+/// A client that sends a POST's head and the first `sent` bytes of `body`, and waits.
+struct Stalled {
+    stream: TcpStream,
+    body: Vec<u8>,
+    sent: usize,
+}
+
+impl Stalled {
+    async fn start(addr: SocketAddr, body: Vec<u8>, sent: usize, extra: &str) -> Stalled {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "POST /upload HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: {}\r\n{extra}\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(&body[..sent]).await.unwrap();
+        Stalled { stream, body, sent }
+    }
+
+    /// Sends the rest and reads the answer.
+    async fn finish(mut self) -> (u16, String) {
+        self.stream
+            .write_all(&self.body[self.sent..])
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        tokio::time::timeout(PATIENCE, self.stream.read_to_end(&mut got))
+            .await
+            .expect("an answer within PATIENCE")
+            .unwrap();
+        let text = String::from_utf8_lossy(&got).into_owned();
+        let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+        (status, body)
+    }
+}
+
+/// A POST of `body` from a client of its own; its status and answer.
+async fn post(addr: SocketAddr, body: &[u8]) -> (u16, String) {
+    let stalled = Stalled::start(addr, body.to_vec(), 0, "").await;
+    stalled.finish().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_uploaders_do_not_hold_a_one_worker_server() {
+    let (server, task) = one_worker().await;
+    let switch = switch_for(server, r#"request_buffer = "256KiB""#, "").await;
+    let addr = switch.local_addr("web").unwrap();
+    // Five uploaders, 100 KB each, stop half-way (one 100-continue client among them).
+    let mut slow = Vec::new();
+    for i in 0..5u8 {
+        let extra = if i == 0 {
+            "Expect: 100-continue\r\n"
+        } else {
+            ""
+        };
+        let sent = if i == 0 { 0 } else { 50_000 };
+        slow.push(Stalled::start(addr, body_of(100_000, i), sent, extra).await);
+    }
+    // The 100-continue client is answered by the switch itself.
+    let mut interim = [0u8; 25];
+    slow[0].stream.read_exact(&mut interim).await.unwrap();
+    assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
+    wait_until(&switch, "the four half bodies held", |s| {
+        s.buffered_bytes >= 4 * 48 * 1024
+    })
+    .await;
+    // Honest clients meanwhile: served, by the one worker, byte for byte.
+    for i in 0..10u8 {
+        let body = body_of(3000 + usize::from(i) * 1000, 100 + i);
+        assert_eq!(post(addr, &body).await, (200, echo_of(&body)));
+    }
+    let mut honest = Client::connect(addr).await;
+    assert_eq!(honest.get("/").await.status, 200);
+    drop(honest);
+    assert_eq!(switch.stats().server(server).unwrap().requests, 11);
+    // The uploaders finish: their whole bodies reach the server, byte for byte.
+    for stalled in slow {
+        let expected = echo_of(&stalled.body);
+        assert_eq!(stalled.finish().await, (200, expected));
+    }
+    let snap = settle(&switch).await;
+    assert_eq!((snap.buffered_bytes, snap.buffer_fallbacks), (0, 0));
+    assert_eq!(snap.server(server).unwrap().requests, 16);
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_larger_than_the_buffer_goes_whole_and_in_order() {
+    let (server, task) = one_worker().await;
+    let switch = switch_for(server, r#"request_buffer = "20KiB""#, "").await;
+    let addr = switch.local_addr("web").unwrap();
+    // The first 20 KiB held, the rest streamed after them.
+    for len in [1, 20 * 1024, 20 * 1024 + 1, 300_000] {
+        let body = body_of(len, 7);
+        assert_eq!(
+            post(addr, &body).await,
+            (200, echo_of(&body)),
+            "{len} bytes"
+        );
+    }
+    // Chunked bodies are not held (yet): they stream as before.
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    client
+        .write_all(b"POST /c HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = String::new();
+    client.read_to_string(&mut got).await.unwrap();
+    assert!(got.ends_with(&echo_of(b"hello")), "{got}");
+    let snap = settle(&switch).await;
+    assert_eq!((snap.buffered_bytes, snap.buffer_fallbacks), (0, 0));
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_buffer_memory_bodies_stream_and_are_counted() {
+    let (server, task) = one_worker().await;
+    // Room for two buffers of 16 KiB.
+    let switch = switch_for(
+        server,
+        r#"request_buffer = "64KiB""#,
+        r#"buffer_memory = "32KiB""#,
+    )
+    .await;
+    let addr = switch.local_addr("web").unwrap();
+    let holding = Stalled::start(addr, body_of(40_000, 1), 20_000, "").await;
+    wait_until(&switch, "two buffers held", |s| {
+        s.buffered_bytes == 32 * 1024
+    })
+    .await;
+    // The next body finds the budget spent: it streams (and is served: the worker is free).
+    let body = body_of(10_000, 2);
+    assert_eq!(post(addr, &body).await, (200, echo_of(&body)));
+    assert_eq!(switch.stats().buffer_fallbacks, 1);
+    // The first body's rest does not fit either: it streams past its 32 KiB, counted too.
+    let expected = echo_of(&holding.body);
+    assert_eq!(holding.finish().await, (200, expected));
+    let snap = settle(&switch).await;
+    assert_eq!((snap.buffered_bytes, snap.buffer_fallbacks), (0, 2));
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_stops_while_held_is_the_clients_408_and_no_server_is_asked() {
+    let (server, task) = one_worker().await;
+    let switch = switch_for(
+        server,
+        r#"request_buffer = "64KiB""#,
+        r#"idle_timeout = "300ms""#,
+    )
+    .await;
+    let addr = switch.local_addr("web").unwrap();
+    let mut stalled = Stalled::start(addr, body_of(10_000, 3), 4000, "").await;
+    let mut got = Vec::new();
+    tokio::time::timeout(PATIENCE, stalled.stream.read_to_end(&mut got))
+        .await
+        .expect("answered within PATIENCE")
+        .unwrap();
+    assert!(
+        got.starts_with(b"HTTP/1.1 408 "),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    let snap = settle(&switch).await;
+    let counted = snap.server(server).unwrap();
+    assert_eq!((counted.requests, counted.response_errors), (0, 0));
+    assert_eq!(snap.buffered_bytes, 0);
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_upload_is_held_too() {
+    let (server, task) = one_worker().await;
+    let switch = switch_for(server, r#"request_buffer = "256KiB""#, "").await;
+    let addr = switch.local_addr("web").unwrap();
+    let mut h2 = H2::plain(addr).await;
+    let body = body_of(60_000, 9);
+    let length = body.len().to_string();
+    let (response, mut upload) = h2
+        .streams()
+        .open_stalled(request("POST", "t", "/h2", &[("content-length", &length)]))
+        .await;
+    upload.reserve_capacity(30_000);
+    upload
+        .send_data(Bytes::copy_from_slice(&body[..30_000]), false)
+        .unwrap();
+    wait_until(&switch, "the half body held", |s| {
+        s.buffered_bytes >= 30_000
+    })
+    .await;
+    // Meanwhile the one worker serves others.
+    let other = body_of(5000, 10);
+    assert_eq!(post(addr, &other).await, (200, echo_of(&other)));
+    upload
+        .send_data(Bytes::copy_from_slice(&body[30_000..]), true)
+        .unwrap();
+    let response = response.await.expect("the answer");
+    assert_eq!(response.status(), 200);
+    let mut answer = response.into_body();
+    let mut text = Vec::new();
+    while let Some(data) = answer.data().await {
+        text.extend_from_slice(&data.unwrap());
+    }
+    assert_eq!(String::from_utf8_lossy(&text), echo_of(&body));
+    h2.abort().await;
+    let snap = settle(&switch).await;
+    assert_eq!(snap.buffered_bytes, 0);
+    task.abort();
+}
