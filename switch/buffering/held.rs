@@ -98,6 +98,9 @@ impl<'m> HeldBody<'m> {
 
     /// Gives the buffers back to the free lists and the bytes back to the budget.
     pub fn release(&mut self) {
+        if self.chunks.is_empty() {
+            return;
+        }
         for chunk in &mut self.chunks {
             chunk.consume(chunk.len());
             chunk.release();

@@ -84,7 +84,10 @@ impl<'m> BufferLease<'m> {
 
     /// Gives back everything held.
     pub fn release(&mut self) {
-        self.memory.give_back(std::mem::take(&mut self.held));
+        // Nothing held (every request that is not buffered): no write to the shared count.
+        if self.held > 0 {
+            self.memory.give_back(std::mem::take(&mut self.held));
+        }
     }
 
     /// A body found the budget spent and streams without (the rest of) its buffer.
@@ -95,7 +98,7 @@ impl<'m> BufferLease<'m> {
 
 impl Drop for BufferLease<'_> {
     fn drop(&mut self) {
-        self.memory.give_back(self.held);
+        self.release();
     }
 }
 

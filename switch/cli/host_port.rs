@@ -6,7 +6,7 @@
 //! is sent; names are looked up when the verb runs, and a name that does not resolve is an
 //! error of the verb (exit 1), said in words.
 
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use tcpvs::admin::client::Address;
 
@@ -40,7 +40,8 @@ impl std::str::FromStr for HostPort {
             return nonzero_port(text, addr.port()).map(|()| HostPort::Literal(addr));
         }
         let (host, port) = text.rsplit_once(':').ok_or_else(expected)?;
-        if looks_like_ip(host) || !is_host_name(host) {
+        // The rule files draw the same line between names and IP literals.
+        if !tcpvs::config::is_resolvable_name(host) {
             return Err(expected());
         }
         if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
@@ -140,34 +141,6 @@ impl AdminAddress {
             AdminAddress::Unix(path) => Ok(Address::Unix(path.clone())),
         }
     }
-}
-
-/// An IP literal, or what can only have been meant as one (`300.1.1.1`, `10.1`): never handed
-/// to the resolver, which reads some of these its own way (`10.1` as 10.0.0.1). The rule
-/// files draw the same line.
-fn looks_like_ip(host: &str) -> bool {
-    host.parse::<IpAddr>().is_ok()
-        || host.contains(':')
-        || host.starts_with('[')
-        || host
-            .trim_end_matches('.')
-            .rsplit('.')
-            .next()
-            .is_some_and(|last| !last.is_empty() && last.bytes().all(|b| b.is_ascii_digit()))
-}
-
-/// A host name: dot-separated labels of letters, digits, `-` and `_` (1 to 63 each, 253 in
-/// all), an optional final dot.
-fn is_host_name(host: &str) -> bool {
-    let name = host.strip_suffix('.').unwrap_or(host);
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            (1..=63).contains(&label.len())
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        })
 }
 
 #[cfg(test)]

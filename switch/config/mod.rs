@@ -17,6 +17,7 @@ mod rate_limits;
 mod raw;
 pub mod scheduler;
 mod server_addr;
+pub use server_addr::is_resolvable_name;
 mod services;
 pub mod units;
 mod walk;

@@ -76,6 +76,13 @@ pub(super) fn parse(text: &str) -> Result<Written<'_>, String> {
     }
 }
 
+/// Whether `host` is a name for the resolver, as a rule file's server address may give one: a
+/// host name, and nothing that could be meant as an IP literal (the admin verbs take servers
+/// by the same rule).
+pub fn is_resolvable_name(host: &str) -> bool {
+    !looks_like_ip(host) && is_host_name(host)
+}
+
 /// The port of `HOST:PORT` when it is a whole number above 65535 (`127.0.0.1:70000`,
 /// `[::1]:123456`, `app:65536`): an address whose only fault is its port, said in those words
 /// rather than "expected IP:PORT", which sends the reader looking at the rest.
