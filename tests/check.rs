@@ -317,6 +317,13 @@ fn each_error_names_file_line_and_column() {
             "buffer_memory cannot be negative",
         ),
         (
+            "min_body_rate not a rate",
+            "workers = 2",
+            "workers = 2\nmin_body_rate = \"fast\"",
+            "\"fast\"",
+            "invalid rate \"fast\": expected bytes a second",
+        ),
+        (
             "unknown module option",
             "scheduler = \"rr\"",
             "scheduler = \"rr\"\nt_low = 3",

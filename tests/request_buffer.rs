@@ -18,22 +18,36 @@ use tokio::net::{TcpListener, TcpStream};
 /// A server with one worker: it takes one connection at a time, reads one request with its
 /// whole body (Content-Length or chunked), answers `LEN HASH` of the body it got and closes.
 async fn one_worker() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    echo_server(false).await
+}
+
+/// The same server, with one worker (`concurrent = false`) or a worker per connection.
+async fn echo_server(concurrent: bool) -> (SocketAddr, tokio::task::JoinHandle<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let Some(body) = read_request(&mut stream).await else {
-                continue;
-            };
-            let text = format!("{} {:016x}\n", body.len(), fnv(&body));
-            let answer = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
-                text.len()
-            );
-            let _ = stream.write_all(answer.as_bytes()).await;
+        while let Ok((stream, _)) = listener.accept().await {
+            let serve = answer_one(stream);
+            if concurrent {
+                tokio::spawn(serve);
+            } else {
+                serve.await;
+            }
         }
     });
     (addr, task)
+}
+
+async fn answer_one(mut stream: TcpStream) {
+    let Some(body) = read_request(&mut stream).await else {
+        return;
+    };
+    let text = format!("{} {:016x}\n", body.len(), fnv(&body));
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+        text.len()
+    );
+    let _ = stream.write_all(answer.as_bytes()).await;
 }
 
 /// One request's body, as the server reads it (`None`: the connection broke first).
@@ -334,4 +348,72 @@ async fn an_http2_upload_is_held_too() {
     let snap = settle(&switch).await;
     assert_eq!(snap.buffered_bytes, 0);
     task.abort();
+}
+
+/// Sends a POST of `body` in pieces of `piece` bytes, one every `pause` (it stops sending when
+/// the switch answers first); its status and answer.
+async fn trickle(
+    addr: SocketAddr,
+    body: Vec<u8>,
+    piece: usize,
+    pause: std::time::Duration,
+) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /slow HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let (mut reader, mut writer) = stream.into_split();
+    let sender = tokio::spawn(async move {
+        for part in body.chunks(piece) {
+            tokio::time::sleep(pause).await;
+            if writer.write_all(part).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(4 * PATIENCE, reader.read_to_end(&mut got)).await;
+    sender.abort();
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let answer = text.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (status, answer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_slower_than_min_body_rate_is_the_clients_408_held_or_not() {
+    use std::time::Duration;
+    // Held before the server is picked, then streamed to a server of many workers.
+    for (pool, concurrent) in [(r#"request_buffer = "64KiB""#, false), ("", true)] {
+        let (server, task) = echo_server(concurrent).await;
+        let switch = switch_for(server, pool, r#"min_body_rate = "1KiB/s""#).await;
+        let addr = switch.local_addr("web").unwrap();
+        // 200 bytes a second beside 4 KiB a second.
+        let slow = tokio::spawn(trickle(
+            addr,
+            body_of(8000, 1),
+            100,
+            Duration::from_millis(500),
+        ));
+        let honest_body = body_of(20_000, 2);
+        let expected = echo_of(&honest_body);
+        let honest = tokio::spawn(trickle(addr, honest_body, 1024, Duration::from_millis(250)));
+        let (status, _) = slow.await.unwrap();
+        assert_eq!(status, 408, "{pool}: the slow body is refused");
+        assert_eq!(
+            honest.await.unwrap(),
+            (200, expected),
+            "{pool}: the honest one served"
+        );
+        let snap = settle(&switch).await;
+        let counted = snap.server(server).unwrap();
+        assert_eq!(
+            (counted.state, counted.response_errors, snap.buffered_bytes),
+            (tcpvs::state::status::State::Up, 0, 0),
+            "{pool}: the server is not blamed"
+        );
+        task.abort();
+    }
 }

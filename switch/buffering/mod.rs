@@ -5,9 +5,11 @@
 //! `[switch] buffer_memory` ([`BufferMemory`]); a body that finds the budget spent streams as
 //! without a buffer, counted (`buffer_fallbacks`), never refused for it. A body is held in
 //! pooled 16 KiB buffers taken from and given back to the thread's free lists
-//! ([`held::HeldBody`]), never one allocation of its size.
+//! ([`held::HeldBody`]), never one allocation of its size. A body, held or not, that arrives
+//! slower than `[switch] min_body_rate` is the client's `408` ([`rate`]).
 
 pub mod held;
+pub mod rate;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -64,6 +64,9 @@ pub struct SwitchSettings {
     /// The most memory all request bodies buffered at once may take (`buffer_memory`); past
     /// it, bodies stream as without a buffer (counted as `buffer_fallbacks`).
     pub buffer_memory: u64,
+    /// A request body that arrives slower than this on average (bytes a second), after a
+    /// grace of 5 s, is the client's `408` (`min_body_rate`; 0: no floor).
+    pub min_body_rate: u64,
 }
 
 impl Default for SwitchSettings {
@@ -86,6 +89,7 @@ impl Default for SwitchSettings {
             server_idle_timeout: Duration::from_secs(30),
             cpu_affinity: CpuAffinity::Off,
             buffer_memory: 256 << 20,
+            min_body_rate: 0,
         }
     }
 }
@@ -432,6 +436,12 @@ fn build_switch(raw: Option<&RawSwitch>, file: &str, sink: &mut ErrorSink<'_>) -
     }
     read_access_log(raw, file, &mut s, sink);
     read_splice(raw, &mut s, sink);
+    if let Some(v) = &raw.min_body_rate {
+        match units::parse_rate(v.get_ref()) {
+            Ok(rate) => s.min_body_rate = rate,
+            Err(e) => sink.at(v.span(), e),
+        }
+    }
     if let Some(v) = &raw.cpu_affinity {
         match v.get_ref().as_str() {
             "off" => s.cpu_affinity = CpuAffinity::Off,

@@ -35,6 +35,7 @@ pub(crate) const SWITCH_KEYS: &[&str] = &[
     "server_idle_timeout",
     "cpu_affinity",
     "buffer_memory",
+    "min_body_rate",
 ];
 const ADMIN_KEYS: &[&str] = &["listen", "token", "token_file", "mode"];
 const SERVICE_KEYS: &[&str] = &[
@@ -122,6 +123,8 @@ pub(crate) struct RawSwitch {
     pub cpu_affinity: Option<Spanned<String>>,
     /// A number of bytes or a size string.
     pub buffer_memory: Option<Spanned<Scalar>>,
+    /// Bytes a second, as a string like "1KiB/s".
+    pub min_body_rate: Option<Spanned<String>>,
 }
 
 pub(crate) struct RawAdmin {
@@ -317,6 +320,7 @@ fn read_switch(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawSwitch {
         server_idle_timeout: t.duration("server_idle_timeout", sink),
         cpu_affinity: t.string("cpu_affinity", "\"off\" or \"auto\"", sink),
         buffer_memory: t.scalar("buffer_memory", sink),
+        min_body_rate: t.string("min_body_rate", "a rate like \"1KiB/s\"", sink),
     }
 }
 

@@ -49,9 +49,26 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("invalid size {text:?}: too large"))
 }
 
+/// Parses a rate of bytes a second: `"1KiB/s"`, `"512/s"`, or a size alone (`"1KiB"`: per
+/// second).
+pub fn parse_rate(text: &str) -> Result<u64, String> {
+    let size = text.trim().strip_suffix("/s").unwrap_or(text);
+    parse_size(size)
+        .map_err(|_| format!("invalid rate {text:?}: expected bytes a second, like \"1KiB/s\""))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("1KiB/s"), Ok(1024));
+        assert_eq!(parse_rate("512/s"), Ok(512));
+        assert_eq!(parse_rate("2KiB"), Ok(2048));
+        assert_eq!(parse_rate("0"), Ok(0));
+        assert!(parse_rate("fast").unwrap_err().contains("like \"1KiB/s\""));
+    }
 
     #[test]
     fn durations() {

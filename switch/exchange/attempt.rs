@@ -9,6 +9,7 @@ use super::failure::{body_incomplete, request_body_error, timeout_evidence, Exch
 use super::server::{HeadRead, ResponseSource, ServerSide};
 use super::Exchange;
 use crate::buffer::IoBuf;
+use crate::buffering::rate::within_rate;
 use crate::http::response::RequestKind;
 use crate::http::rewrite::RequestEdit;
 use crate::http::BodyFraming;
@@ -231,7 +232,9 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         let relay = self.picker.cx.relay;
         let (up, down) = side.split();
         let (body, sink) = self.client.split();
-        let upload = pin!(body.upload(up, sent.body_left, &relay, &meters.up));
+        let rate = self.picker.cx.shared.settings.min_body_rate;
+        let upload = body.upload(up, sent.body_left, &relay, &meters.up);
+        let upload = pin!(within_rate(upload, &meters.up, rate));
         let uploading = !matches!(sent.body_left, BodyFraming::Empty);
         let mut upload = Upload::new(upload, uploading, backend);
         let mut attempt = Attempt {

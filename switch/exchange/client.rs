@@ -53,7 +53,12 @@ pub(crate) trait ClientSide {
     /// pool's `request_buffer`: buffering/); the rest, if any, streams as without. A budget
     /// (`buffer_memory`) with no room leaves the body to stream, counted. `Err`: the client
     /// failed to send it.
-    fn hold_body(&mut self, up_to: u64) -> impl Future<Output = Result<(), BodyRefused>> + Send;
+    /// The bytes received count in `received`.
+    fn hold_body(
+        &mut self,
+        up_to: u64,
+        received: &Meter,
+    ) -> impl Future<Output = Result<(), BodyRefused>> + Send;
 
     /// The body source and the response sink, to be driven at once.
     fn split(&mut self) -> (&mut Self::Body, &mut Self::Sink);
@@ -104,6 +109,11 @@ impl BodyRefused {
     pub(crate) const LATE: BodyRefused = BodyRefused {
         status: 408,
         why: "request body not received in time",
+    };
+    /// It came slower than `min_body_rate`.
+    pub(crate) const TOO_SLOW: BodyRefused = BodyRefused {
+        status: 408,
+        why: "request body slower than min_body_rate",
     };
 }
 

@@ -24,7 +24,7 @@ pub(crate) mod route;
 pub(crate) mod server;
 
 use account::Outcome;
-use client::ClientSide;
+use client::{BodyRefused, ClientSide};
 use failure::{short_reason, ExchangeError, Side, Verdict};
 
 use crate::buffer::IoBuf;
@@ -192,7 +192,13 @@ pub(crate) async fn serve<C: ClientSide>(
     // The pool's `request_buffer`: the body comes in before a server is picked.
     let up_to = cx.generation.pools[pool_index].config.request_buffer;
     if up_to > 0 && client.request().0.has_body() {
-        if let Err(refused) = client.hold_body(up_to).await {
+        let received = crate::relay::Meter::default();
+        let rate = cx.shared.settings.min_body_rate;
+        let held = tokio::select! {
+            held = client.hold_body(up_to, &received) => held,
+            () = crate::buffering::rate::too_slow(&received, rate) => Err(BodyRefused::TOO_SLOW),
+        };
+        if let Err(refused) = held {
             client.release_head();
             let mut outcome = match refused.status {
                 0 => Outcome::local(0, 0, false, Some(pool_index)),

@@ -156,7 +156,8 @@ fn changed_settings(running: &SwitchSettings, file: &SwitchSettings) -> Vec<Stri
         server_idle_max,
         server_idle_timeout,
         cpu_affinity,
-        buffer_memory
+        buffer_memory,
+        min_body_rate
     );
     changed
 }

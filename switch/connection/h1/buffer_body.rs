@@ -8,6 +8,7 @@
 use super::client::H1Client;
 use crate::exchange::client::BodyRefused;
 use crate::http::{BodyFraming, RequestHead};
+use crate::relay::Meter;
 use crate::stream::{wait, Io, TimeLimit};
 use std::io;
 
@@ -21,6 +22,7 @@ impl H1Client<'_> {
         &mut self,
         up_to: u64,
         idle: TimeLimit,
+        received: &Meter,
     ) -> Result<(), BodyRefused> {
         let BodyFraming::Length(length) = self.head.framing else {
             return Ok(());
@@ -37,17 +39,23 @@ impl H1Client<'_> {
             return Ok(());
         }
         self.body.inbuf.truncate(head_len);
+        received.add(here);
         if expects_continue(self.head, self.body.inbuf.filled()) {
             crate::stream::write_all(self.body.stream, CONTINUE, idle)
                 .await
                 .map_err(|_| gone())?;
         }
-        self.receive(want, idle).await
+        self.receive(want, idle, received).await
     }
 
     /// Reads from the client into the held body until it holds `want` bytes (never past the
     /// body: what follows is the next request's).
-    async fn receive(&mut self, want: u64, idle: TimeLimit) -> Result<(), BodyRefused> {
+    async fn receive(
+        &mut self,
+        want: u64,
+        idle: TimeLimit,
+        received: &Meter,
+    ) -> Result<(), BodyRefused> {
         let stream = self.body.stream;
         let held = &mut self.body.held;
         while held.len() < want {
@@ -65,6 +73,7 @@ impl H1Client<'_> {
                 Ok(n) => {
                     chunk.fill(n);
                     held.filled(n);
+                    received.add(n as u64);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     match wait(stream.readable(), idle).await {

@@ -153,9 +153,9 @@ impl<'c> ClientSide for H1Client<'c> {
         self.body.inbuf.consume(n);
     }
 
-    async fn hold_body(&mut self, up_to: u64) -> Result<(), BodyRefused> {
+    async fn hold_body(&mut self, up_to: u64, received: &Meter) -> Result<(), BodyRefused> {
         let idle = TimeLimit::Idle(self.sink.idle);
-        H1Client::hold_body(self, up_to, idle).await
+        H1Client::hold_body(self, up_to, idle, received).await
     }
 
     fn split(&mut self) -> (&mut H1Body<'c>, &mut H1Sink<'c>) {

@@ -246,9 +246,9 @@ impl<'s> ClientSide for H2Client<'s> {
 
     /// DATA received and its flow-control window given back, so that the client sends on,
     /// until `up_to` bytes are held or the body ended.
-    async fn hold_body(&mut self, up_to: u64) -> Result<(), BodyRefused> {
+    async fn hold_body(&mut self, up_to: u64, received: &Meter) -> Result<(), BodyRefused> {
         let limit = TimeLimit::Idle(self.link.relay.idle);
-        self.body.hold(up_to, limit).await
+        self.body.hold(up_to, limit, received).await
     }
 
     fn split(&mut self) -> (&mut H2Body<'s>, &mut H2Sink) {
@@ -334,7 +334,12 @@ impl BodySource for H2Body<'_> {
 impl H2Body<'_> {
     /// Holds DATA until `up_to` bytes are held or the body ended; each DATA's window goes back
     /// to the client at once.
-    async fn hold(&mut self, up_to: u64, limit: TimeLimit) -> Result<(), BodyRefused> {
+    async fn hold(
+        &mut self,
+        up_to: u64,
+        limit: TimeLimit,
+        received: &Meter,
+    ) -> Result<(), BodyRefused> {
         while self.lease.held() < up_to {
             let data = match self.next_data(limit).await {
                 Ok(Some(data)) => data,
@@ -348,6 +353,7 @@ impl H2Body<'_> {
                 Err(_) => return Err(BodyRefused::GONE),
             };
             let n = data.len();
+            received.add(n as u64);
             let _ = self.recv.flow_control().release_capacity(n);
             let taken = self.lease.grow(n as u64);
             self.held.push(data);
