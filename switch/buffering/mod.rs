@@ -5,11 +5,13 @@
 //! `[switch] buffer_memory` ([`BufferMemory`]); a body that finds the budget spent streams as
 //! without a buffer, counted (`buffer_fallbacks`), never refused for it. A body is held in
 //! pooled 16 KiB buffers taken from and given back to the thread's free lists
-//! ([`held::HeldBody`]), never one allocation of its size. A body, held or not, that arrives
+//! ([`held::HeldBody`]), never one allocation of its size. Responses are read ahead of a slow
+//! client the same way, within the same budget (`response_buffer`: [`read_ahead`]). A body, held or not, that arrives
 //! slower than `[switch] min_body_rate` is the client's `408` ([`rate`]).
 
 pub mod held;
 pub mod rate;
+pub(crate) mod read_ahead;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -82,6 +84,15 @@ impl<'m> BufferLease<'m> {
 
     pub fn held(&self) -> u64 {
         self.held
+    }
+
+    /// Gives back `n` of the bytes held (or all, if it holds fewer).
+    pub fn shrink(&mut self, n: u64) {
+        let n = n.min(self.held);
+        if n > 0 {
+            self.held -= n;
+            self.memory.give_back(n);
+        }
     }
 
     /// Gives back everything held.

@@ -207,6 +207,9 @@ pub struct PoolConfig {
     /// Bytes of a request body received before a server is picked (`request_buffer`; 0: the
     /// body streams as it comes).
     pub request_buffer: u64,
+    /// Bytes of a response read ahead of a slow client (`response_buffer`; 0: the response
+    /// moves at the client's pace).
+    pub response_buffer: u64,
 }
 
 /// A checked rule file.

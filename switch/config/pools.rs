@@ -59,6 +59,8 @@ pub(super) fn build_pools(
             send_proxy,
             request_buffer: super::size_of(pool.request_buffer.as_ref(), "request_buffer", sink)
                 .unwrap_or(0),
+            response_buffer: super::size_of(pool.response_buffer.as_ref(), "response_buffer", sink)
+                .unwrap_or(0),
         };
         // Build the module once now, so an unknown name or a bad option is refused at load.
         let states = crate::config::scheduler::server_states(&config);

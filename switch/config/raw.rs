@@ -60,6 +60,7 @@ pub(crate) const POOL_KEYS: &[&str] = &[
     "slow_start",
     "send_proxy",
     "request_buffer",
+    "response_buffer",
     "health",
 ];
 const HEALTH_KEYS: &[&str] = &[
@@ -198,6 +199,8 @@ pub(crate) struct RawPool {
     pub send_proxy: Option<Spanned<String>>,
     /// A number of bytes or a size string.
     pub request_buffer: Option<Spanned<Scalar>>,
+    /// A number of bytes or a size string.
+    pub response_buffer: Option<Spanned<Scalar>>,
     pub health: Option<RawHealth>,
     /// In name order, as the module sees them.
     pub options: Vec<(Spanned<String>, Spanned<Scalar>)>,
@@ -425,6 +428,7 @@ fn read_pool(name: &str, t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawPool
         slow_start: t.duration("slow_start", sink),
         send_proxy: t.string("send_proxy", "\"v1\" or \"v2\"", sink),
         request_buffer: t.scalar("request_buffer", sink),
+        response_buffer: t.scalar("response_buffer", sink),
         health: t
             .table(
                 "health",

@@ -10,6 +10,7 @@ use super::server::{HeadRead, ResponseSource, ServerSide};
 use super::Exchange;
 use crate::buffer::IoBuf;
 use crate::buffering::rate::within_rate;
+use crate::buffering::BufferMemory;
 use crate::http::response::RequestKind;
 use crate::http::rewrite::RequestEdit;
 use crate::http::BodyFraming;
@@ -71,6 +72,8 @@ pub(super) struct Attempt<'x, S, R> {
     pub relay: RelaySettings,
     /// What the response gets besides the server's fields.
     pub response_edit: ResponseEdit<'x>,
+    /// The pool's `response_buffer`, and the budget it is charged to.
+    pub read_ahead: (u64, &'x BufferMemory),
 }
 
 /// The request body on its way up, polled beside the response.
@@ -247,6 +250,10 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
                 field: self.response_field.as_ref(),
                 headers: self.edits.and_then(|e| e.response_headers.as_ref()),
             },
+            read_ahead: (
+                self.picker.pool.config.response_buffer,
+                &self.picker.cx.shared.buffer_memory,
+            ),
         };
         attempt
             .await_response_head(&mut upload, sent.answered, &meters.up)

@@ -9,7 +9,7 @@
 //! at once: the body goes up while the response head is awaited and while the response comes
 //! down (full duplex).
 
-use super::server::{RequestBodySink, ResponseSource};
+use super::server::{RequestBodySink, ResponseBody};
 use super::Buffers;
 use crate::edge::proxy_protocol;
 use crate::http::rewrite::Scheme;
@@ -173,7 +173,7 @@ pub(crate) trait ResponseSink {
 
     /// Sends the head in `out` and then the body from the server side `from`; the body bytes
     /// count in `meter`.
-    fn relay_body<R: ResponseSource>(
+    fn relay_body<R: ResponseBody>(
         &mut self,
         from: &mut R,
         out: &mut Vec<u8>,

@@ -8,6 +8,8 @@ use super::client::{ClientSide, ResponseSink};
 use super::failure::{ExchangeError, Side};
 use super::server::ResponseSource;
 use super::Exchange;
+use crate::buffering::read_ahead::{Drain, ReadAhead};
+use crate::http::BodyFraming;
 use crate::relay::{Meter, RelayError};
 use crate::socket::Socket;
 use crate::state::pool::Lease;
@@ -33,9 +35,7 @@ impl<S: ResponseSink, R: ResponseSource> Attempt<'_, S, R> {
         let head_bytes = self.out.len() as u64;
         // The answer comes down at the client's pace, holding the server.
         let _download_mark = self.backend.stats.relaying();
-        let mut download = pin!(self
-            .sink
-            .relay_body(self.source, self.out, &self.relay, meter));
+        let mut download = pin!(self.deliver(meter));
         let relayed = loop {
             tokio::select! {
                 biased;
@@ -47,6 +47,40 @@ impl<S: ResponseSink, R: ResponseSource> Attempt<'_, S, R> {
             }
         };
         (keep_client, head_bytes, relayed)
+    }
+}
+
+impl<S: ResponseSink, R: ResponseSource> Attempt<'_, S, R> {
+    /// The body to the client's sink: from the server side as it comes, or read ahead of the
+    /// client up to the pool's `response_buffer` (buffering/read_ahead.rs), when the body fits
+    /// in it or its length is unknown; a larger body of known length moves at the client's
+    /// pace as before (spliced from the threshold up).
+    async fn deliver(&mut self, meter: &Meter) -> Result<(), RelayError> {
+        let (limit, memory) = self.read_ahead;
+        let fits = match self.source.head().0.framing {
+            BodyFraming::Empty => false,
+            BodyFraming::Length(n) => n <= limit,
+            BodyFraming::Chunked | BodyFraming::UntilClose => true,
+        };
+        if limit == 0 || !fits {
+            return self
+                .sink
+                .relay_body(self.source, self.out, &self.relay, meter)
+                .await;
+        }
+        let ahead = ReadAhead::new(limit, memory);
+        let mut drain = Drain::new(&ahead);
+        let mut fill = pin!(ahead.fill(self.source));
+        let mut relay = pin!(self
+            .sink
+            .relay_body(&mut drain, self.out, &self.relay, meter));
+        let mut filled = false;
+        loop {
+            tokio::select! {
+                relayed = &mut relay => return relayed,
+                () = &mut fill, if !filled => filled = true,
+            }
+        }
     }
 }
 

@@ -56,8 +56,8 @@ pub(crate) trait ServerSide: Send {
     fn split(&mut self) -> (&mut Self::Up, &mut Self::Down);
 }
 
-/// The response, from the server.
-pub(crate) trait ResponseSource: Send {
+/// The response, from the server: its head, then its body.
+pub(crate) trait ResponseSource: ResponseBody {
     /// Reads until a response head is in: an interim one (pass it on, then read again) or the
     /// final one. The server may be silent for the idle timeout at most, counting only time in
     /// which the request body (`uploaded`) did not move either.
@@ -69,7 +69,11 @@ pub(crate) trait ResponseSource: Send {
     /// The response head read last, and the bytes its spans index (valid until the body is
     /// read).
     fn head(&self) -> (&ResponseHead, &[u8]);
+}
 
+/// A response body, as a sink takes it: from the server side, or from what the switch read
+/// ahead of a slow client (buffering/read_ahead.rs).
+pub(crate) trait ResponseBody: Send {
     /// The next part of the response body, as its head framed it. A close before the body's
     /// end is [`RelayError::Truncated`].
     fn next_part(&mut self) -> impl Future<Output = Result<BodyPart<'_>, RelayError>> + Send;

@@ -13,7 +13,7 @@ use crate::edge::proxy_protocol;
 use crate::exchange::client::{
     BodyRefused, BodySource, ClientSide, Origin, ResponseEdit, ResponseSink,
 };
-use crate::exchange::server::{RequestBodySink, ResponseSource};
+use crate::exchange::server::{RequestBodySink, ResponseBody};
 use crate::exchange::{Buffers, Context};
 use crate::http::part::BodyPart;
 use crate::http::rewrite::{
@@ -376,7 +376,7 @@ impl ResponseSink for H1Sink<'_> {
     /// Sends the response head in `out` and then the body, as its framing says: from an
     /// HTTP/1 server over a plain socket as it came (spliced from the threshold up), else part
     /// by part.
-    async fn relay_body<R: ResponseSource>(
+    async fn relay_body<R: ResponseBody>(
         &mut self,
         from: &mut R,
         out: &mut Vec<u8>,

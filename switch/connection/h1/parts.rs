@@ -5,7 +5,7 @@
 
 use crate::buffer::IoBuf;
 use crate::edge::client_stream::ClientStream;
-use crate::exchange::server::{RequestBodySink, ResponseSource};
+use crate::exchange::server::{RequestBodySink, ResponseBody};
 use crate::http::part::BodyPart;
 use crate::http::BodyFraming;
 use crate::relay::parts::{put_part, PartFraming, PartReader};
@@ -53,7 +53,7 @@ pub(super) struct Delivery {
 /// the head count in `meter`.
 pub(super) async fn download(
     client: &ClientStream,
-    from: &mut impl ResponseSource,
+    from: &mut impl ResponseBody,
     out: &mut Vec<u8>,
     delivery: Delivery,
     meter: &Meter,
@@ -105,7 +105,7 @@ mod tests {
         next: usize,
     }
 
-    impl ResponseSource for Scripted {
+    impl crate::exchange::server::ResponseSource for Scripted {
         async fn read_head(&mut self, _uploaded: &Meter) -> Result<HeadRead, ExchangeError> {
             Ok(HeadRead::Final)
         }
@@ -113,7 +113,9 @@ mod tests {
         fn head(&self) -> (&ResponseHead, &[u8]) {
             (&self.head, &[])
         }
+    }
 
+    impl ResponseBody for Scripted {
         async fn next_part(&mut self) -> Result<BodyPart<'_>, RelayError> {
             let part = self.parts.get(self.next).copied().unwrap_or(BodyPart::End);
             self.next += 1;

@@ -11,7 +11,7 @@
 
 use super::error::h2_error;
 use crate::exchange::client::{ResponseEdit, ResponseSink};
-use crate::exchange::server::ResponseSource;
+use crate::exchange::server::ResponseBody;
 use crate::http::chunked::may_be_trailer;
 use crate::http::fields::{with_controls_as_spaces, FieldRole};
 use crate::http::part::{BodyPart, Trailers};
@@ -178,7 +178,7 @@ impl ResponseSink for H2Sink {
     /// Sends the head, then the body part by part: data gathered up to
     /// [`CHUNK_SEND_BYTES`] while more is already here, the last data with the end of the
     /// stream when nothing follows it, trailers as a trailing HEADERS.
-    async fn relay_body<R: ResponseSource>(
+    async fn relay_body<R: ResponseBody>(
         &mut self,
         from: &mut R,
         _out: &mut Vec<u8>,

@@ -9,7 +9,9 @@ mod response_head;
 
 use crate::buffer::IoBuf;
 use crate::exchange::failure::ExchangeError;
-use crate::exchange::server::{H1Wire, HeadRead, RequestBodySink, ResponseSource, ServerSide};
+use crate::exchange::server::{
+    H1Wire, HeadRead, RequestBodySink, ResponseBody, ResponseSource, ServerSide,
+};
 use crate::http::part::BodyPart;
 use crate::http::response::RequestKind;
 use crate::http::{BodyFraming, ResponseHead};
@@ -143,7 +145,9 @@ impl ResponseSource for H1Download<'_> {
     fn head(&self) -> (&ResponseHead, &[u8]) {
         (self.response, self.buf.filled())
     }
+}
 
+impl ResponseBody for H1Download<'_> {
     async fn next_part(&mut self) -> Result<BodyPart<'_>, RelayError> {
         let limit = TimeLimit::Idle(self.request.idle);
         self.body.next_part(self.socket, self.buf, limit).await

@@ -1,0 +1,184 @@
+//! Response buffering (`[pool.NAME] response_buffer`, issue 46): a client that reads its answer
+//! slowly holds the switch's memory, never the server's worker. The server here has one worker
+//! (one connection at a time); clients with small receive buffers ask for 16 MiB, more than
+//! the kernel's socket buffers on the way hold, and stop reading after the head. Without read-ahead the worker stays stuck
+//! writing to the first of them and every other client waits. The verdicts wait for events;
+//! nothing is decided by a timer.
+
+mod common;
+#[path = "common/h2.rs"]
+mod h2c;
+
+use common::*;
+use h2c::{request, H2};
+use std::net::SocketAddr;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+/// What `/big` and `/chunked` answer.
+const BIG: usize = 16 << 20;
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(13) ^ (i >> 12) as u8)
+        .collect()
+}
+
+/// One worker: `/big` is [`BIG`] bytes by Content-Length, `/chunked` the
+/// same bytes chunked, anything else `small\n`; each answer closes its connection.
+async fn one_worker() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let body = pattern(BIG);
+    let task = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut head = Vec::new();
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let mut chunk = [0u8; 4096];
+                match stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let _ = answer(&mut stream, &head, &body).await;
+        }
+    });
+    (addr, task)
+}
+
+async fn answer(stream: &mut TcpStream, head: &[u8], body: &[u8]) -> std::io::Result<()> {
+    if head.starts_with(b"GET /big ") {
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {BIG}\r\nConnection: close\r\n\r\n");
+        stream.write_all(head.as_bytes()).await?;
+        return stream.write_all(body).await;
+    }
+    if head.starts_with(b"GET /chunked ") {
+        let head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+        stream.write_all(head.as_bytes()).await?;
+        for piece in body.chunks(60_000) {
+            stream
+                .write_all(format!("{:x}\r\n", piece.len()).as_bytes())
+                .await?;
+            stream.write_all(piece).await?;
+            stream.write_all(b"\r\n").await?;
+        }
+        return stream.write_all(b"0\r\nx-sum: done\r\n\r\n").await;
+    }
+    let small = "HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nsmall\n";
+    stream.write_all(small.as_bytes()).await
+}
+
+/// A client with a small receive buffer that asks for `path` and reads only the head.
+async fn slow_reader(addr: SocketAddr, path: &str) -> (TcpStream, Vec<u8>) {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let mut chunk = [0u8; 1024];
+        let n = stream.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "the head came");
+        got.extend_from_slice(&chunk[..n]);
+    }
+    (stream, got)
+}
+
+/// Reads the rest of a slow reader's answer; its body (decoded if chunked).
+async fn read_rest((mut stream, mut got): (TcpStream, Vec<u8>)) -> (String, Vec<u8>) {
+    // The hold is over: a usual receive buffer, to read the rest at a usual pace.
+    rustix::net::sockopt::set_socket_recv_buffer_size(&stream, 1 << 20).unwrap();
+    tokio::time::timeout(4 * PATIENCE, stream.read_to_end(&mut got))
+        .await
+        .expect("the rest within PATIENCE")
+        .unwrap();
+    let end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8_lossy(&got[..end]).into_owned();
+    let mut body = got.split_off(end);
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        body = dechunk(&body);
+    }
+    (head, body)
+}
+
+fn dechunk(mut wire: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    loop {
+        let line = wire.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size = usize::from_str_radix(std::str::from_utf8(&wire[..line]).unwrap(), 16).unwrap();
+        if size == 0 {
+            return body;
+        }
+        body.extend_from_slice(&wire[line + 2..line + 2 + size]);
+        wire = &wire[line + 2 + size + 2..];
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_readers_do_not_hold_a_one_worker_server() {
+    let (server, task) = one_worker().await;
+    let switch = start_switch(
+        r#"
+[switch]
+access_log = false
+[virtual.web]
+listen = "127.0.0.1:0"
+default_pool = "p"
+[pool.p]
+servers = [{ addr = "{server}" }]
+response_buffer = "20MiB"
+"#,
+        &[("server", server.to_string())],
+    )
+    .await;
+    let addr = switch.local_addr("web").unwrap();
+    let mut slow = Vec::new();
+    for path in ["/big", "/chunked", "/big"] {
+        slow.push(slow_reader(addr, path).await);
+    }
+    // An HTTP/2 client that reads nothing of its answer.
+    let mut h2 = H2::plain(addr).await;
+    let (response, _upload) = h2
+        .streams()
+        .open_stalled(request("GET", "t", "/big", &[]))
+        .await;
+    let stalled_h2 = response.await.expect("the head");
+    // Meanwhile the one worker serves the others.
+    for _ in 0..5 {
+        let served = tokio::time::timeout(PATIENCE, async {
+            let mut honest = Client::connect(addr).await;
+            honest.get("/small").await.text()
+        })
+        .await
+        .expect("an honest client served while slow readers hold their answers");
+        assert_eq!(served, "small\n");
+    }
+    assert!(
+        switch.stats().buffered_bytes > 1 << 20,
+        "answers read ahead"
+    );
+    // The slow readers then get their answers whole, byte for byte.
+    let expected = pattern(BIG);
+    for reader in slow {
+        let (head, body) = read_rest(reader).await;
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        assert!(body == expected, "{} bytes, not the {BIG} sent", body.len());
+    }
+    let mut stream = stalled_h2.into_body();
+    let mut got = Vec::new();
+    while let Some(data) = stream.data().await {
+        let data = data.unwrap();
+        let _ = stream.flow_control().release_capacity(data.len());
+        got.extend_from_slice(&data);
+    }
+    assert!(got == expected, "HTTP/2: {} bytes", got.len());
+    h2.abort().await;
+    let snap = settle(&switch).await;
+    assert_eq!((snap.buffered_bytes, snap.buffer_fallbacks), (0, 0));
+    assert_eq!(snap.server(server).unwrap().response_errors, 0);
+    task.abort();
+}
