@@ -36,20 +36,7 @@ pub(super) fn build_pools(
             .iter()
             .map(|(k, v, _)| (k.clone(), v.clone()))
             .collect();
-        let send_proxy = pool
-            .send_proxy
-            .as_ref()
-            .and_then(|v| match v.get_ref().as_str() {
-                "v1" => Some(crate::edge::proxy_protocol::Version::V1),
-                "v2" => Some(crate::edge::proxy_protocol::Version::V2),
-                other => {
-                    sink.at(
-                        v.span(),
-                        format!("`send_proxy`: expected \"v1\" or \"v2\", found \"{other}\""),
-                    );
-                    None
-                }
-            });
+        let send_proxy = send_proxy_of(pool, sink);
         let config = PoolConfig {
             name: name.clone(),
             scheduler,
@@ -57,10 +44,8 @@ pub(super) fn build_pools(
             servers,
             health: pool_health,
             send_proxy,
-            request_buffer: super::size_of(pool.request_buffer.as_ref(), "request_buffer", sink)
-                .unwrap_or(0),
-            response_buffer: super::size_of(pool.response_buffer.as_ref(), "response_buffer", sink)
-                .unwrap_or(0),
+            request_buffer: size_or_zero(pool.request_buffer.as_ref(), "request_buffer", sink),
+            response_buffer: size_or_zero(pool.response_buffer.as_ref(), "response_buffer", sink),
         };
         // Build the module once now, so an unknown name or a bad option is refused at load.
         let states = crate::config::scheduler::server_states(&config);
@@ -92,6 +77,30 @@ pub(super) fn build_pools(
         pools.push(config);
     }
     pools
+}
+
+/// `send_proxy`: the PROXY protocol version each server connection starts with.
+fn send_proxy_of(
+    pool: &RawPool,
+    sink: &mut ErrorSink<'_>,
+) -> Option<crate::edge::proxy_protocol::Version> {
+    let v = pool.send_proxy.as_ref()?;
+    match v.get_ref().as_str() {
+        "v1" => Some(crate::edge::proxy_protocol::Version::V1),
+        "v2" => Some(crate::edge::proxy_protocol::Version::V2),
+        other => {
+            sink.at(
+                v.span(),
+                format!("`send_proxy`: expected \"v1\" or \"v2\", found \"{other}\""),
+            );
+            None
+        }
+    }
+}
+
+/// A size key of the pool, 0 when absent (or wrong: reported).
+fn size_or_zero(v: Option<&Spanned<Scalar>>, key: &str, sink: &mut ErrorSink<'_>) -> u64 {
+    super::size_of(v, key, sink).unwrap_or(0)
 }
 
 /// The servers of a pool; one that has any error is left out, after all its errors are

@@ -189,34 +189,14 @@ pub(crate) async fn serve<C: ClientSide>(
         } => (pool, edits, would_limit),
         policy::Step::Answered(outcome) => return outcome,
     };
-    // The pool's `request_buffer`: the body comes in before a server is picked.
+    // The pool's `request_buffer`: the body comes in before a server is picked. Boxed: a
+    // request without it carries none of that step's state in its future.
     let up_to = cx.generation.pools[pool_index].config.request_buffer;
     if up_to > 0 && client.request().0.has_body() {
-        let received = crate::relay::Meter::default();
-        let rate = cx.shared.settings.min_body_rate;
-        let held = tokio::select! {
-            held = client.hold_body(up_to, &received) => held,
-            () = crate::buffering::rate::too_slow(&received, rate) => Err(BodyRefused::TOO_SLOW),
-        };
-        if let Err(refused) = held {
-            client.release_head();
-            let mut outcome = match refused.status {
-                0 => Outcome::local(0, 0, false, Some(pool_index)),
-                status => {
-                    let why = refused.why;
-                    answer_locally(
-                        &cx,
-                        &mut client,
-                        &mut work.out,
-                        status,
-                        why,
-                        Some(pool_index),
-                    )
-                    .await
-                }
-            };
-            outcome.limited = would_limit;
-            return outcome;
+        let held = Box::pin(hold_body(&cx, &mut client, work, (pool_index, up_to))).await;
+        if let Some(mut refused) = held {
+            refused.limited = would_limit;
+            return refused;
         }
     }
     let mut exchange = Exchange {
@@ -230,6 +210,29 @@ pub(crate) async fn serve<C: ClientSide>(
     let mut outcome = exchange.run().await;
     outcome.limited = would_limit;
     outcome
+}
+
+/// Receives the request body up to `up_to` before a server of the pool is picked
+/// (buffering/), within `min_body_rate`; `Some`: the client failed to send it, and was answered.
+async fn hold_body<C: ClientSide>(
+    cx: &Context<'_>,
+    client: &mut C,
+    work: &mut Buffers,
+    (pool_index, up_to): (usize, u64),
+) -> Option<Outcome> {
+    let received = crate::relay::Meter::default();
+    let rate = cx.shared.settings.min_body_rate;
+    let held = tokio::select! {
+        held = client.hold_body(up_to, &received) => held,
+        () = crate::buffering::rate::too_slow(&received, rate) => Err(BodyRefused::TOO_SLOW),
+    };
+    let refused = held.err()?;
+    client.release_head();
+    let pool = Some(pool_index);
+    Some(match refused.status {
+        0 => Outcome::local(0, 0, false, pool),
+        status => answer_locally(cx, client, &mut work.out, status, refused.why, pool).await,
+    })
 }
 
 /// Routes the request on its normal path and applies the rule's policy: on to a pool (with

@@ -9,6 +9,7 @@ use super::failure::{ExchangeError, Side};
 use super::server::ResponseSource;
 use super::Exchange;
 use crate::buffering::read_ahead::{Drain, ReadAhead};
+use crate::buffering::BufferMemory;
 use crate::http::BodyFraming;
 use crate::relay::{Meter, RelayError};
 use crate::socket::Socket;
@@ -68,6 +69,17 @@ impl<S: ResponseSink, R: ResponseSource> Attempt<'_, S, R> {
                 .relay_body(self.source, self.out, &self.relay, meter)
                 .await;
         }
+        // Boxed: an answer that is not read ahead carries none of its state.
+        Box::pin(self.read_ahead(meter, limit, memory)).await
+    }
+
+    /// The body read ahead of the client, up to `limit` bytes, charged to `memory`.
+    async fn read_ahead(
+        &mut self,
+        meter: &Meter,
+        limit: u64,
+        memory: &BufferMemory,
+    ) -> Result<(), RelayError> {
         let ahead = ReadAhead::new(limit, memory);
         let mut drain = Drain::new(&ahead);
         let mut fill = pin!(ahead.fill(self.source));
