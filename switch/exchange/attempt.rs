@@ -171,7 +171,10 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         let mut response = std::mem::take(&mut self.work.response);
         let mut side = H1Server::new(&server, &mut buf, &mut response, request);
         let meters = Meters::default();
-        let exchanged = self.exchange_on(lease, &mut side, request, &meters).await;
+        let exchanged = match self.send_on(lease, &mut side, request).await {
+            Ok(sent) => self.duplex(&mut side, backend, &sent, &meters).await,
+            Err(e) => Err(e),
+        };
         drop(side);
         self.work.server_buf = buf;
         self.work.response = response;
@@ -186,16 +189,14 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         }
     }
 
-    /// The head, with the body too when it is small and already here (one write); a PROXY
-    /// header first on a new connection of a `send_proxy` pool. Then the body and the
-    /// response, at once.
-    async fn exchange_on(
+    /// 1. The head goes up, with the body too when it is small and already here (one write);
+    ///    a PROXY header first on a new connection of a `send_proxy` pool.
+    async fn send_on(
         &mut self,
         lease: &Lease<'a>,
         side: &mut H1Server<'_>,
         request: H1Request,
-        meters: &Meters,
-    ) -> Result<Phase, ExchangeError> {
+    ) -> Result<Sent, ExchangeError> {
         let backend = lease.backend();
         // A pool with `send_proxy` starts each new connection with a PROXY header naming the
         // client; its connections serve that client only (never parked for reuse).
@@ -211,11 +212,10 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             .await?;
         self.client.consume_early(early.len());
         stats::bump(&backend.stats.requests);
-        let sent = Sent {
+        Ok(Sent {
             body_left: request.body_left,
             answered,
-        };
-        self.duplex(side, backend, &sent, meters).await
+        })
     }
 
     /// 2. The request body goes up while the response head is awaited: a server may answer

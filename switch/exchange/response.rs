@@ -36,41 +36,47 @@ impl<S: ResponseSink, R: ResponseSource> Attempt<'_, S, R> {
         let head_bytes = self.out.len() as u64;
         // The answer comes down at the client's pace, holding the server.
         let _download_mark = self.backend.stats.relaying();
-        let mut download = pin!(self.deliver(meter));
-        let relayed = loop {
-            tokio::select! {
-                biased;
-                relayed = &mut download => break relayed,
-                sent = &mut upload.future, if upload.running => {
-                    upload.ended();
-                    upload.complete = sent.is_ok();
+        // The download beside the upload, polled directly (no extra layer on the plain path).
+        macro_rules! beside_upload {
+            ($download:expr) => {{
+                let mut download = pin!($download);
+                loop {
+                    tokio::select! {
+                        biased;
+                        relayed = &mut download => break relayed,
+                        sent = &mut upload.future, if upload.running => {
+                            upload.ended();
+                            upload.complete = sent.is_ok();
+                        }
+                    }
                 }
+            }};
+        }
+        let relayed = match self.reads_ahead() {
+            None => beside_upload!(self
+                .sink
+                .relay_body(self.source, self.out, &self.relay, meter)),
+            // Boxed: an answer that is not read ahead carries none of its state.
+            Some((limit, memory)) => {
+                beside_upload!(Box::pin(self.read_ahead(meter, limit, memory)))
             }
         };
         (keep_client, head_bytes, relayed)
     }
 }
 
-impl<S: ResponseSink, R: ResponseSource> Attempt<'_, S, R> {
-    /// The body to the client's sink: from the server side as it comes, or read ahead of the
-    /// client up to the pool's `response_buffer` (buffering/read_ahead.rs), when the body fits
-    /// in it or its length is unknown; a larger body of known length moves at the client's
-    /// pace as before (spliced from the threshold up).
-    async fn deliver(&mut self, meter: &Meter) -> Result<(), RelayError> {
+impl<'x, S: ResponseSink, R: ResponseSource> Attempt<'x, S, R> {
+    /// Whether the body is read ahead of the client, up to the pool's `response_buffer`
+    /// (buffering/read_ahead.rs): when it fits in it or its length is unknown. A larger body
+    /// of known length moves at the client's pace as before (spliced from the threshold up).
+    fn reads_ahead(&self) -> Option<(u64, &'x BufferMemory)> {
         let (limit, memory) = self.read_ahead;
         let fits = match self.source.head().0.framing {
             BodyFraming::Empty => false,
             BodyFraming::Length(n) => n <= limit,
             BodyFraming::Chunked | BodyFraming::UntilClose => true,
         };
-        if limit == 0 || !fits {
-            return self
-                .sink
-                .relay_body(self.source, self.out, &self.relay, meter)
-                .await;
-        }
-        // Boxed: an answer that is not read ahead carries none of its state.
-        Box::pin(self.read_ahead(meter, limit, memory)).await
+        (limit > 0 && fits).then_some((limit, memory))
     }
 
     /// The body read ahead of the client, up to `limit` bytes, charged to `memory`.

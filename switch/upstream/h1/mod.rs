@@ -138,8 +138,12 @@ pub(crate) struct H1Download<'x> {
 }
 
 impl ResponseSource for H1Download<'_> {
-    async fn read_head(&mut self, uploaded: &Meter) -> Result<HeadRead, ExchangeError> {
-        self.read_response_head(uploaded).await
+    fn read_head(
+        &mut self,
+        uploaded: &Meter,
+    ) -> impl std::future::Future<Output = Result<HeadRead, ExchangeError>> + Send {
+        // The inherent method's own future: no layer of its own around it.
+        self.read_response_head(uploaded)
     }
 
     fn head(&self) -> (&ResponseHead, &[u8]) {
