@@ -22,10 +22,12 @@ use tokio::sync::Notify;
 /// What was read ahead and not yet taken by the client's side.
 #[derive(Debug)]
 struct Queue<'m> {
-    buffers: VecDeque<IoBuf>,
+    /// Each buffer, and whether it is charged to the budget (one past it may be queued
+    /// uncharged).
+    buffers: VecDeque<(IoBuf, bool)>,
     /// Bytes in `buffers`.
     bytes: u64,
-    /// The buffers charged to the budget (one over it may be queued, uncharged).
+    /// The charged buffers' share of the budget.
     lease: BufferLease<'m>,
     /// The trailer section, once the body ended with one.
     trailers: Vec<u8>,
@@ -113,9 +115,10 @@ impl<'m> ReadAhead<'m> {
         let last_has_room = queue
             .buffers
             .back()
-            .is_some_and(|b| b.is_allocated() && b.spare_len() > 0);
+            .is_some_and(|(b, _)| b.is_allocated() && b.spare_len() > 0);
         if !last_has_room {
-            if !queue.lease.grow(BUFFER_BYTES as u64) {
+            let charged = queue.lease.grow(BUFFER_BYTES as u64);
+            if !charged {
                 if !queue.buffers.is_empty() {
                     return None;
                 }
@@ -125,9 +128,9 @@ impl<'m> ReadAhead<'m> {
                     queue.lease.count_fallback();
                 }
             }
-            queue.buffers.push_back(IoBuf::unallocated());
+            queue.buffers.push_back((IoBuf::unallocated(), charged));
         }
-        let buffer = queue.buffers.back_mut()?;
+        let (buffer, _) = queue.buffers.back_mut()?;
         let spare = buffer.spare();
         let n = spare.len().min(data.len());
         spare[..n].copy_from_slice(&data[..n]);
@@ -140,8 +143,9 @@ impl<'m> ReadAhead<'m> {
 /// The client's side of a [`ReadAhead`]: the response body as the sink takes it.
 pub struct Drain<'a, 'm> {
     ahead: &'a ReadAhead<'m>,
-    /// The buffer the last part lent.
+    /// The buffer the last part lent, and whether it is charged to the budget.
     current: IoBuf,
+    charged: bool,
     /// The trailers, moved out of the queue when given.
     trailers: Vec<u8>,
 }
@@ -151,6 +155,7 @@ impl<'a, 'm> Drain<'a, 'm> {
         Drain {
             ahead,
             current: IoBuf::unallocated(),
+            charged: false,
             trailers: Vec::new(),
         }
     }
@@ -160,18 +165,21 @@ impl<'a, 'm> Drain<'a, 'm> {
         if self.current.is_allocated() {
             self.current.consume(self.current.len());
             self.current.release();
-            self.ahead.lock().lease.shrink(BUFFER_BYTES as u64);
+            if std::mem::take(&mut self.charged) {
+                self.ahead.lock().lease.shrink(BUFFER_BYTES as u64);
+            }
         }
     }
 
     /// What the queue has for the drain now: `None` when it must wait.
     fn take(&mut self) -> Option<Result<Taken, RelayError>> {
         let mut queue = self.ahead.lock();
-        if let Some(buffer) = queue.buffers.pop_front() {
+        if let Some((buffer, charged)) = queue.buffers.pop_front() {
             queue.bytes -= buffer.len() as u64;
             drop(queue);
             self.ahead.room.notify_one();
             self.current = buffer;
+            self.charged = charged;
             return Some(Ok(Taken::Data));
         }
         match queue.end.take()? {
