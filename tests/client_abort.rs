@@ -30,17 +30,9 @@ async fn big_answers() -> (SocketAddr, tokio::task::JoinHandle<()>) {
         while let Ok((mut stream, _)) = listener.accept().await {
             tokio::spawn(async move {
                 let mut buf = Vec::new();
-                loop {
-                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        let mut chunk = [0u8; 4096];
-                        match stream.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                        continue;
-                    };
+                while let Some(end) = read_head(&mut stream, &mut buf).await {
                     let cut = buf.starts_with(b"GET /cut ");
-                    buf.drain(..end + 4);
+                    buf.drain(..end);
                     let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {BIG}\r\n\r\n");
                     if stream.write_all(head.as_bytes()).await.is_err() {
                         return;

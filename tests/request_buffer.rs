@@ -42,7 +42,7 @@ async fn answer_one(mut stream: TcpStream) {
     let Some(body) = read_request(&mut stream).await else {
         return;
     };
-    let text = format!("{} {:016x}\n", body.len(), fnv(&body));
+    let text = echo_of(&body);
     let answer = format!(
         "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
         text.len()
@@ -53,12 +53,7 @@ async fn answer_one(mut stream: TcpStream) {
 /// One request's body, as the server reads it (`None`: the connection broke first).
 async fn read_request(stream: &mut TcpStream) -> Option<Vec<u8>> {
     let mut buf = Vec::new();
-    let end = loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break end + 4;
-        }
-        read_more(stream, &mut buf).await?;
-    };
+    let end = read_head(stream, &mut buf).await?;
     let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
     let mut rest = buf.split_off(end);
     if let Some(line) = head.lines().find(|l| l.starts_with("content-length:")) {
@@ -102,21 +97,13 @@ async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<()> {
     }
 }
 
-fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
 /// The answer the server gives for `body`.
 fn echo_of(body: &[u8]) -> String {
-    format!("{} {:016x}\n", body.len(), fnv(body))
+    format!("{} {}\n", body.len(), sha256_hex(body))
 }
 
 fn body_of(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
-        .collect()
+    pattern(len, u64::from(seed))
 }
 
 async fn switch_for(server: SocketAddr, pool: &str, settings: &str) -> tcpvs::Switch {

@@ -18,29 +18,18 @@ use tokio::net::{TcpSocket, TcpStream};
 /// What `/big` and `/chunked` answer.
 const BIG: usize = 16 << 20;
 
-fn pattern(len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(13) ^ (i >> 12) as u8)
-        .collect()
-}
-
 /// One worker: `/big` is [`BIG`] bytes by Content-Length, `/chunked` the
 /// same bytes chunked, anything else `small\n`; each answer closes its connection.
 async fn one_worker() -> (SocketAddr, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let body = pattern(BIG);
+    let body = pattern(BIG, 13);
     let task = tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {
             let mut head = Vec::new();
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                let mut chunk = [0u8; 4096];
-                match stream.read(&mut chunk).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => head.extend_from_slice(&chunk[..n]),
-                }
+            if read_head(&mut stream, &mut head).await.is_some() {
+                let _ = answer(&mut stream, &head, &body).await;
             }
-            let _ = answer(&mut stream, &head, &body).await;
         }
     });
     (addr, task)
@@ -76,12 +65,9 @@ async fn slow_reader(addr: SocketAddr, path: &str) -> (TcpStream, Vec<u8>) {
     let request = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut got = Vec::new();
-    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-        let mut chunk = [0u8; 1024];
-        let n = stream.read(&mut chunk).await.unwrap();
-        assert!(n > 0, "the head came");
-        got.extend_from_slice(&chunk[..n]);
-    }
+    read_head(&mut stream, &mut got)
+        .await
+        .expect("the head came");
     (stream, got)
 }
 
@@ -162,7 +148,7 @@ response_buffer = "20MiB"
         "answers read ahead"
     );
     // The slow readers then get their answers whole, byte for byte.
-    let expected = pattern(BIG);
+    let expected = pattern(BIG, 13);
     for reader in slow {
         let (head, body) = read_rest(reader).await;
         assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");

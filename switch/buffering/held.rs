@@ -69,23 +69,6 @@ impl<'m> HeldBody<'m> {
         true
     }
 
-    /// Appends `bytes` (what came with the head), taking buffers as needed; `false` when the
-    /// budget ran out before all of it was held (what was held stays).
-    pub fn extend(&mut self, mut bytes: &[u8]) -> bool {
-        while !bytes.is_empty() {
-            let Some(chunk) = self.room() else {
-                return false;
-            };
-            let spare = chunk.spare();
-            let n = spare.len().min(bytes.len());
-            spare[..n].copy_from_slice(&bytes[..n]);
-            chunk.fill(n);
-            self.len += n as u64;
-            bytes = &bytes[n..];
-        }
-        true
-    }
-
     /// A body found the budget spent and streams without (the rest of) its buffer.
     pub fn count_fallback(&self) {
         self.lease.count_fallback();
@@ -126,15 +109,17 @@ mod tests {
         let memory = BufferMemory::new(3 * BUFFER_BYTES as u64);
         let mut body = HeldBody::new(&memory);
         let bytes: Vec<u8> = (0..40_000u32).map(|i| i as u8).collect();
-        assert!(body.extend(&bytes));
+        assert!(body.hold_first(&bytes));
         assert_eq!(body.len(), 40_000);
         assert_eq!(memory.in_use(), 3 * BUFFER_BYTES as u64);
         let joined: Vec<u8> = body.slices().flatten().copied().collect();
         assert_eq!(joined, bytes);
-        assert!(
-            !body.extend(&[0; 10_000]),
-            "a fourth buffer is past the budget"
-        );
+        // The third buffer fills up; a fourth is past the budget.
+        let third = body.room().expect("room left in the third buffer");
+        let spare = third.spare().len();
+        third.fill(spare);
+        body.filled(spare);
+        assert!(body.room().is_none(), "a fourth buffer is past the budget");
         body.release();
         assert_eq!((body.len(), memory.in_use()), (0, 0));
     }

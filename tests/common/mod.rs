@@ -37,6 +37,24 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     out
 }
 
+/// Reads from `stream` into `buf` until it holds a whole head (up to its blank line); the head's
+/// length with that line, or `None` if the stream ended first.
+pub async fn read_head(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+    buf: &mut Vec<u8>,
+) -> Option<usize> {
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            return Some(end + 4);
+        }
+        let mut chunk = [0u8; 16 * 1024];
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
 // ---------------------------------------------------------------- backend
 
 /// What a backend saw: every request head it parsed, per accepted connection, and what went
