@@ -37,8 +37,9 @@ pub mod stream;
 pub mod supervisor;
 pub mod throttled;
 pub mod timeouts;
+pub mod tls;
 pub mod upgrade;
-mod upstream;
+pub mod upstream;
 
 pub use config::Config;
 pub use gateway::Switch;

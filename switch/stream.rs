@@ -3,7 +3,7 @@
 //! slot: client sessions, the busy refusals, the demo servers.
 //!
 //! The switch works on shared references to an [`Io`] (readiness + non-blocking calls: a TCP
-//! [`Socket`], see socket.rs, or a client connection with TLS over one, edge/client_stream.rs)
+//! [`Socket`], see socket.rs, or a client connection with TLS over one, tls/stream.rs)
 //! instead of tokio's `AsyncRead`/`AsyncWrite`, so one task can read a client and write its
 //! server concurrently without splitting the streams, and the splice path uses the same
 //! readiness as the copy path. The helpers here are generic: a plain connection's code is the

@@ -116,6 +116,10 @@ macro_rules! declare_server_json {
             pub weight_configured: u32,
             pub weight_effective: u32,
             pub max_conns: u32,
+            /// What its connections speak: `http/1.1`.
+            pub protocol: String,
+            /// Its connections are TLS (`[pool.NAME.tls]`).
+            pub tls: bool,
             pub active: u32,
             pub idle: usize,
             $($traffic)*
@@ -298,6 +302,8 @@ pub fn server_json(s: &ServerSnapshot, rates: &Rates) -> ServerJson {
             weight_configured: s.configured_weight,
             weight_effective: s.weight,
             max_conns: s.max_conns,
+            protocol: s.protocol.to_string(),
+            tls: s.tls,
             active: s.active,
             idle: s.idle,
             failures: s.connect_errors + s.response_errors,

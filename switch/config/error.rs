@@ -88,6 +88,11 @@ impl<'a> ErrorSink<'a> {
         self.errors.push(error);
     }
 
+    /// How many errors were reported so far.
+    pub(crate) fn error_count(&self) -> usize {
+        self.errors.len()
+    }
+
     /// A warning: the file stays valid.
     pub(crate) fn warn(&mut self, span: Range<usize>, message: impl Into<String>) {
         let warning = self.locate(span, message.into());

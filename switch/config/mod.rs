@@ -12,6 +12,7 @@ pub mod health;
 mod lint;
 mod listen;
 mod policy;
+mod pool_tls;
 mod pools;
 mod rate_limits;
 mod raw;
@@ -187,6 +188,9 @@ impl ServiceMode {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ServerConfig {
     pub addr: SocketAddr,
+    /// The host name `addr` was written with (`None`: an IP address), which TLS asks the
+    /// server for and checks its certificate against.
+    pub host: Option<String>,
     pub weight: u32,
     /// Most requests in flight at this server; 0 means no limit.
     pub max_conns: u32,
@@ -210,6 +214,8 @@ pub struct PoolConfig {
     /// Bytes of a response read ahead of a slow client (`response_buffer`; 0: the response
     /// moves at the client's pace).
     pub response_buffer: u64,
+    /// `[pool.NAME.tls]`: TLS to the servers; `None`: plain TCP.
+    pub tls: Option<std::sync::Arc<crate::upstream::tls::PoolTls>>,
 }
 
 /// A checked rule file.
@@ -311,7 +317,7 @@ impl Config {
         let raw: RawFile = raw::read(&doc, sink);
         lint::lint(&raw, file, sink);
         let switch = build_switch(raw.switch.as_ref(), file, sink);
-        let pools = build_pools(&raw.pools, sink);
+        let pools = build_pools(&raw.pools, file, sink);
         let pool_index: HashMap<&str, usize> = pools
             .iter()
             .enumerate()

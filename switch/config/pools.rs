@@ -4,7 +4,7 @@
 use super::error::ErrorSink;
 use super::raw::{self, RawPool};
 use super::walk::{self, Scalar};
-use super::{health, server_addr, valid_name, PoolConfig, ServerConfig};
+use super::{health, pool_tls, server_addr, valid_name, PoolConfig, ServerConfig};
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::sync::Arc;
@@ -13,8 +13,12 @@ use toml::Spanned;
 
 pub(super) fn build_pools(
     raw: &[(Spanned<String>, RawPool)],
+    file: &str,
     sink: &mut ErrorSink<'_>,
 ) -> Vec<PoolConfig> {
+    let folder = std::path::Path::new(file)
+        .parent()
+        .unwrap_or(std::path::Path::new(""));
     let mut pools = Vec::new();
     for (name, pool) in raw {
         let pool_span = name.span();
@@ -37,6 +41,11 @@ pub(super) fn build_pools(
             .map(|(k, v, _)| (k.clone(), v.clone()))
             .collect();
         let send_proxy = send_proxy_of(pool, sink);
+        pool_tls::check_protocol(pool.protocol.as_ref(), sink);
+        let tls = pool
+            .tls
+            .as_ref()
+            .and_then(|tls| pool_tls::build_pool_tls(tls, folder, sink));
         let config = PoolConfig {
             name: name.clone(),
             scheduler,
@@ -46,6 +55,7 @@ pub(super) fn build_pools(
             send_proxy,
             request_buffer: size_or_zero(pool.request_buffer.as_ref(), "request_buffer", sink),
             response_buffer: size_or_zero(pool.response_buffer.as_ref(), "response_buffer", sink),
+            tls,
         };
         // Build the module once now, so an unknown name or a bad option is refused at load.
         let states = crate::config::scheduler::server_states(&config);
@@ -166,8 +176,14 @@ fn build_servers(pool_name: &str, pool: &RawPool, sink: &mut ErrorSink<'_>) -> V
             );
             continue;
         }
+        // The name as written, for TLS (the name asked for and checked); none for an IP.
+        let host = match server_addr::parse(written.get_ref()) {
+            Ok(server_addr::Written::Name { host, .. }) => Some(host.to_string()),
+            _ => None,
+        };
         servers.push(ServerConfig {
             addr,
+            host,
             weight,
             max_conns,
             backup: raw.backup.unwrap_or(false),

@@ -5,10 +5,13 @@
 //! Module options (any other key beside `scheduler` in a pool) are kept for the module to judge.
 
 mod policy;
+mod pool_tls;
 mod rule;
 
 use policy::read_limit;
 pub(crate) use policy::{RawHeaderActions, RawLimit, RawRedirect, RawRespond};
+use pool_tls::read_pool_tls;
+pub(crate) use pool_tls::RawPoolTls;
 use rule::read_rule;
 pub(crate) use rule::{RawHeaderCondition, RawRule};
 
@@ -62,6 +65,8 @@ pub(crate) const POOL_KEYS: &[&str] = &[
     "request_buffer",
     "response_buffer",
     "health",
+    "protocol",
+    "tls",
 ];
 const HEALTH_KEYS: &[&str] = &[
     "check",
@@ -202,6 +207,10 @@ pub(crate) struct RawPool {
     /// A number of bytes or a size string.
     pub response_buffer: Option<Spanned<Scalar>>,
     pub health: Option<RawHealth>,
+    /// What the servers are spoken to in (`protocol`).
+    pub protocol: Option<Spanned<String>>,
+    /// `[pool.NAME.tls]`: TLS to the servers.
+    pub tls: Option<RawPoolTls>,
     /// In name order, as the module sees them.
     pub options: Vec<(Spanned<String>, Spanned<Scalar>)>,
 }
@@ -437,6 +446,15 @@ fn read_pool(name: &str, t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawPool
                 sink,
             )
             .map(|h| read_health(&h, sink)),
+        protocol: t.string("protocol", "\"http/1.1\"", sink),
+        tls: t
+            .table(
+                "tls",
+                "a table [pool.NAME.tls]",
+                format!("[pool.{name}.tls]"),
+                sink,
+            )
+            .map(|tls| read_pool_tls(&tls, sink)),
         ..RawPool::default()
     };
     match t.array("servers", SERVERS, sink) {

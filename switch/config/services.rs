@@ -188,6 +188,15 @@ impl PoolProtocols {
                     ),
                 );
             }
+            let has_tls = pool_configs.get(index).is_some_and(|p| p.tls.is_some());
+            if mode == ServiceMode::TlsPassthrough && has_tls && self.reported.insert(index) {
+                sink.at(
+                    reference.span(),
+                    format!(
+                        "pool `{name}` has [pool.{name}.tls], but its servers take TLS                          passthrough here: the clients' TLS goes to them as it came; remove the                          table"
+                    ),
+                );
+            }
             if mode == ServiceMode::TlsPassthrough && self.warned.insert(index) {
                 if let Some(why) = pool_configs.get(index).and_then(sees_nothing_of_tls) {
                     sink.warn(reference.span(), format!("pool `{name}` {why}"));

@@ -2,11 +2,11 @@
 //! first, read before anything else, and the one sent to the servers of a `send_proxy` pool.
 
 use super::Connection;
-use crate::edge::client_stream::ClientStream;
 use crate::edge::proxy_protocol;
 use crate::http::rewrite::forwarded_for;
 use crate::state::stats;
 use crate::stream::{read_some, TimeLimit};
+use crate::tls::stream::ClientStream;
 use std::net::SocketAddr;
 use tokio::time::Instant;
 

@@ -128,7 +128,7 @@ impl Connection {
         if let Some(version) = pool.config.send_proxy {
             let mut header = Vec::with_capacity(64);
             write_proxy_header(&mut header, version, cx.peer, *destination, client);
-            if let Err(e) = write_all(&server, &header, TimeLimit::Idle(idle)).await {
+            if let Err(e) = write_all(&server.stream, &header, TimeLimit::Idle(idle)).await {
                 let why = format!("sending the PROXY header: {e}");
                 picker.server_failed(lease.server, Failure::broken(why));
                 return Outcome::local(0, 0, false, Some(pool_index));
@@ -137,7 +137,15 @@ impl Connection {
         // The hello (and anything after it) waits in `inbuf`: the tunnel sends it first.
         inbuf.make_room_for_body();
         let splice = cx.relay.splice_from.is_some();
-        let end = tunnel(client, inbuf, &server, &mut work.server_buf, splice, idle).await;
+        let end = tunnel(
+            client,
+            inbuf,
+            &server.stream,
+            &mut work.server_buf,
+            splice,
+            idle,
+        )
+        .await;
         count_tunnel_end(&picker, &lease, &end);
         Outcome {
             status: 0,

@@ -6,11 +6,11 @@
 //!   pool);
 //! - [`tls`]: TLS termination (`tls = [...]` on a virtual service);
 //! - [`client_hello`]: the server name of a ClientHello, for `mode = "tls-passthrough"`, which
-//!   routes TLS connections by it without decrypting them;
-//! - [`client_stream`]: a client connection as the session reads and writes it, with or
-//!   without TLS over its socket.
+//!   routes TLS connections by it without decrypting them.
+//!
+//! A client connection as the session reads and writes it, with or without TLS over its
+//! socket, is tls/stream.rs's `ClientStream`.
 
 pub mod client_hello;
-pub mod client_stream;
 pub mod proxy_protocol;
 pub mod tls;

@@ -15,10 +15,10 @@ use crate::http::response::RequestKind;
 use crate::http::rewrite::RequestEdit;
 use crate::http::BodyFraming;
 use crate::relay::{Meter, RelayError, RelaySettings};
-use crate::socket::Socket;
 use crate::state::pool::Lease;
 use crate::state::server::Backend;
 use crate::state::stats::{self, RelayingBody};
+use crate::upstream::connection::ServerConnection;
 use crate::upstream::h1::{H1Request, H1Server};
 use std::future::Future;
 use std::pin::{pin, Pin};
@@ -148,7 +148,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
     pub(super) async fn attempt(
         &mut self,
         lease: &Lease<'a>,
-        server: Socket,
+        server: ServerConnection,
         reused: bool,
     ) -> Result<Outcome, ExchangeError> {
         let backend = lease.backend();
@@ -169,7 +169,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         // The server side reads into the exchange's buffers, lent for the attempt.
         let mut buf = std::mem::replace(&mut self.work.server_buf, IoBuf::unallocated());
         let mut response = std::mem::take(&mut self.work.response);
-        let mut side = H1Server::new(&server, &mut buf, &mut response, request);
+        let mut side = H1Server::new(&server.stream, &mut buf, &mut response, request);
         let meters = Meters::default();
         let exchanged = match self.send_on(lease, &mut side, request).await {
             Ok(sent) => self.duplex(&mut side, backend, &sent, &meters).await,
@@ -184,7 +184,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             (self.work.upstream_head.len() + early_len.unwrap_or(0)) as u64 + meters.up.get(),
         );
         match phase {
-            Phase::Tunnel => self.open_tunnel(backend, &server).await,
+            Phase::Tunnel => self.open_tunnel(backend, &server.stream).await,
             Phase::Relayed(relayed) => self.finish(lease, server, relayed, &meters.down),
         }
     }

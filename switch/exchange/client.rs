@@ -17,7 +17,7 @@ use crate::http::status::Answer;
 use crate::http::{RequestHead, ResponseHead};
 use crate::policy::headers::HeaderActions;
 use crate::relay::{Meter, RelayError, RelaySettings, TunnelEnd};
-use crate::socket::Socket;
+use crate::tls::stream::ServerStream;
 use std::future::Future;
 use std::io;
 use tcpvs_modules::ResponseField;
@@ -79,7 +79,7 @@ pub(crate) trait ClientSide {
     fn tunnel(
         &mut self,
         work: &mut Buffers,
-        server: &Socket,
+        server: &ServerStream,
         relay: &RelaySettings,
     ) -> impl Future<Output = io::Result<(u64, TunnelEnd)>> + Send;
 

@@ -1,14 +1,19 @@
 //! Connect: a new connection to the server picked (an idle one is reused by pick.rs before
 //! this is tried), with the answer to running out of descriptors, and a SYN that the
 //! server's full accept queue dropped sent again when a slot may have opened
-//! (state/handshakes.rs).
+//! (state/handshakes.rs); then, for a pool with `[pool.NAME.tls]`, the TLS handshake
+//! (upstream/tls/), within the same `connect_timeout`.
 
 use super::Picker;
 use crate::capacity::exhaustion;
+use crate::config::ServiceMode;
 use crate::socket::Socket;
 use crate::state::control::{Evidence, Failure};
 use crate::state::server::Backend;
 use crate::state::stats;
+use crate::stream::TimeLimit;
+use crate::upstream::connection::ServerConnection;
+use crate::upstream::tls::handshake::{self, HandshakeFailure};
 use std::future::{poll_fn, Future};
 use std::io;
 use std::pin::pin;
@@ -42,14 +47,44 @@ const EXHAUSTED_PAUSES: [Duration; 4] = [
 ];
 
 impl Picker<'_> {
-    /// A new connection to `backend`. When this process is out of descriptors, the idle
+    /// A new connection to the pool's server `server`, over TLS when the pool says so (never
+    /// for a passthrough service: its clients speak TLS to the server themselves).
+    pub(crate) async fn open_connection(
+        &self,
+        server: usize,
+    ) -> Result<ServerConnection, ConnectFailure> {
+        let backend = &*self.pool.backends[server];
+        let started = Instant::now();
+        let answered = stats::read(&backend.stats.responses);
+        let socket = self.open_socket(backend).await?;
+        let tls = match &self.pool.config.tls {
+            Some(tls) if self.cx.service.mode == ServiceMode::Http => tls,
+            _ => return Ok(ServerConnection::plain(socket)),
+        };
+        let host = self
+            .pool
+            .config
+            .servers
+            .get(server)
+            .and_then(|s| s.host.as_deref());
+        let name = tls.server_name(host, backend.addr);
+        let deadline = started + self.cx.shared.settings.connect_timeout;
+        match handshake::connect(socket, tls, name, TimeLimit::Until(deadline)).await {
+            Ok(stream) => Ok(ServerConnection::with_tls(
+                stream,
+                std::sync::Arc::clone(tls),
+            )),
+            Err(failure) => Err(ConnectFailure::Server(handshake_failed(
+                backend, failure, answered,
+            ))),
+        }
+    }
+
+    /// A new TCP connection to `backend`. When this process is out of descriptors, the idle
     /// connections this worker keeps to any server are closed to free some, and the socket is
     /// tried again a few times over a short while before the request gets a 503; none of it
     /// counts against the server.
-    pub(crate) async fn open_connection(
-        &self,
-        backend: &Backend,
-    ) -> Result<Socket, ConnectFailure> {
+    async fn open_socket(&self, backend: &Backend) -> Result<Socket, ConnectFailure> {
         let connect_timeout = self.cx.shared.settings.connect_timeout;
         // What the server answered so far: a connect that times out while it goes on
         // answering (or moving others' bodies) shows a full listen queue (busy), not a dead
@@ -129,6 +164,32 @@ async fn connect_or_resend(backend: &Backend, timeout: Duration) -> io::Result<S
     }
     let left = deadline.saturating_duration_since(Instant::now());
     backend.connect(left).await
+}
+
+/// A TLS handshake that failed: counted (as a connection error too), and the server's failure:
+/// a certificate that does not verify is as broken as a refused connection; a handshake that
+/// ran out of time is judged as a connect that did (`answered`: the server's responses before).
+fn handshake_failed(backend: &Backend, failure: HandshakeFailure, answered: u64) -> Failure {
+    stats::bump(&backend.stats.tls_failures);
+    let evidence = match &failure {
+        HandshakeFailure::Broken(e) => {
+            count_connect_error(&backend.stats, e);
+            match e.kind() {
+                io::ErrorKind::TimedOut => {
+                    Evidence::of_timeout(backend.stats.alive_since(answered))
+                }
+                _ => Evidence::Broken,
+            }
+        }
+        HandshakeFailure::Refused(_) => {
+            stats::bump(&backend.stats.connect_errors);
+            Evidence::Broken
+        }
+    };
+    Failure {
+        why: failure.to_string(),
+        evidence,
+    }
 }
 
 /// A connection attempt that failed: counted, and as a timeout when it ran out of time.

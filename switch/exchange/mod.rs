@@ -35,12 +35,12 @@ use crate::policy::{Action, Edits};
 use crate::recycle;
 use crate::relay::RelaySettings;
 use crate::shared::Shared;
-use crate::socket::Socket;
 use crate::state::control;
 use crate::state::generation::{Generation, Service};
 use crate::state::pool::{Lease, Pool};
 use crate::state::stats;
 use crate::timeouts::Slot;
+use crate::upstream::connection::ServerConnection;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tcpvs_modules::ResponseField;
@@ -150,7 +150,7 @@ impl<'a> Picker<'a> {
 /// socket, whether it was reused, and the field the pool's module adds to the response.
 pub(crate) struct Connected<'p> {
     pub lease: Lease<'p>,
-    pub server: Socket,
+    pub server: ServerConnection,
     pub reused: bool,
     pub response_field: Option<ResponseField>,
 }
@@ -351,7 +351,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
     async fn attempt_or_renew(
         &mut self,
         lease: &Lease<'a>,
-        server: Socket,
+        server: ServerConnection,
         reused: bool,
     ) -> Result<Outcome, ExchangeError> {
         let result = self.attempt(lease, server, reused).await;
@@ -361,7 +361,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         let backend = lease.backend();
         failure::count_stale_retry(&backend.stats);
         tracing::debug!(server = %backend.addr, "reused connection failed; retrying on a new one");
-        match self.picker.open_connection(backend).await {
+        match self.picker.open_connection(lease.server).await {
             Ok(stream) => self.attempt(lease, stream, false).await,
             Err(failure) => Err(ExchangeError::from(failure)),
         }

@@ -8,11 +8,11 @@ use super::{Connected, Picker};
 use crate::config::ServiceMode;
 use crate::http::host::HostScratch;
 use crate::http::RequestHead;
-use crate::socket::Socket;
 use crate::state::control::Evidence;
 use crate::state::pool::Lease;
 use crate::state::stats;
 use crate::stream::{wait, TimeLimit};
+use crate::upstream::connection::ServerConnection;
 use std::pin::pin;
 use tcpvs_modules::{ResponseField, Ticket};
 use tokio::time::Instant;
@@ -168,7 +168,7 @@ impl<'a> Picker<'a> {
         lease: &Lease<'a>,
         retryable: bool,
         busy: &mut Vec<usize>,
-    ) -> Result<Option<(Socket, bool)>, NoServer> {
+    ) -> Result<Option<(ServerConnection, bool)>, NoServer> {
         let server = lease.server;
         let backend = lease.backend();
         let (pool, cx) = (self.pool, self.cx);
@@ -179,13 +179,19 @@ impl<'a> Picker<'a> {
         let reusable = pool.config.send_proxy.is_none() && cx.service.mode == ServiceMode::Http;
         let idle_age = cx.shared.settings.server_idle_timeout;
         let idle = match reusable {
-            true => backend.take_idle(cx.timer.worker(), now_ms, idle_age, !retryable),
+            true => backend.take_idle(
+                cx.timer.worker(),
+                now_ms,
+                idle_age,
+                !retryable,
+                pool.config.tls.as_ref(),
+            ),
             false => None,
         };
         if let Some(stream) = idle {
             return Ok(Some((stream, true)));
         }
-        match self.open_connection(backend).await {
+        match self.open_connection(server).await {
             Ok(stream) => Ok(Some((stream, false))),
             // No other server would fare better, and this one did not fail.
             Err(ConnectFailure::OutOfDescriptors) => Err((503, OUT_OF_DESCRIPTORS)),

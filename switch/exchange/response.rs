@@ -12,10 +12,11 @@ use crate::buffering::read_ahead::{Drain, ReadAhead};
 use crate::buffering::BufferMemory;
 use crate::http::BodyFraming;
 use crate::relay::{Meter, RelayError};
-use crate::socket::Socket;
 use crate::state::pool::Lease;
 use crate::state::server::Backend;
 use crate::state::stats;
+use crate::tls::stream::ServerStream;
+use crate::upstream::connection::ServerConnection;
 use std::future::Future;
 use std::pin::pin;
 
@@ -108,7 +109,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
     pub(super) fn finish(
         &mut self,
         lease: &Lease<'a>,
-        server: Socket,
+        server: ServerConnection,
         relayed: Relayed,
         downloaded: &Meter,
     ) -> Result<Outcome, ExchangeError> {
@@ -159,7 +160,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
     pub(super) async fn open_tunnel(
         &mut self,
         backend: &Backend,
-        server: &Socket,
+        server: &ServerStream,
     ) -> Result<Outcome, ExchangeError> {
         let status = self.work.response.status;
         let relay = self.picker.cx.relay;

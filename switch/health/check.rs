@@ -1,15 +1,26 @@
 //! Active checks: `tcp` (a connection opens) and `http` (`GET path` answered with a status in
-//! `expect`), each bounded by `timeout`, one at a time per server.
+//! `expect`), each bounded by `timeout`, one at a time per server. To the servers of a pool
+//! with `[pool.NAME.tls]`, a check is made over TLS as requests are: a connection opens only
+//! once its handshake is done, so a certificate that does not verify fails the check.
 
 use super::Place;
 use crate::config::health::{CheckKind, HealthConfig};
 use crate::http::response::{parse_response, RequestKind, ResponseHead};
 use crate::state::control::{Change, Evidence, Failure};
 use crate::state::status::AdminState;
+use crate::upstream::tls::PoolTls;
+use rustls::pki_types::ServerName;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+/// TLS for a check: the pool's settings and the name the server is asked for.
+pub struct CheckTls {
+    pub tls: Arc<PoolTls>,
+    pub name: ServerName<'static>,
+}
 
 /// Checks one server every `interval`, after `offset`, until the switch goes.
 pub async fn run(place: Place, offset: Duration) {
@@ -23,13 +34,24 @@ pub async fn run(place: Place, offset: Duration) {
             .lock()
             .is_ok_and(|s| s.admin == AdminState::Maint);
         let addr = server.addr;
+        let tls = pool.config.tls.as_ref().map(|tls| {
+            let host = pool
+                .config
+                .servers
+                .get(place.server)
+                .and_then(|s| s.host.as_deref());
+            CheckTls {
+                tls: Arc::clone(tls),
+                name: tls.server_name(host, addr),
+            }
+        });
         // Responses the server gave through the switch so far: a check that times out while
         // the server goes on answering requests (or moving their bodies) shows it busy, not
         // dead.
         let answered = crate::state::stats::read(&server.stats.responses);
         drop(pool);
         if !in_maint {
-            let change = match probe(addr, &config).await {
+            let change = match probe(addr, &config, tls.as_ref()).await {
                 Probe::Passed => Some(Change::CheckPassed),
                 Probe::Failed(why) => Some(Change::CheckFailed(Failure::broken(why))),
                 Probe::TimedOut(why) => {
@@ -68,23 +90,44 @@ pub enum Probe {
     NotMade(String),
 }
 
-/// One check of `addr`.
-pub async fn probe(addr: SocketAddr, config: &HealthConfig) -> Probe {
-    match tokio::time::timeout(config.timeout, probe_unbounded(addr, config)).await {
+/// One check of `addr` (over TLS when `tls` says so).
+pub async fn probe(addr: SocketAddr, config: &HealthConfig, tls: Option<&CheckTls>) -> Probe {
+    match tokio::time::timeout(config.timeout, probe_unbounded(addr, config, tls)).await {
         Ok(Ok(())) => Probe::Passed,
         Ok(Err(probe)) => probe,
         Err(_) => Probe::TimedOut(format!("no answer within {:?}", config.timeout)),
     }
 }
 
-async fn probe_unbounded(addr: SocketAddr, config: &HealthConfig) -> Result<(), Probe> {
-    let mut stream = TcpStream::connect(addr).await.map_err(|e| {
+async fn probe_unbounded(
+    addr: SocketAddr,
+    config: &HealthConfig,
+    tls: Option<&CheckTls>,
+) -> Result<(), Probe> {
+    let stream = TcpStream::connect(addr).await.map_err(|e| {
         if crate::capacity::exhaustion::is_exhaustion(&e) {
             Probe::NotMade(format!("connect: {e}"))
         } else {
             Probe::Failed(format!("connect: {e}"))
         }
     })?;
+    let Some(tls) = tls else {
+        return ask(stream, addr, config).await;
+    };
+    let connector = tokio_rustls::TlsConnector::from(Arc::clone(tls.tls.client()));
+    let stream = connector
+        .connect(tls.name.clone(), stream)
+        .await
+        .map_err(|e| Probe::Failed(format!("TLS handshake: {e}")))?;
+    ask(stream, addr, config).await
+}
+
+/// The rest of a check on an open connection: nothing more for `tcp`, the request for `http`.
+async fn ask(
+    mut stream: impl AsyncRead + AsyncWrite + Unpin,
+    addr: SocketAddr,
+    config: &HealthConfig,
+) -> Result<(), Probe> {
     if config.check != CheckKind::Http {
         return Ok(());
     }
@@ -118,7 +161,7 @@ const CHECK_REQUEST: RequestKind = RequestKind {
 /// The status of the response's status line (interim 1xx responses skipped). The head is
 /// parsed as the data path parses a server's response ([`parse_response`]), so a server that
 /// passes its check gives answers the switch can relay.
-async fn read_status(stream: &mut TcpStream) -> Result<u16, String> {
+async fn read_status(stream: &mut (impl AsyncRead + Unpin)) -> Result<u16, String> {
     let mut buf = Vec::with_capacity(512);
     let mut chunk = [0u8; 512];
     let mut head = ResponseHead::default();

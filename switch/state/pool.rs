@@ -90,13 +90,19 @@ impl Pool {
             Some(previous) => Arc::clone(&previous.scheduler),
             None => Arc::from(build_scheduler(config, &servers, clock)?),
         };
+        let mut config = config.clone();
+        // The same TLS settings as before stay the very same, so that the connections the
+        // kept servers parked under them are reused (ServerConnection::made_as).
+        if let Some(previous) = previous.filter(|p| p.config.tls == config.tls) {
+            config.tls.clone_from(&previous.config.tls);
+        }
         Ok(Pool {
             name: config.name.clone(),
-            config: config.clone(),
+            health: config.health.clone(),
+            config,
             backends,
             servers,
             scheduler,
-            health: config.health.clone(),
             offering: previous.map_or_else(Arc::default, |p| Arc::clone(&p.offering)),
             queue: tokio::sync::Notify::new(),
             waiting: AtomicUsize::new(0),

@@ -7,11 +7,12 @@ use crate::state::stats::{self, ServerStats};
 use crate::state::status::ServerStatus;
 use crate::stream::{wait, TimeLimit};
 use crate::throttled::Throttled;
-use rustix::net::RecvFlags;
+use crate::upstream::connection::ServerConnection;
+use crate::upstream::tls::PoolTls;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tcpvs_modules::ServerState;
 
@@ -50,7 +51,7 @@ pub struct Backend {
 
 #[derive(Debug)]
 struct IdleConnection {
-    stream: Socket,
+    stream: ServerConnection,
     /// When it was parked, on the switch's coarse clock (milliseconds).
     since_ms: u64,
 }
@@ -124,7 +125,8 @@ impl Backend {
         &self.idle[worker.min(self.idle.len() - 1)]
     }
 
-    /// The most recently parked connection of `worker` that is still usable, if any.
+    /// The most recently parked connection of `worker` that is still usable, if any, and made
+    /// as the pool makes them now (`tls`: its `[pool.NAME.tls]`).
     ///
     /// `certain`: confirm with a system call that the server has not closed it. Without, the
     /// socket's readiness decides (nothing arrived, so the server said nothing, not even
@@ -136,14 +138,15 @@ impl Backend {
         now_ms: u64,
         max_age: Duration,
         certain: bool,
-    ) -> Option<Socket> {
+        tls: Option<&Arc<PoolTls>>,
+    ) -> Option<ServerConnection> {
         loop {
             let parked = self.idle_of(worker).lock().ok()?.pop()?;
-            if too_old(parked.since_ms, now_ms, max_age) {
+            if too_old(parked.since_ms, now_ms, max_age) || !parked.stream.made_as(tls) {
                 continue;
             }
             let usable = if certain || parked.stream.input_pending() {
-                still_open(&parked.stream)
+                parked.stream.still_open()
             } else {
                 true
             };
@@ -154,7 +157,7 @@ impl Backend {
     }
 
     /// Parks a connection whose last exchange ended cleanly, if `worker` has room for it.
-    pub fn park(&self, worker: usize, stream: Socket, max_idle: usize, now_ms: u64) {
+    pub fn park(&self, worker: usize, stream: ServerConnection, max_idle: usize, now_ms: u64) {
         if let Ok(mut idle) = self.idle_of(worker).lock() {
             if idle.len() < max_idle {
                 idle.push(IdleConnection {
@@ -175,7 +178,7 @@ impl Backend {
     /// Closes `worker`'s parked connections that are too old or that the server has closed.
     pub fn purge_idle(&self, worker: usize, now_ms: u64, max_age: Duration) {
         if let Ok(mut idle) = self.idle_of(worker).lock() {
-            idle.retain(|c| !too_old(c.since_ms, now_ms, max_age) && still_open(&c.stream));
+            idle.retain(|c| !too_old(c.since_ms, now_ms, max_age) && c.stream.still_open());
         }
     }
 
@@ -216,14 +219,4 @@ impl Backend {
 
 fn too_old(since_ms: u64, now_ms: u64, max_age: Duration) -> bool {
     now_ms.saturating_sub(since_ms) >= max_age.as_millis() as u64
-}
-
-/// An idle server connection is usable if it has neither data nor end of stream pending: a
-/// server that closed it, or that sent something unasked, makes it unusable. One peek.
-fn still_open(stream: &Socket) -> bool {
-    let mut byte = [0u8; 1];
-    match rustix::net::recv(stream, &mut byte, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
-        Err(rustix::io::Errno::AGAIN) => true,
-        Ok(_) | Err(_) => false,
-    }
 }

@@ -110,6 +110,8 @@ fn server_snapshot(pool: &Pool, state: &ServerState, backend: &Backend) -> Serve
             state: shown,
             reason,
             backup: backend.is_backup(),
+            protocol: "http/1.1",
+            tls: pool.config.tls.is_some(),
             offered: state.load().is_usable(),
             weight: state.weight(),
             active: state.active(),
@@ -154,6 +156,9 @@ server_counters!(
         pub configured_weight: u32,
         pub admin_weight: Option<u32>,
         pub max_conns: u32,
+        /// What its connections speak (`http/1.1`), and whether over TLS (`[pool.NAME.tls]`).
+        pub protocol: &'static str,
+        pub tls: bool,
         /// How long the shown state has held.
         pub since: std::time::Duration,
         pub check: CheckSnapshot,

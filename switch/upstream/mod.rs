@@ -1,5 +1,9 @@
 //! The server side of an exchange, one implementation per protocol spoken to the servers
-//! (exchange/server.rs says what each offers): [`h1`], HTTP/1.1 over a plain connection.
+//! (exchange/server.rs says what each offers): [`h1`], HTTP/1.1 over a plain or TLS
+//! connection. Beneath the protocols, a [`connection::ServerConnection`] is what is opened,
+//! used and parked, and [`tls`] makes it TLS when the pool says so (`[pool.NAME.tls]`).
 //! The client side's protocols are the front-ends in connection/.
 
+pub mod connection;
 pub(crate) mod h1;
+pub mod tls;

@@ -8,7 +8,6 @@ use crate::buffer::IoBuf;
 use crate::buffering::held::HeldBody;
 use crate::connection::proxy_header::write_proxy_header;
 use crate::connection::Connection;
-use crate::edge::client_stream::ClientStream;
 use crate::edge::proxy_protocol;
 use crate::exchange::client::{
     BodyRefused, BodySource, ClientSide, Origin, ResponseEdit, ResponseSink,
@@ -24,9 +23,10 @@ use crate::http::status::{write_answer, Answer};
 use crate::http::{BodyFraming, RequestHead, ResponseHead, Version};
 use crate::relay::parts::PartFraming;
 use crate::relay::{tunnel, BodyRelay, ChunkedOutput, Meter, RelayError, RelaySettings, TunnelEnd};
-use crate::socket::Socket;
 use crate::stream::{send_all, write_all, write_all_parts, Then, TimeLimit};
 use crate::timeouts::Slot;
+use crate::tls::stream::ClientStream;
+use crate::tls::stream::ServerStream;
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -172,7 +172,7 @@ impl<'c> ClientSide for H1Client<'c> {
     async fn tunnel(
         &mut self,
         work: &mut Buffers,
-        server: &Socket,
+        server: &ServerStream,
         relay: &RelaySettings,
     ) -> io::Result<(u64, TunnelEnd)> {
         let connection = if work.response.status == 101 {

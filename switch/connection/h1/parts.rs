@@ -4,13 +4,13 @@
 //! Between two HTTP/1 ends the body moves as it came instead (h1/client.rs, relay/).
 
 use crate::buffer::IoBuf;
-use crate::edge::client_stream::ClientStream;
 use crate::exchange::server::{RequestBodySink, ResponseBody};
 use crate::http::part::BodyPart;
 use crate::http::BodyFraming;
 use crate::relay::parts::{put_part, PartFraming, PartReader};
 use crate::relay::{Meter, RelayError};
 use crate::stream::{send_all, Then, TimeLimit};
+use crate::tls::stream::ClientStream;
 
 /// Output is written once this much has gathered, to bound memory per connection.
 const FLUSH_BYTES: usize = 32 * 1024;

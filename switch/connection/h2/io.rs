@@ -1,11 +1,11 @@
 //! The client connection as the h2 crate reads and writes it: tokio's `AsyncRead` and
-//! `AsyncWrite` over the switch's own readiness-driven stream (edge/client_stream.rs, TLS or
+//! `AsyncWrite` over the switch's own readiness-driven stream (tls/stream.rs, TLS or
 //! not), with the frames of both directions watched on the way (frames.rs).
 
 use super::frames::{self, Budget, Frame, Scanner};
-use crate::edge::client_stream::ClientStream;
 use crate::state::stats::{self, ServiceStats};
 use crate::stream::{Io, Then};
+use crate::tls::stream::ClientStream;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -23,11 +23,11 @@ use crate::http::{BodyFraming, RequestHead};
 use crate::recycle;
 use crate::relay::{Meter, RelayError, RelaySettings, TunnelEnd};
 use crate::shared::Shared;
-use crate::socket::Socket;
 use crate::state::generation::Generation;
 use crate::state::stats;
 use crate::stream::{wait, TimeLimit};
 use crate::timeouts::{Slot, SESSION_TIMER};
+use crate::tls::stream::ServerStream;
 use atomic_waker::AtomicWaker;
 use bytes::Bytes;
 use h2::server::SendResponse;
@@ -266,7 +266,7 @@ impl<'s> ClientSide for H2Client<'s> {
     async fn tunnel(
         &mut self,
         _work: &mut Buffers,
-        _server: &Socket,
+        _server: &ServerStream,
         _relay: &RelaySettings,
     ) -> io::Result<(u64, TunnelEnd)> {
         Err(io::Error::other("no tunnel over an HTTP/2 stream"))

@@ -2,10 +2,10 @@
 //! socket's readiness, bounded by the connection's header deadline (a client that opens a
 //! connection and stalls in the handshake is a slow client like any other).
 
-use super::layer::{push, SocketReader, TlsLayer};
 use crate::buffer::IoBuf;
 use crate::socket::Socket;
 use crate::stream::{wait, Then, TimeLimit};
+use crate::tls::layer::{push, SocketReader, TlsLayer};
 use rustls::server::ServerConfig;
 use rustls::ServerConnection;
 use std::io;

@@ -8,15 +8,14 @@
 //! - [`server_config`]: the rustls configuration of a generation, and each service's ticket
 //!   keys and session cache, which outlive reloads;
 //! - [`handshake`]: the server side of the handshake, before a connection's first request;
-//! - [`layer`]: the established connection, read and written with the socket's own readiness
-//!   (edge/client_stream.rs joins it to the socket for the session).
+//!   the established connection is read and written with the socket's own readiness by
+//!   tls/layer.rs (tls/stream.rs joins it to the socket for the session).
 //!
 //! Certificates come with the rule file: a reload reads them again, new connections get the
 //! new ones, connections open already keep theirs.
 
 pub mod certificates;
 pub mod handshake;
-pub mod layer;
 pub mod server_config;
 
 pub use certificates::Certificate;

@@ -184,6 +184,13 @@ macro_rules! server_counters {
                     metric: Counter "tcpvs_server_connect_errors"
                         "Connection attempts that failed or timed out",
                 }
+                /// TLS handshakes with the server that failed (a certificate that did not
+                /// verify, no common version, an alert): also connection errors.
+                tls_failures {
+                    json: "tls_failures",
+                    metric: Counter "tcpvs_server_tls_failures"
+                        "TLS handshakes with the server that failed",
+                }
                 /// Exchanges that failed after connecting: bad response, reset, timeout.
                 response_errors {
                     json: "response_errors",

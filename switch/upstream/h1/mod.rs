@@ -1,8 +1,9 @@
-//! HTTP/1.1 to a server: the request head rebuilt as HTTP/1.1 text and sent with a small body
+//! HTTP/1.1 to a server, over plain TCP or TLS: the request head rebuilt as HTTP/1.1 text and sent with a small body
 //! (request.rs), the request body framed as the head says ([`H1Upload`]), the response head
 //! parsed from the connection's buffer (response_head.rs) and its body read as its framing
 //! says ([`H1Download`]: relay/parts.rs), or moved as it came by an HTTP/1 front-end
-//! (the `h1_wire` capability of exchange/server.rs).
+//! (the `h1_wire` capability of exchange/server.rs, offered over plain TCP only: under TLS
+//! the bytes on the socket are not the body's).
 
 mod request;
 mod response_head;
@@ -18,7 +19,8 @@ use crate::http::{BodyFraming, ResponseHead};
 use crate::relay::parts::{put_part, PartFraming, PartReader};
 use crate::relay::{Meter, RelayError};
 use crate::socket::Socket;
-use crate::stream::{write_all, TimeLimit};
+use crate::stream::{write_all, Io, TimeLimit};
+use crate::tls::stream::ServerStream;
 use std::time::Duration;
 
 /// What one attempt on an HTTP/1.1 server connection needs to know of its request.
@@ -42,7 +44,7 @@ impl<'x> H1Server<'x> {
     /// The request on `socket`; the response is read into `buf` (emptied first) and its head
     /// parsed into `response`.
     pub(crate) fn new(
-        socket: &'x Socket,
+        socket: &'x ServerStream,
         buf: &'x mut IoBuf,
         response: &'x mut ResponseHead,
         request: H1Request,
@@ -84,7 +86,7 @@ impl<'x> ServerSide for H1Server<'x> {
 
 /// The request body, written to the server connection.
 pub(crate) struct H1Upload<'x> {
-    socket: &'x Socket,
+    socket: &'x ServerStream,
     framing: PartFraming,
     /// A chunk on its way, framed.
     scratch: Vec<u8>,
@@ -118,13 +120,13 @@ impl RequestBodySink for H1Upload<'_> {
     }
 
     fn h1_wire(&self) -> Option<&Socket> {
-        Some(self.socket)
+        self.socket.spliceable()
     }
 }
 
 /// The response, read from the server connection.
 pub(crate) struct H1Download<'x> {
-    socket: &'x Socket,
+    socket: &'x ServerStream,
     buf: &'x mut IoBuf,
     response: &'x mut ResponseHead,
     request: H1Request,
@@ -166,9 +168,10 @@ impl ResponseBody for H1Download<'_> {
     }
 
     fn h1_wire(&mut self) -> Option<H1Wire<'_>> {
+        let socket = self.socket.spliceable()?;
         self.body.release(self.buf);
         Some(H1Wire {
-            socket: self.socket,
+            socket,
             buf: self.buf,
         })
     }

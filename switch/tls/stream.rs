@@ -1,11 +1,12 @@
-//! A client connection as the session reads and writes it: its socket, and the TLS layer over
-//! it once a TLS service's handshake is done.
+//! A connection as the switch reads and writes it: its socket, and the TLS layer over it once
+//! a handshake is done. [`ClientStream`] is a client's (TLS when its service has `tls`),
+//! [`ServerStream`] a server's (TLS when its pool has `[pool.NAME.tls]`).
 //!
 //! The socket stays the one place readiness comes from: a TLS read or write is the socket's
 //! non-blocking call beneath rustls, so the session's waits, timeouts and speculative first read
 //! are the same with TLS or without. A plain connection pays one predictable branch per call.
 
-use super::tls::layer::TlsLayer;
+use super::layer::{Side, TlsLayer};
 use crate::socket::Socket;
 use crate::stream::{wait, Io, Then, TimeLimit};
 use std::future::Future;
@@ -14,19 +15,26 @@ use std::net::SocketAddr;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+/// A socket, with TLS over it or not.
 #[derive(Debug)]
-pub struct ClientStream {
+pub struct TlsStream<C: Side> {
     socket: Socket,
     /// Boxed: a rustls connection is large, and most connections of most services have none.
-    tls: Option<Box<TlsLayer>>,
+    tls: Option<Box<TlsLayer<C>>>,
 }
+
+/// A client's connection: the switch is the TLS server.
+pub type ClientStream = TlsStream<rustls::ServerConnection>;
+
+/// A server's connection: the switch is the TLS client.
+pub type ServerStream = TlsStream<rustls::ClientConnection>;
 
 /// How long closing waits for the socket to take a close_notify.
 const CLOSE_NOTIFY_WAIT: Duration = Duration::from_secs(2);
 
-impl ClientStream {
-    pub fn plain(socket: Socket) -> ClientStream {
-        ClientStream { socket, tls: None }
+impl<C: Side> TlsStream<C> {
+    pub fn plain(socket: Socket) -> TlsStream<C> {
+        TlsStream { socket, tls: None }
     }
 
     pub fn socket(&self) -> &Socket {
@@ -34,11 +42,11 @@ impl ClientStream {
     }
 
     /// From now on bytes cross `tls` (its handshake is complete).
-    pub fn start_tls(&mut self, tls: TlsLayer) {
+    pub fn start_tls(&mut self, tls: TlsLayer<C>) {
         self.tls = Some(Box::new(tls));
     }
 
-    pub fn tls(&self) -> Option<&TlsLayer> {
+    pub fn tls(&self) -> Option<&TlsLayer<C>> {
         self.tls.as_deref()
     }
 
@@ -72,7 +80,7 @@ impl ClientStream {
     }
 }
 
-impl Io for ClientStream {
+impl<C: Side> Io for TlsStream<C> {
     fn try_recv(&self, spare: &mut [u8]) -> io::Result<usize> {
         match &self.tls {
             None => self.socket.try_recv(spare),

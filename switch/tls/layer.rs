@@ -1,20 +1,40 @@
-//! A rustls server connection over a client's [`Socket`], driven like the socket itself:
-//! non-blocking calls that answer `WouldBlock` when the socket would, so the session's
-//! readiness-driven code (stream.rs) runs over TLS unchanged.
+//! A rustls connection over a [`Socket`], driven like the socket itself: non-blocking calls
+//! that answer `WouldBlock` when the socket would, so the session's readiness-driven code
+//! (stream.rs) runs over TLS unchanged. The same layer serves both ends: a client's
+//! connection, where the switch is the TLS server (edge/tls/), and a server's, where it is
+//! the TLS client (upstream/tls/); the two differ only in rustls' side type ([`Side`]).
 //!
 //! Records are read into rustls and decrypted on the caller's read; plaintext written is
 //! encrypted into rustls' send buffer (bounded at [`SEND_BUFFER_BYTES`]) and pushed to the
 //! socket at once, the rest when the socket is writable again (`try_flush`). What reading
 //! makes rustls say (an alert, a KeyUpdate's answer) is pushed at once too. The
-//! connection sits behind a mutex because the session reads the client while it writes it
-//! (an upload beside a response) through shared references; only the session's own task
-//! ever takes it, so it is never contended.
+//! connection sits behind a mutex because the session reads a peer while it writes it (an
+//! upload beside a response) through shared references; only the session's own task ever
+//! takes it, so it is never contended.
 
 use crate::socket::Socket;
 use crate::stream::{send_parts, Then};
-use rustls::ServerConnection;
+use rustls::client::ClientConnectionData;
+use rustls::server::ServerConnectionData;
+use rustls::{ClientConnection, ConnectionCommon, ServerConnection, SideData};
+use std::fmt::Debug;
 use std::io::{self, IoSlice, Read, Write};
+use std::ops::DerefMut;
 use std::sync::{Mutex, MutexGuard};
+
+/// The side of a rustls connection: [`ServerConnection`] toward clients, [`ClientConnection`]
+/// toward servers. Both are a `ConnectionCommon` underneath, which is all the layer uses.
+pub trait Side: DerefMut<Target = ConnectionCommon<Self::Data>> + Debug + Send {
+    type Data: SideData;
+}
+
+impl Side for ServerConnection {
+    type Data = ServerConnectionData;
+}
+
+impl Side for ClientConnection {
+    type Data = ClientConnectionData;
+}
 
 /// Encrypted output a slow client may keep waiting in user space, beside the 16 KiB the relay
 /// reads at a time: rustls' default (64 KiB) would let each slow reader hold four times what
@@ -22,20 +42,20 @@ use std::sync::{Mutex, MutexGuard};
 pub const SEND_BUFFER_BYTES: usize = 32 * 1024;
 
 #[derive(Debug)]
-pub struct TlsLayer {
-    connection: Mutex<Connection>,
+pub struct TlsLayer<C: Side = ServerConnection> {
+    connection: Mutex<Connection<C>>,
 }
 
 /// The rustls connection, and whether it failed (rustls' errors are sticky: a failed connection
 /// only repeats its error).
 #[derive(Debug)]
-struct Connection {
-    rustls: ServerConnection,
+struct Connection<C> {
+    rustls: C,
     failed: bool,
 }
 
 /// The socket as rustls reads it: non-blocking receives.
-pub(super) struct SocketReader<'a>(pub(super) &'a Socket);
+pub(crate) struct SocketReader<'a>(pub(crate) &'a Socket);
 
 impl Read for SocketReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
@@ -45,9 +65,9 @@ impl Read for SocketReader<'_> {
 
 /// The socket as rustls writes it: non-blocking sends, all records of a flush in one sendmsg
 /// when they fit.
-pub(super) struct SocketWriter<'a> {
-    pub(super) socket: &'a Socket,
-    pub(super) then: Then,
+pub(crate) struct SocketWriter<'a> {
+    pub(crate) socket: &'a Socket,
+    pub(crate) then: Then,
 }
 
 impl Write for SocketWriter<'_> {
@@ -64,9 +84,10 @@ impl Write for SocketWriter<'_> {
     }
 }
 
-impl TlsLayer {
-    /// A connection whose handshake is complete (handshake.rs).
-    pub(super) fn new(mut connection: ServerConnection) -> TlsLayer {
+impl<C: Side> TlsLayer<C> {
+    /// A connection whose handshake is complete (edge/tls/handshake.rs,
+    /// upstream/tls/handshake.rs).
+    pub(crate) fn new(mut connection: C) -> TlsLayer<C> {
         connection.set_buffer_limit(Some(SEND_BUFFER_BYTES));
         TlsLayer {
             connection: Mutex::new(Connection {
@@ -76,13 +97,13 @@ impl TlsLayer {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Connection> {
+    fn lock(&self) -> MutexGuard<'_, Connection<C>> {
         self.connection
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Plaintext into `spare`, reading and decrypting records as needed. `Ok(0)`: the client
+    /// Plaintext into `spare`, reading and decrypting records as needed. `Ok(0)`: the peer
     /// closed (with a close_notify, or without one: for HTTP, framing tells a cut message).
     pub fn try_recv(&self, socket: &Socket, spare: &mut [u8]) -> io::Result<usize> {
         if spare.is_empty() {
@@ -97,7 +118,7 @@ impl TlsLayer {
             ));
         }
         loop {
-            match rustls.reader().read(spare) {
+            match (**rustls).reader().read(spare) {
                 Ok(n) => return Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
@@ -128,7 +149,7 @@ impl TlsLayer {
         let connection = &mut self.lock().rustls;
         // Twice at most: a buffer full of older records takes nothing until they are pushed.
         for _ in 0..2 {
-            let taken = connection.writer().write_vectored(parts)?;
+            let taken = (**connection).writer().write_vectored(parts)?;
             match push(connection, socket, then) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock && taken > 0 => return Ok(taken),
@@ -163,12 +184,7 @@ impl TlsLayer {
         }
     }
 
-    /// The server name the client asked for (SNI), lower case.
-    pub fn server_name(&self) -> Option<Box<str>> {
-        self.lock().rustls.server_name().map(Box::from)
-    }
-
-    /// The client and the switch agreed on HTTP/2 (ALPN `h2`).
+    /// The two ends agreed on HTTP/2 (ALPN `h2`).
     pub fn speaks_h2(&self) -> bool {
         self.lock().rustls.alpn_protocol() == Some(b"h2")
     }
@@ -178,18 +194,21 @@ impl TlsLayer {
         self.lock().rustls.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
     }
 
-    /// Queues a close_notify: the client learns that the response is complete, not cut.
+    /// Queues a close_notify: the peer learns that the stream is complete, not cut.
     pub fn close_notify(&self) {
         self.lock().rustls.send_close_notify();
     }
 }
 
+impl TlsLayer<ServerConnection> {
+    /// The server name the client asked for (SNI), lower case.
+    pub fn server_name(&self) -> Option<Box<str>> {
+        self.lock().rustls.server_name().map(Box::from)
+    }
+}
+
 /// Writes queued records to the socket until none are left or it would block.
-pub(super) fn push(
-    connection: &mut ServerConnection,
-    socket: &Socket,
-    then: Then,
-) -> io::Result<()> {
+pub(crate) fn push<C: Side>(connection: &mut C, socket: &Socket, then: Then) -> io::Result<()> {
     while connection.wants_write() {
         if connection.write_tls(&mut SocketWriter { socket, then })? == 0 {
             return Err(io::ErrorKind::WriteZero.into());

@@ -1,0 +1,159 @@
+//! `[pool.NAME.tls]`, TLS to a pool's servers: its files read and checked now (a missing `ca`,
+//! a `ca` without certificates, a client certificate without its key refuse the rule file at
+//! that key's `FILE:LINE:COL`), `verify = false` warned, and the rustls configuration built
+//! once (upstream/tls/). And the pool's `protocol`. Paths are relative to the rule file's
+//! folder.
+
+use super::error::ErrorSink;
+use super::raw::RawPoolTls;
+use crate::edge::tls::certificates::{self, Part};
+use crate::upstream::tls::{PoolTls, TlsSettings};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use std::path::Path;
+use std::sync::Arc;
+use toml::Spanned;
+
+/// The pool's TLS, or `None` with the errors in `sink`.
+pub(super) fn build_pool_tls(
+    raw: &RawPoolTls,
+    folder: &Path,
+    sink: &mut ErrorSink<'_>,
+) -> Option<Arc<PoolTls>> {
+    let errors_before = sink.error_count();
+    let ca = raw.ca.as_ref().and_then(|ca| read_ca(ca, folder, sink));
+    let verify = raw.verify.as_ref().is_none_or(|v| *v.get_ref());
+    if let (false, Some(span)) = (verify, raw.verify.as_ref().map(Spanned::span)) {
+        sink.warn(
+            span,
+            "`verify = false`: any certificate is taken, so whoever is between the switch and \
+             these servers can read and change their traffic; give their CA as `ca` instead",
+        );
+    }
+    let sni = raw
+        .sni
+        .as_ref()
+        .and_then(|sni| match ServerName::try_from(sni.get_ref().as_str()) {
+            Ok(ServerName::DnsName(name)) => Some(ServerName::DnsName(name.to_owned())),
+            _ => {
+                sink.at(
+                    sni.span(),
+                    format!(
+                        "`sni`: {:?} is not a server name like \"api.internal\"",
+                        sni.get_ref()
+                    ),
+                );
+                None
+            }
+        });
+    let client_certificate = client_certificate(raw, folder, sink);
+    if sink.error_count() > errors_before {
+        return None;
+    }
+    let settings = TlsSettings {
+        ca,
+        verify,
+        sni,
+        client_certificate,
+    };
+    match PoolTls::new(settings) {
+        Ok(tls) => Some(Arc::new(tls)),
+        Err(why) => {
+            let span = raw.ca.as_ref().map_or(raw.span.clone(), Spanned::span);
+            sink.at(span, why);
+            None
+        }
+    }
+}
+
+/// The certificates of the `ca` file.
+fn read_ca(
+    ca: &Spanned<String>,
+    folder: &Path,
+    sink: &mut ErrorSink<'_>,
+) -> Option<Vec<CertificateDer<'static>>> {
+    let path = folder.join(ca.get_ref());
+    let shown = path.display();
+    let read = std::fs::read(&path)
+        .map_err(|e| format!("cannot read CA file {shown}: {e}"))
+        .and_then(|text| {
+            CertificateDer::pem_slice_iter(&text)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("CA file {shown}: {e}"))
+        });
+    match read {
+        Ok(certs) if certs.is_empty() => {
+            sink.at(
+                ca.span(),
+                format!(
+                    "CA file {shown} holds no certificate (a PEM block -----BEGIN CERTIFICATE-----)"
+                ),
+            );
+            None
+        }
+        Ok(certs) => Some(certs),
+        Err(why) => {
+            sink.at(ca.span(), why);
+            None
+        }
+    }
+}
+
+/// `cert` and `key`, both or neither.
+fn client_certificate(
+    raw: &RawPoolTls,
+    folder: &Path,
+    sink: &mut ErrorSink<'_>,
+) -> Option<Arc<rustls::sign::CertifiedKey>> {
+    match (&raw.cert, &raw.key) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => {
+            let loaded =
+                certificates::load(&folder.join(cert.get_ref()), &folder.join(key.get_ref()));
+            match loaded {
+                Ok(certificate) => Some(certificate.key),
+                Err(e) => {
+                    let span = match e.part {
+                        Part::Cert => cert.span(),
+                        Part::Key => key.span(),
+                    };
+                    sink.at(span, e.message);
+                    None
+                }
+            }
+        }
+        (Some(only), None) | (None, Some(only)) => {
+            let (has, lacks) = match raw.cert {
+                Some(_) => ("cert", "key"),
+                None => ("key", "cert"),
+            };
+            sink.at(
+                only.span(),
+                format!("`{has}` without `{lacks}`: a client certificate needs both, like cert = \"client.pem\", key = \"client.key\""),
+            );
+            None
+        }
+    }
+}
+
+/// `protocol`: what the servers are spoken to in. HTTP/1.1 only, in this version.
+pub(super) fn check_protocol(protocol: Option<&Spanned<String>>, sink: &mut ErrorSink<'_>) {
+    let Some(protocol) = protocol else {
+        return;
+    };
+    match protocol.get_ref().as_str() {
+        "http/1.1" => {}
+        "h2" | "auto" => sink.at(
+            protocol.span(),
+            format!(
+                "`protocol = {:?}`: HTTP/2 to servers is not in this version yet; leave \
+                 `protocol` out (or \"http/1.1\") to speak HTTP/1.1 to them",
+                protocol.get_ref()
+            ),
+        ),
+        other => sink.at(
+            protocol.span(),
+            format!("`protocol`: expected \"http/1.1\", \"h2\" or \"auto\", found {other:?}"),
+        ),
+    }
+}
