@@ -1091,6 +1091,7 @@ pub async fn wait_until(
 }
 
 pub mod tls;
+pub mod tls_origin;
 
 // ---------------------------------------------------------------- the tcpvs binary
 
