@@ -216,6 +216,31 @@ pub struct PoolConfig {
     pub response_buffer: u64,
     /// `[pool.NAME.tls]`: TLS to the servers; `None`: plain TCP.
     pub tls: Option<std::sync::Arc<crate::upstream::tls::PoolTls>>,
+    /// What the servers are spoken to in (`protocol`).
+    pub protocol: ServerProtocol,
+}
+
+/// A pool's `protocol`: what its servers are spoken to in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ServerProtocol {
+    /// `"http/1.1"` (the default).
+    #[default]
+    Http1,
+    /// `"h2"`: HTTP/2 to every server (prior knowledge on plain TCP, ALPN `h2` over TLS).
+    H2,
+    /// `"auto"` (TLS only): what each server chooses by ALPN among `h2` and `http/1.1`.
+    Auto,
+}
+
+impl ServerProtocol {
+    /// The ALPN protocols offered to servers, in order of preference.
+    pub fn alpn(self) -> &'static [&'static [u8]] {
+        match self {
+            ServerProtocol::Http1 => &[b"http/1.1"],
+            ServerProtocol::H2 => &[b"h2"],
+            ServerProtocol::Auto => &[b"h2", b"http/1.1"],
+        }
+    }
 }
 
 /// A checked rule file.

@@ -5,7 +5,8 @@
 //! folder.
 
 use super::error::ErrorSink;
-use super::raw::RawPoolTls;
+use super::raw::{RawPool, RawPoolTls};
+use super::ServerProtocol;
 use crate::edge::tls::certificates::{self, Part};
 use crate::upstream::tls::{PoolTls, TlsSettings};
 use rustls::pki_types::pem::PemObject;
@@ -15,8 +16,9 @@ use std::sync::Arc;
 use toml::Spanned;
 
 /// The pool's TLS, or `None` with the errors in `sink`.
-pub(super) fn build_pool_tls(
+fn build_pool_tls(
     raw: &RawPoolTls,
+    protocol: ServerProtocol,
     folder: &Path,
     sink: &mut ErrorSink<'_>,
 ) -> Option<Arc<PoolTls>> {
@@ -51,6 +53,7 @@ pub(super) fn build_pool_tls(
         return None;
     }
     let settings = TlsSettings {
+        alpn: protocol.alpn(),
         ca,
         verify,
         sni,
@@ -136,24 +139,58 @@ fn client_certificate(
     }
 }
 
-/// `protocol`: what the servers are spoken to in. HTTP/1.1 only, in this version.
-pub(super) fn check_protocol(protocol: Option<&Spanned<String>>, sink: &mut ErrorSink<'_>) {
+/// How the pool's servers are reached: `protocol`, and TLS (`[pool.NAME.tls]`). `proxied`: the
+/// pool has `send_proxy`, which names one client per connection (HTTP/1.1 only).
+pub(super) fn build_transport(
+    pool: &RawPool,
+    proxied: bool,
+    folder: &Path,
+    sink: &mut ErrorSink<'_>,
+) -> (ServerProtocol, Option<Arc<PoolTls>>) {
+    let protocol = build_protocol(pool.protocol.as_ref(), pool.tls.is_some(), sink);
+    if let (true, Some(written)) = (proxied, &pool.protocol) {
+        if protocol != ServerProtocol::Http1 {
+            sink.at(
+                written.span(),
+                "`send_proxy` names one client per server connection, and an HTTP/2 \
+                 connection carries many clients' requests: use one or the other",
+            );
+        }
+    }
+    let tls = pool
+        .tls
+        .as_ref()
+        .and_then(|tls| build_pool_tls(tls, protocol, folder, sink));
+    (protocol, tls)
+}
+
+/// `protocol`: what the servers are spoken to in; `"auto"` only over TLS (ALPN chooses).
+fn build_protocol(
+    protocol: Option<&Spanned<String>>,
+    has_tls: bool,
+    sink: &mut ErrorSink<'_>,
+) -> ServerProtocol {
     let Some(protocol) = protocol else {
-        return;
+        return ServerProtocol::Http1;
     };
     match protocol.get_ref().as_str() {
-        "http/1.1" => {}
-        "h2" | "auto" => sink.at(
-            protocol.span(),
-            format!(
-                "`protocol = {:?}`: HTTP/2 to servers is not in this version yet; leave \
-                 `protocol` out (or \"http/1.1\") to speak HTTP/1.1 to them",
-                protocol.get_ref()
-            ),
-        ),
-        other => sink.at(
-            protocol.span(),
-            format!("`protocol`: expected \"http/1.1\", \"h2\" or \"auto\", found {other:?}"),
-        ),
+        "http/1.1" => ServerProtocol::Http1,
+        "h2" => ServerProtocol::H2,
+        "auto" if has_tls => ServerProtocol::Auto,
+        "auto" => {
+            sink.at(
+                protocol.span(),
+                "`protocol = \"auto\"` lets each server choose by ALPN, which needs TLS: add a \
+                 [pool.NAME.tls] table, or say \"h2\" (prior knowledge) or \"http/1.1\"",
+            );
+            ServerProtocol::Http1
+        }
+        other => {
+            sink.at(
+                protocol.span(),
+                format!("`protocol`: expected \"http/1.1\", \"h2\" or \"auto\", found {other:?}"),
+            );
+            ServerProtocol::Http1
+        }
     }
 }

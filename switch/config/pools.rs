@@ -41,11 +41,7 @@ pub(super) fn build_pools(
             .map(|(k, v, _)| (k.clone(), v.clone()))
             .collect();
         let send_proxy = send_proxy_of(pool, sink);
-        pool_tls::check_protocol(pool.protocol.as_ref(), sink);
-        let tls = pool
-            .tls
-            .as_ref()
-            .and_then(|tls| pool_tls::build_pool_tls(tls, folder, sink));
+        let (protocol, tls) = pool_tls::build_transport(pool, send_proxy.is_some(), folder, sink);
         let config = PoolConfig {
             name: name.clone(),
             scheduler,
@@ -56,6 +52,7 @@ pub(super) fn build_pools(
             request_buffer: size_or_zero(pool.request_buffer.as_ref(), "request_buffer", sink),
             response_buffer: size_or_zero(pool.response_buffer.as_ref(), "response_buffer", sink),
             tls,
+            protocol,
         };
         // Build the module once now, so an unknown name or a bad option is refused at load.
         let states = crate::config::scheduler::server_states(&config);

@@ -189,6 +189,19 @@ impl PoolProtocols {
                 );
             }
             let has_tls = pool_configs.get(index).is_some_and(|p| p.tls.is_some());
+            let speaks_h2 = pool_configs
+                .get(index)
+                .is_some_and(|p| p.protocol != crate::config::ServerProtocol::Http1);
+            if mode == ServiceMode::TlsPassthrough && speaks_h2 && self.reported.insert(index) {
+                sink.at(
+                    reference.span(),
+                    format!(
+                        "pool `{name}` has a `protocol` of HTTP/2, but its servers take TLS \
+                         passthrough here: the clients' bytes go to them as they came; remove \
+                         `protocol`"
+                    ),
+                );
+            }
             if mode == ServiceMode::TlsPassthrough && has_tls && self.reported.insert(index) {
                 sink.at(
                     reference.span(),

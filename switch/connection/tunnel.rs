@@ -19,6 +19,8 @@ use crate::state::control::{self, Failure};
 use crate::state::pool::Lease;
 use crate::state::stats;
 use crate::stream::{read_some, write_all, TimeLimit};
+use crate::upstream::connection::ServerConnection;
+use crate::upstream::ServerLink;
 use std::io;
 use tokio::time::Instant;
 
@@ -111,16 +113,10 @@ impl Connection {
         };
         let mut picker = Picker::new(cx, pool_index, tried);
         let pool = picker.pool;
-        let Connected { lease, server, .. } = match picker
-            .pick_or_queue((head, inbuf.filled()))
-            .await
-        {
-            Ok(connected) => connected,
-            Err((_, why)) => {
-                tracing::debug!(client = %cx.peer, pool = %pool.name, "TLS passthrough: {why}; closed");
-                stats::bump(&cx.service.stats.local_errors);
-                return Outcome::local(0, 0, false, Some(pool_index));
-            }
+        let picked = picker.pick_or_queue((head, inbuf.filled())).await;
+        let Some((lease, server)) = plain_connection(picked, &cx, &pool.name) else {
+            stats::bump(&cx.service.stats.local_errors);
+            return Outcome::local(0, 0, false, Some(pool_index));
         };
         let backend = lease.backend();
         stats::bump(&backend.stats.requests);
@@ -160,6 +156,30 @@ impl Connection {
 
 /// Counts what a passthrough connection moved at its server, and tells passive health whether
 /// the server answered the hello.
+/// The connection picked, which is plain TCP: a passthrough pool speaks HTTP/1.1 (the check
+/// refuses `protocol` on it). `None`: none could be had (logged).
+fn plain_connection<'p>(
+    picked: Result<Connected<'p>, (u16, &'static str)>,
+    cx: &Context<'_>,
+    pool: &str,
+) -> Option<(Lease<'p>, ServerConnection)> {
+    match picked {
+        Ok(Connected {
+            lease,
+            server: ServerLink::H1(server),
+            ..
+        }) => Some((lease, server)),
+        Ok(_) => {
+            tracing::error!(pool, "TLS passthrough to an HTTP/2 pool; closed");
+            None
+        }
+        Err((_, why)) => {
+            tracing::debug!(client = %cx.peer, pool, "TLS passthrough: {why}; closed");
+            None
+        }
+    }
+}
+
 fn count_tunnel_end(picker: &Picker<'_>, lease: &Lease<'_>, end: &TunnelEnd) {
     let backend = lease.backend();
     let moved = end.moved;

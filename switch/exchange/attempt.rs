@@ -11,6 +11,7 @@ use super::Exchange;
 use crate::buffer::IoBuf;
 use crate::buffering::rate::within_rate;
 use crate::buffering::BufferMemory;
+use crate::config::ServerProtocol;
 use crate::http::response::RequestKind;
 use crate::http::rewrite::RequestEdit;
 use crate::http::BodyFraming;
@@ -27,6 +28,35 @@ use std::pin::{pin, Pin};
 /// timeout never ends a server that streams `100 Continue` forever; a long operation's
 /// `102 Processing` every few seconds, or a few `103 Early Hints`, stay far below this.
 const MAX_INTERIM_RESPONSES: usize = 100;
+
+/// What a request asks of the hop that HTTP/1.1 says in fields of the connection, which an
+/// HTTP/2 server side must say its own way (attempt_h2.rs). Read only for pools that may
+/// speak HTTP/2: the plain path never scans for them.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Asks {
+    /// `TE: trailers`: the client takes trailers (gRPC needs the server told).
+    pub te_trailers: bool,
+    /// `Expect: 100-continue` (HTTP/1.1): the client waits for `100 Continue` before its body.
+    pub continue_first: bool,
+}
+
+impl Asks {
+    fn of((head, bytes): (&crate::http::RequestHead, &[u8])) -> Asks {
+        let mut asks = Asks::default();
+        for field in &head.fields {
+            let (name, value) = (field.name.get(bytes), field.value.get(bytes));
+            if name.eq_ignore_ascii_case(b"te") {
+                asks.te_trailers |= value
+                    .windows(8)
+                    .any(|w| w.eq_ignore_ascii_case(b"trailers"));
+            } else if name.eq_ignore_ascii_case(b"expect") {
+                asks.continue_first |= head.version == crate::http::Version::Http11
+                    && value.eq_ignore_ascii_case(b"100-continue");
+            }
+        }
+        asks
+    }
+}
 
 /// What went up with the request head.
 pub(super) struct Sent {
@@ -139,6 +169,9 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             },
         };
         let origin = self.client.origin();
+        if self.picker.pool.config.protocol != ServerProtocol::Http1 {
+            self.asks = Asks::of(self.client.request());
+        }
         let out = &mut self.work.upstream_head;
         H1Server::write_head(out, self.client.request(), origin, host_field, edit);
         self.client.release_head();
@@ -185,7 +218,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         );
         match phase {
             Phase::Tunnel => self.open_tunnel(backend, &server.stream).await,
-            Phase::Relayed(relayed) => self.finish(lease, server, relayed, &meters.down),
+            Phase::Relayed(relayed) => self.finish(lease, Some(server), relayed, &meters.down),
         }
     }
 
@@ -222,7 +255,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
     ///    100 Continue before the body, or its final status before reading all of it.
     /// 3. The response comes down, the upload still going on if it has not ended: a server
     ///    may stream its answer while it reads (full duplex).
-    async fn duplex<V: ServerSide>(
+    pub(super) async fn duplex<V: ServerSide>(
         &mut self,
         side: &mut V,
         backend: &Backend,

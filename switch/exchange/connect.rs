@@ -6,6 +6,7 @@
 
 use super::Picker;
 use crate::capacity::exhaustion;
+use crate::config::ServerProtocol;
 use crate::config::ServiceMode;
 use crate::socket::Socket;
 use crate::state::control::{Evidence, Failure};
@@ -13,7 +14,9 @@ use crate::state::server::Backend;
 use crate::state::stats;
 use crate::stream::TimeLimit;
 use crate::upstream::connection::ServerConnection;
+use crate::upstream::h2::driver;
 use crate::upstream::tls::handshake::{self, HandshakeFailure};
+use crate::upstream::ServerLink;
 use std::future::{poll_fn, Future};
 use std::io;
 use std::pin::pin;
@@ -47,6 +50,43 @@ const EXHAUSTED_PAUSES: [Duration; 4] = [
 ];
 
 impl Picker<'_> {
+    /// A new connection to the pool's server `server` as the pool's `protocol` says: HTTP/2
+    /// for `"h2"`, or for `"auto"` when the server chose it by ALPN (its first stream's place
+    /// taken), else HTTP/1.1.
+    pub(crate) async fn open_link(&self, server: usize) -> Result<ServerLink, ConnectFailure> {
+        let connection = self.open_connection(server).await?;
+        let protocol = self.pool.config.protocol;
+        let backend = &*self.pool.backends[server];
+        let chose_h2 = connection.stream.tls().is_some_and(|tls| tls.speaks_h2());
+        let h2 = match protocol {
+            ServerProtocol::Http1 => false,
+            ServerProtocol::H2 => true,
+            ServerProtocol::Auto => chose_h2,
+        };
+        backend
+            .chose_h2
+            .store(h2, std::sync::atomic::Ordering::Relaxed);
+        if !h2 {
+            return Ok(ServerLink::H1(connection));
+        }
+        let settings = &self.cx.shared.settings;
+        let limit = TimeLimit::Idle(settings.connect_timeout);
+        let tls = self.pool.config.tls.clone();
+        let idle = settings.server_idle_timeout;
+        match driver::start(connection.stream, tls, idle, limit).await {
+            Ok(started) => Ok(ServerLink::H2(
+                backend.h2.add(self.cx.timer.worker(), started),
+            )),
+            Err(e) => {
+                count_connect_error(&backend.stats, &e);
+                Err(ConnectFailure::Server(Failure {
+                    why: format!("HTTP/2 handshake: {e}"),
+                    evidence: Evidence::Broken,
+                }))
+            }
+        }
+    }
+
     /// A new connection to the pool's server `server`, over TLS when the pool says so (never
     /// for a passthrough service: its clients speak TLS to the server themselves).
     pub(crate) async fn open_connection(

@@ -14,6 +14,7 @@
 
 pub(crate) mod account;
 mod attempt;
+mod attempt_h2;
 pub(crate) mod client;
 mod connect;
 pub(crate) mod failure;
@@ -40,7 +41,7 @@ use crate::state::generation::{Generation, Service};
 use crate::state::pool::{Lease, Pool};
 use crate::state::stats;
 use crate::timeouts::Slot;
-use crate::upstream::connection::ServerConnection;
+use crate::upstream::ServerLink;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tcpvs_modules::ResponseField;
@@ -150,7 +151,7 @@ impl<'a> Picker<'a> {
 /// socket, whether it was reused, and the field the pool's module adds to the response.
 pub(crate) struct Connected<'p> {
     pub lease: Lease<'p>,
-    pub server: ServerConnection,
+    pub server: ServerLink,
     pub reused: bool,
     pub response_field: Option<ResponseField>,
 }
@@ -165,6 +166,9 @@ pub(crate) struct Exchange<'a, C: ClientSide> {
     response_field: Option<ResponseField>,
     /// What the rule changes on the way (policy.rs); `None` on the plain path.
     edits: Option<&'a Edits>,
+    /// What the request asks of the hop (attempt.rs), for a server side that says it its
+    /// own way.
+    asks: attempt::Asks,
 }
 
 /// Carries out the request whose head `client` holds: routes it, applies the rule's policy,
@@ -206,6 +210,7 @@ pub(crate) async fn serve<C: ClientSide>(
         started,
         response_field: None,
         edits,
+        asks: attempt::Asks::default(),
     };
     let mut outcome = exchange.run().await;
     outcome.limited = would_limit;
@@ -347,13 +352,17 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
 
     /// One attempt on the connection picked; when a reused connection turns out closed by the
     /// server, one more on a new connection to the same server (if the request may be sent
-    /// again).
+    /// again). HTTP/2 streams: attempt_h2.rs.
     async fn attempt_or_renew(
         &mut self,
         lease: &Lease<'a>,
-        server: ServerConnection,
+        server: ServerLink,
         reused: bool,
     ) -> Result<Outcome, ExchangeError> {
+        let server = match server {
+            ServerLink::H1(server) => server,
+            ServerLink::H2(channel) => return self.attempt_h2_or_again(lease, channel).await,
+        };
         let result = self.attempt(lease, server, reused).await;
         if !matches!(result, Err(ExchangeError::Stale)) || !self.client.request().0.retryable() {
             return result;
@@ -361,8 +370,9 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         let backend = lease.backend();
         failure::count_stale_retry(&backend.stats);
         tracing::debug!(server = %backend.addr, "reused connection failed; retrying on a new one");
-        match self.picker.open_connection(lease.server).await {
-            Ok(stream) => self.attempt(lease, stream, false).await,
+        match self.picker.open_link(lease.server).await {
+            Ok(ServerLink::H1(stream)) => self.attempt(lease, stream, false).await,
+            Ok(ServerLink::H2(channel)) => self.attempt_h2_or_again(lease, channel).await,
             Err(failure) => Err(ExchangeError::from(failure)),
         }
     }

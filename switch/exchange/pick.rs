@@ -5,6 +5,7 @@
 use super::connect::{ConnectFailure, OUT_OF_DESCRIPTORS};
 use super::route::request_view;
 use super::{Connected, Picker};
+use crate::config::ServerProtocol;
 use crate::config::ServiceMode;
 use crate::http::host::HostScratch;
 use crate::http::RequestHead;
@@ -12,7 +13,7 @@ use crate::state::control::Evidence;
 use crate::state::pool::Lease;
 use crate::state::stats;
 use crate::stream::{wait, TimeLimit};
-use crate::upstream::connection::ServerConnection;
+use crate::upstream::ServerLink;
 use std::pin::pin;
 use tcpvs_modules::{ResponseField, Ticket};
 use tokio::time::Instant;
@@ -160,39 +161,40 @@ impl<'a> Picker<'a> {
         }
     }
 
-    /// A connection to the leased server: a parked idle one, else a new one. `Ok(None)`: the
-    /// server failed (counted, and remembered in `busy` when it was only busy); `Err`: no
-    /// server would fare better (this process is out of descriptors).
+    /// A connection to the leased server: a stream on one of its HTTP/2 connections with
+    /// room, or a parked idle HTTP/1.1 one, else a new one. `Ok(None)`: the server failed
+    /// (counted, and remembered in `busy` when it was only busy); `Err`: no server would fare
+    /// better (this process is out of descriptors).
     async fn connect_to(
         &mut self,
         lease: &Lease<'a>,
         retryable: bool,
         busy: &mut Vec<usize>,
-    ) -> Result<Option<(ServerConnection, bool)>, NoServer> {
+    ) -> Result<Option<(ServerLink, bool)>, NoServer> {
         let server = lease.server;
         let backend = lease.backend();
         let (pool, cx) = (self.pool, self.cx);
         let now_ms = cx.timer.now_ms();
+        let tls = pool.config.tls.as_ref();
         // A `send_proxy` pool's connections belong to one client each: never reused (idle
         // ones may remain from before a reload turned it on); a passthrough connection is a
         // new TLS connection to the server, never an idle HTTP one.
         let reusable = pool.config.send_proxy.is_none() && cx.service.mode == ServiceMode::Http;
+        if reusable && pool.config.protocol != ServerProtocol::Http1 {
+            if let Some(channel) = backend.h2.take(cx.timer.worker(), tls) {
+                return Ok(Some((ServerLink::H2(channel), true)));
+            }
+        }
         let idle_age = cx.shared.settings.server_idle_timeout;
-        let idle = match reusable {
-            true => backend.take_idle(
-                cx.timer.worker(),
-                now_ms,
-                idle_age,
-                !retryable,
-                pool.config.tls.as_ref(),
-            ),
+        let idle = match reusable && pool.config.protocol != ServerProtocol::H2 {
+            true => backend.take_idle(cx.timer.worker(), now_ms, idle_age, !retryable, tls),
             false => None,
         };
         if let Some(stream) = idle {
-            return Ok(Some((stream, true)));
+            return Ok(Some((ServerLink::H1(stream), true)));
         }
-        match self.open_connection(server).await {
-            Ok(stream) => Ok(Some((stream, false))),
+        match self.open_link(server).await {
+            Ok(link) => Ok(Some((link, false))),
             // No other server would fare better, and this one did not fail.
             Err(ConnectFailure::OutOfDescriptors) => Err((503, OUT_OF_DESCRIPTORS)),
             Err(ConnectFailure::Server(failure)) => {

@@ -104,12 +104,13 @@ impl<'x, S: ResponseSink, R: ResponseSource> Attempt<'x, S, R> {
 }
 
 impl<'a, C: ClientSide> Exchange<'a, C> {
-    /// 4. The response relayed: counted, and the server connection goes back to the idle list
-    ///    if the exchange ended cleanly on both sides with nothing extra pending.
+    /// 4. The response relayed: counted, and the server connection (HTTP/1.1; an HTTP/2
+    ///    stream just ends) goes back to the idle list if the exchange ended cleanly on both
+    ///    sides with nothing extra pending.
     pub(super) fn finish(
         &mut self,
         lease: &Lease<'a>,
-        server: ServerConnection,
+        server: Option<ServerConnection>,
         relayed: Relayed,
         downloaded: &Meter,
     ) -> Result<Outcome, ExchangeError> {
@@ -132,12 +133,14 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             self.client.leave_unread();
         }
         let cx = &self.picker.cx;
-        if self.work.response.server_keep_alive
-            && lease.pool().config.send_proxy.is_none()
-            && upload_complete
-            && uploaded_before_answer
-            && self.work.server_buf.is_empty()
-        {
+        let parked = server.filter(|_| {
+            self.work.response.server_keep_alive
+                && lease.pool().config.send_proxy.is_none()
+                && upload_complete
+                && uploaded_before_answer
+                && self.work.server_buf.is_empty()
+        });
+        if let Some(server) = parked {
             backend.park(
                 cx.timer.worker(),
                 server,

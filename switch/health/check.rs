@@ -1,10 +1,13 @@
 //! Active checks: `tcp` (a connection opens) and `http` (`GET path` answered with a status in
 //! `expect`), each bounded by `timeout`, one at a time per server. To the servers of a pool
 //! with `[pool.NAME.tls]`, a check is made over TLS as requests are: a connection opens only
-//! once its handshake is done, so a certificate that does not verify fails the check.
+//! once its handshake is done, so a certificate that does not verify fails the check. An
+//! `http` check speaks what the pool's requests speak: HTTP/2 to a pool with `protocol =
+//! "h2"` (or `"auto"` when the server chose it), else HTTP/1.1.
 
 use super::Place;
 use crate::config::health::{CheckKind, HealthConfig};
+use crate::config::ServerProtocol;
 use crate::http::response::{parse_response, RequestKind, ResponseHead};
 use crate::state::control::{Change, Evidence, Failure};
 use crate::state::status::AdminState;
@@ -22,6 +25,12 @@ pub struct CheckTls {
     pub name: ServerName<'static>,
 }
 
+/// How a check reaches a server: over TLS or not, and in which protocol.
+pub struct CheckWay {
+    pub tls: Option<CheckTls>,
+    pub protocol: ServerProtocol,
+}
+
 /// Checks one server every `interval`, after `offset`, until the switch goes.
 pub async fn run(place: Place, offset: Duration) {
     tokio::time::sleep(offset).await;
@@ -34,6 +43,7 @@ pub async fn run(place: Place, offset: Duration) {
             .lock()
             .is_ok_and(|s| s.admin == AdminState::Maint);
         let addr = server.addr;
+        let protocol = pool.config.protocol;
         let tls = pool.config.tls.as_ref().map(|tls| {
             let host = pool
                 .config
@@ -51,7 +61,8 @@ pub async fn run(place: Place, offset: Duration) {
         let answered = crate::state::stats::read(&server.stats.responses);
         drop(pool);
         if !in_maint {
-            let change = match probe(addr, &config, tls.as_ref()).await {
+            let way = CheckWay { tls, protocol };
+            let change = match probe(addr, &config, &way).await {
                 Probe::Passed => Some(Change::CheckPassed),
                 Probe::Failed(why) => Some(Change::CheckFailed(Failure::broken(why))),
                 Probe::TimedOut(why) => {
@@ -90,9 +101,9 @@ pub enum Probe {
     NotMade(String),
 }
 
-/// One check of `addr` (over TLS when `tls` says so).
-pub async fn probe(addr: SocketAddr, config: &HealthConfig, tls: Option<&CheckTls>) -> Probe {
-    match tokio::time::timeout(config.timeout, probe_unbounded(addr, config, tls)).await {
+/// One check of `addr`, made the `way` requests go.
+pub async fn probe(addr: SocketAddr, config: &HealthConfig, way: &CheckWay) -> Probe {
+    match tokio::time::timeout(config.timeout, probe_unbounded(addr, config, way)).await {
         Ok(Ok(())) => Probe::Passed,
         Ok(Err(probe)) => probe,
         Err(_) => Probe::TimedOut(format!("no answer within {:?}", config.timeout)),
@@ -102,7 +113,7 @@ pub async fn probe(addr: SocketAddr, config: &HealthConfig, tls: Option<&CheckTl
 async fn probe_unbounded(
     addr: SocketAddr,
     config: &HealthConfig,
-    tls: Option<&CheckTls>,
+    way: &CheckWay,
 ) -> Result<(), Probe> {
     let stream = TcpStream::connect(addr).await.map_err(|e| {
         if crate::capacity::exhaustion::is_exhaustion(&e) {
@@ -111,15 +122,62 @@ async fn probe_unbounded(
             Probe::Failed(format!("connect: {e}"))
         }
     })?;
-    let Some(tls) = tls else {
-        return ask(stream, addr, config).await;
+    let Some(tls) = &way.tls else {
+        return match way.protocol {
+            ServerProtocol::H2 => ask_h2(stream, addr, config, "http").await,
+            _ => ask(stream, addr, config).await,
+        };
     };
     let connector = tokio_rustls::TlsConnector::from(Arc::clone(tls.tls.client()));
     let stream = connector
         .connect(tls.name.clone(), stream)
         .await
         .map_err(|e| Probe::Failed(format!("TLS handshake: {e}")))?;
-    ask(stream, addr, config).await
+    let chose_h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+    match (way.protocol, chose_h2) {
+        (ServerProtocol::H2, _) | (ServerProtocol::Auto, true) => {
+            ask_h2(stream, addr, config, "https").await
+        }
+        _ => ask(stream, addr, config).await,
+    }
+}
+
+/// An `http` check over HTTP/2 (the h2 crate's client, as requests to such a pool go): `GET
+/// path`, its status judged as over HTTP/1.1.
+async fn ask_h2(
+    stream: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    addr: SocketAddr,
+    config: &HealthConfig,
+    scheme: &str,
+) -> Result<(), Probe> {
+    if config.check != CheckKind::Http {
+        return Ok(());
+    }
+    let failed = |what: &str, e: h2::Error| Probe::Failed(format!("{what}: {e}"));
+    let (send, connection) = h2::client::handshake(stream)
+        .await
+        .map_err(|e| failed("HTTP/2 handshake", e))?;
+    let driver = tokio::spawn(connection);
+    let host = config.host.clone().unwrap_or_else(|| addr.to_string());
+    let request = http::Request::get(format!("{scheme}://{host}{}", config.path))
+        .header(http::header::USER_AGENT, "tcpvs-check")
+        .body(())
+        .map_err(|e| Probe::Failed(format!("the check's request: {e}")))?;
+    let asked = async {
+        let mut send = send.ready().await.map_err(|e| failed("HTTP/2", e))?;
+        let (response, _) = send
+            .send_request(request, true)
+            .map_err(|e| failed("sending the check", e))?;
+        response.await.map_err(|e| failed("reading the answer", e))
+    };
+    let answered = asked.await;
+    driver.abort();
+    let status = answered?.status().as_u16();
+    if config.expect.contains(status) {
+        Ok(())
+    } else {
+        Err(Probe::Failed(format!("status {status}")))
+    }
 }
 
 /// The rest of a check on an open connection: nothing more for `tcp`, the request for `http`.

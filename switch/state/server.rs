@@ -8,6 +8,7 @@ use crate::state::status::ServerStatus;
 use crate::stream::{wait, TimeLimit};
 use crate::throttled::Throttled;
 use crate::upstream::connection::ServerConnection;
+use crate::upstream::h2::connections::H2Connections;
 use crate::upstream::tls::PoolTls;
 use std::io;
 use std::net::SocketAddr;
@@ -30,6 +31,10 @@ pub struct Backend {
     /// registered it, so a connection is reused only by the worker that opened it (its
     /// readiness comes from that worker's reactor, and its age from that worker's clock).
     idle: Box<[Mutex<Vec<IdleConnection>>]>,
+    /// HTTP/2 connections, one list per worker as for `idle` (`protocol = "h2"`/`"auto"`).
+    pub h2: H2Connections,
+    /// Its last connection chose HTTP/2 by ALPN (`protocol = "auto"`): what `/stats` shows.
+    pub chose_h2: AtomicBool,
     pub stats: ServerStats,
     /// The switch's connects to it, in order: a SYN its full accept queue dropped is sent
     /// again when a slot may have opened (exchange/connect.rs).
@@ -62,6 +67,8 @@ impl Backend {
             addr: config.addr,
             host_field: config.addr.to_string().into_bytes().into_boxed_slice(),
             idle: (0..workers.max(1)).map(|_| Mutex::default()).collect(),
+            h2: H2Connections::new(workers),
+            chose_h2: AtomicBool::new(false),
             stats: ServerStats::default(),
             handshakes: Handshakes::default(),
             state: ServerState::with_limit(config.weight, config.max_conns),
@@ -182,8 +189,9 @@ impl Backend {
         }
     }
 
-    /// Closes every parked connection.
+    /// Closes every parked connection (and every HTTP/2 connection once its streams end).
     pub fn drop_idle(&self) {
+        self.h2.close_all();
         for list in self.idle.iter() {
             if let Ok(mut idle) = list.lock() {
                 idle.clear();

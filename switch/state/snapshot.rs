@@ -3,6 +3,7 @@
 
 use crate::buffering::BufferMemory;
 use crate::config::health::CheckKind;
+use crate::config::ServerProtocol;
 use crate::state::generation::{Generation, Service};
 use crate::state::pool::Pool;
 use crate::state::server::Backend;
@@ -110,7 +111,12 @@ fn server_snapshot(pool: &Pool, state: &ServerState, backend: &Backend) -> Serve
             state: shown,
             reason,
             backup: backend.is_backup(),
-            protocol: "http/1.1",
+            protocol: match pool.config.protocol {
+                ServerProtocol::Http1 => "http/1.1",
+                ServerProtocol::H2 => "h2",
+                ServerProtocol::Auto if backend.chose_h2.load(Ordering::Relaxed) => "h2",
+                ServerProtocol::Auto => "http/1.1",
+            },
             tls: pool.config.tls.is_some(),
             offered: state.load().is_usable(),
             weight: state.weight(),
@@ -156,7 +162,8 @@ server_counters!(
         pub configured_weight: u32,
         pub admin_weight: Option<u32>,
         pub max_conns: u32,
-        /// What its connections speak (`http/1.1`), and whether over TLS (`[pool.NAME.tls]`).
+        /// What its connections speak (`http/1.1`, `h2`; for `protocol = "auto"` what the last
+        /// connection chose), and whether over TLS (`[pool.NAME.tls]`).
         pub protocol: &'static str,
         pub tls: bool,
         /// How long the shown state has held.

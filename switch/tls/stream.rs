@@ -71,6 +71,12 @@ impl<C: Side> TlsStream<C> {
         self.socket.poll_read_ready(cx)
     }
 
+    /// Polls for write readiness (the socket's: TLS keeps nothing back that the socket would
+    /// not take).
+    pub fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.socket.poll_write_ready(cx)
+    }
+
     /// Whether unread bytes wait, asking the kernel (see `Socket::has_unread_bytes`).
     pub fn has_unread_bytes(&self) -> bool {
         self.tls

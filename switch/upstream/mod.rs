@@ -6,4 +6,12 @@
 
 pub mod connection;
 pub(crate) mod h1;
+pub mod h2;
 pub mod tls;
+
+/// A server connection picked for a request: an HTTP/1.1 one (new or reused), or a stream's
+/// place on an HTTP/2 one.
+pub(crate) enum ServerLink {
+    H1(connection::ServerConnection),
+    H2(h2::connections::Channel),
+}

@@ -56,10 +56,13 @@ pub(super) fn read_head(
                 "a field value begins or ends with white space",
             ));
         }
-        if *name == header::HOST || *name == header::TE {
-            // Host is taken from :authority above; `te: trailers` is for this hop only.
+        if *name == header::HOST {
+            // Host is taken from :authority above.
             continue;
         }
+        // `te` (only ever `trailers`: the h2 crate refuses any other value) goes into the head:
+        // an HTTP/1.1 server never gets it (a field of the hop: http/fields.rs), an HTTP/2 one
+        // does (upstream/h2/request.rs), as gRPC needs.
         if *name == header::COOKIE {
             // Crumbs of one Cookie field, split for compression (RFC 9113 section 8.2.3): one
             // field again, joined with "; ", where the first crumb was.
@@ -309,9 +312,9 @@ mod tests {
     }
 
     #[test]
-    fn te_trailers_stays_on_this_hop() {
+    fn te_trailers_is_kept_for_the_server_side_to_judge() {
         let p = parts("GET", "http://a/", &[("te", "trailers")]);
-        assert_eq!(head(&p, false).unwrap(), "GET /\nhost: a");
+        assert_eq!(head(&p, false).unwrap(), "GET /\nhost: a\nte: trailers");
     }
 
     /// The checks an HTTP/1 head meets, met here too, with the same answers.

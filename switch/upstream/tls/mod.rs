@@ -19,14 +19,13 @@ use rustls::{ClientConfig, RootCertStore, SignatureScheme};
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
-/// ALPN for HTTP/1.1 to servers: a server that speaks several protocols on one port answers in
-/// the one the switch speaks.
-const ALPN_HTTP1: &[u8] = b"http/1.1";
-
 /// What a pool's `[pool.NAME.tls]` says, with what its files held: two equal settings make the
 /// same connections (a reload that keeps them keeps the pool's connections).
 #[derive(Clone, Debug)]
 pub struct TlsSettings {
+    /// The protocols offered by ALPN, by the pool's `protocol` (a server that speaks several on
+    /// one port answers in one the switch speaks).
+    pub alpn: &'static [&'static [u8]],
     /// The certificates of `ca`; `None`: the system's roots.
     pub ca: Option<Vec<CertificateDer<'static>>>,
     /// `false`: any certificate is taken (its signature of the handshake is still checked).
@@ -41,7 +40,8 @@ impl PartialEq for TlsSettings {
     fn eq(&self, other: &TlsSettings) -> bool {
         // A key belongs to its certificate (checked when read): the chains decide.
         let chain = |c: &Option<Arc<CertifiedKey>>| c.as_ref().map(|key| key.cert.clone());
-        self.ca == other.ca
+        self.alpn == other.alpn
+            && self.ca == other.ca
             && self.verify == other.verify
             && self.sni == other.sni
             && chain(&self.client_certificate) == chain(&other.client_certificate)
@@ -81,7 +81,7 @@ impl PoolTls {
             }
             None => builder.with_no_client_auth(),
         };
-        client.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
+        client.alpn_protocols = settings.alpn.iter().map(|p| p.to_vec()).collect();
         Ok(PoolTls {
             settings,
             client: Arc::new(client),

@@ -1,0 +1,61 @@
+//! An HTTP/2 connection to a server from its start: the client preface and SETTINGS (the h2
+//! crate's handshake), then the connection's driver, a task of the worker that moves its
+//! frames until the server ends it, it breaks, or it carried no stream for
+//! `server_idle_timeout` (then it is dropped, which closes it).
+
+use super::connections::H2Connection;
+use super::io::H2ServerIo;
+use crate::stream::{wait, TimeLimit};
+use crate::tls::stream::ServerStream;
+use crate::upstream::tls::PoolTls;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Each stream's receive window: a 1 MiB answer needs few WINDOW_UPDATEs, and a stream the
+/// client reads slowly holds at most this much of the server's answer.
+const STREAM_WINDOW: u32 = 256 * 1024;
+/// The connection's receive window, shared by its streams.
+const CONNECTION_WINDOW: u32 = 1024 * 1024;
+/// How often an idle connection is looked at, at most.
+const IDLE_CHECK: Duration = Duration::from_millis(500);
+
+/// Starts HTTP/2 on `stream` (just opened, its TLS done) within `limit`; the connection then
+/// runs in a task of this worker. `tls`: the settings it was made with.
+pub(crate) async fn start(
+    stream: ServerStream,
+    tls: Option<Arc<PoolTls>>,
+    idle: Duration,
+    limit: TimeLimit,
+) -> std::io::Result<Arc<H2Connection>> {
+    let handshake = h2::client::Builder::new()
+        .enable_push(false)
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .handshake::<_, bytes::Bytes>(H2ServerIo::new(stream));
+    let (send, connection) =
+        wait(async { handshake.await.map_err(super::io_error) }, limit).await?;
+    let shared = Arc::new(H2Connection::new(send, tls));
+    let watched = Arc::clone(&shared);
+    let idle_ms = idle.as_millis() as u64;
+    tokio::spawn(async move {
+        let mut connection = std::pin::pin!(connection);
+        let mut tick = tokio::time::interval(IDLE_CHECK.min(idle.max(Duration::from_millis(1))));
+        loop {
+            tokio::select! {
+                ended = &mut connection => {
+                    if let Err(e) = ended {
+                        tracing::debug!("HTTP/2 connection to a server ended: {e}");
+                    }
+                    break;
+                }
+                _ = tick.tick() => {
+                    if watched.is_closed() || watched.idle_for(idle_ms) {
+                        break;
+                    }
+                }
+            }
+        }
+        watched.close();
+    });
+    Ok(shared)
+}
