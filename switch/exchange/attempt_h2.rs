@@ -26,52 +26,48 @@ use bytes::Bytes;
 use h2::client::ResponseFuture;
 use h2::SendStream;
 
+/// Streams of one request the server may refuse (or leave unprocessed behind a GOAWAY) before
+/// the request fails.
+const MAX_REFUSED_STREAMS: usize = 4;
+
 impl<'a, C: ClientSide> Exchange<'a, C> {
     /// One request on a stream of `channel`'s connection. A stream the server refused, or that
-    /// a GOAWAY left unprocessed, goes once more on another stream (a new connection if need
-    /// be) when nothing of the request is lost by it: no body still streaming from the client.
+    /// a GOAWAY left unprocessed, goes again on another stream (a new connection if need be)
+    /// when nothing of the request is lost by it (no body still streaming from the client), a
+    /// few times at most: the server never saw it, and servers that drain connections one
+    /// after the other (GOAWAY after N streams) refuse a burst's late streams in waves.
     pub(super) async fn attempt_h2_or_again(
         &mut self,
         lease: &Lease<'a>,
         channel: Channel,
     ) -> Result<Outcome, ExchangeError> {
-        let result = self.attempt_h2(lease, &channel).await;
-        if !matches!(result, Err(ExchangeError::Stale)) {
-            return result;
+        let mut channel = channel;
+        for _ in 0..MAX_REFUSED_STREAMS {
+            let result = self.attempt_h2(lease, &channel).await;
+            if !matches!(result, Err(ExchangeError::Stale)) {
+                return result;
+            }
+            // The connection may be going away (GOAWAY): no new stream on it.
+            channel.retire();
+            let backend = lease.backend();
+            if self.body_streams() {
+                return Err(ExchangeError::Unanswered(Failure::broken(
+                    "the server refused the stream after its body began",
+                )));
+            }
+            failure::count_stale_retry(&backend.stats);
+            tracing::debug!(server = %backend.addr, "HTTP/2 stream refused; trying a new one");
+            channel = match self.picker.h2_link(lease.server).await {
+                Ok(ServerLink::H2(next)) => next,
+                Ok(ServerLink::H1(connection)) => {
+                    return self.attempt(lease, connection, false).await
+                }
+                Err(failure) => return Err(ExchangeError::from(failure)),
+            };
         }
-        // The connection may be going away (GOAWAY): no new stream on it.
-        channel.retire();
-        drop(channel);
-        let backend = lease.backend();
-        if self.body_streams() {
-            return Err(ExchangeError::Unanswered(Failure::broken(
-                "the server refused the stream after its body began",
-            )));
-        }
-        failure::count_stale_retry(&backend.stats);
-        tracing::debug!(server = %backend.addr, "HTTP/2 stream refused; trying a new one");
-        let worker = self.picker.cx.timer.worker();
-        let again = match backend
-            .h2
-            .take(worker, self.picker.pool.config.tls.as_ref())
-        {
-            Some(channel) => ServerLink::H2(channel),
-            None => self
-                .picker
-                .open_link(lease.server)
-                .await
-                .map_err(ExchangeError::from)?,
-        };
-        let result = match again {
-            ServerLink::H2(channel) => self.attempt_h2(lease, &channel).await,
-            ServerLink::H1(connection) => self.attempt(lease, connection, false).await,
-        };
-        match result {
-            Err(ExchangeError::Stale) => Err(ExchangeError::Unanswered(Failure::broken(
-                "the server refused the stream twice",
-            ))),
-            other => other,
-        }
+        Err(ExchangeError::Unanswered(Failure::broken(format!(
+            "the server refused the stream {MAX_REFUSED_STREAMS} times"
+        ))))
     }
 
     /// Starts the stream with the request's head (and its end, `end`: no body follows). A

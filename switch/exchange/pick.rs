@@ -11,9 +11,15 @@ use crate::http::host::HostScratch;
 use crate::http::RequestHead;
 use crate::state::control::Evidence;
 use crate::state::pool::Lease;
+use crate::state::server::Backend;
 use crate::state::stats;
 use crate::stream::{wait, TimeLimit};
+use crate::upstream::h2::connections::{Channel, Opening, Taken};
 use crate::upstream::ServerLink;
+
+/// Times a request waits for another to open an HTTP/2 connection to the same server before it
+/// opens one itself (each wait ends when that opening does, within `connect_timeout`).
+const MAX_OPENING_WAITS: usize = 16;
 use std::pin::pin;
 use tcpvs_modules::{ResponseField, Ticket};
 use tokio::time::Instant;
@@ -180,7 +186,18 @@ impl<'a> Picker<'a> {
         // ones may remain from before a reload turned it on); a passthrough connection is a
         // new TLS connection to the server, never an idle HTTP one.
         let reusable = pool.config.send_proxy.is_none() && cx.service.mode == ServiceMode::Http;
-        if reusable && pool.config.protocol != ServerProtocol::Http1 {
+        // HTTP/2: a stream on a connection with room; for "h2" (and "auto" once the server
+        // chose it) one connection opened at a time, the others waiting for it.
+        let mut opening = None;
+        let gated = pool.config.protocol == ServerProtocol::H2
+            || (pool.config.protocol == ServerProtocol::Auto
+                && backend.chose_h2.load(std::sync::atomic::Ordering::Relaxed));
+        if reusable && gated {
+            match self.h2_stream_or_opening(backend).await {
+                Ok(channel) => return Ok(Some((ServerLink::H2(channel), true))),
+                Err(right) => opening = right,
+            }
+        } else if reusable && pool.config.protocol == ServerProtocol::Auto {
             if let Some(channel) = backend.h2.take(cx.timer.worker(), tls) {
                 return Ok(Some((ServerLink::H2(channel), true)));
             }
@@ -193,7 +210,9 @@ impl<'a> Picker<'a> {
         if let Some(stream) = idle {
             return Ok(Some((ServerLink::H1(stream), true)));
         }
-        match self.open_link(server).await {
+        let opened = self.open_link(server).await;
+        drop(opening);
+        match opened {
             Ok(link) => Ok(Some((link, false))),
             // No other server would fare better, and this one did not fail.
             Err(ConnectFailure::OutOfDescriptors) => Err((503, OUT_OF_DESCRIPTORS)),
@@ -213,6 +232,45 @@ impl<'a> Picker<'a> {
                 Ok(None)
             }
         }
+    }
+
+    /// A stream (or for `"auto"`, a connection) to the pool's server `server` for a request
+    /// whose stream the server refused: on a connection with room, else a new one.
+    pub(crate) async fn h2_link(&self, server: usize) -> Result<ServerLink, ConnectFailure> {
+        let backend = &*self.pool.backends[server];
+        let opening = match self.h2_stream_or_opening(backend).await {
+            Ok(channel) => return Ok(ServerLink::H2(channel)),
+            Err(right) => right,
+        };
+        let opened = self.open_link(server).await;
+        drop(opening);
+        opened
+    }
+
+    /// A stream on one of `backend`'s HTTP/2 connections of this worker, waiting while another
+    /// request opens one; `Err`: none has room, and the caller opens one, holding the right
+    /// to (`None` after many waits: it opens one anyway).
+    async fn h2_stream_or_opening(
+        &self,
+        backend: &'a Backend,
+    ) -> Result<Channel, Option<Opening<'a>>> {
+        let worker = self.cx.timer.worker();
+        let tls = self.pool.config.tls.as_ref();
+        let limit = TimeLimit::Idle(self.cx.shared.settings.connect_timeout);
+        for _ in 0..MAX_OPENING_WAITS {
+            match backend.h2.take_or_open(worker, tls) {
+                Taken::Stream(channel) => return Ok(channel),
+                Taken::Open(right) => return Err(Some(right)),
+                Taken::Wait => {
+                    let opened = async {
+                        backend.h2.opened(worker).await;
+                        Ok(())
+                    };
+                    let _ = wait(opened, limit).await;
+                }
+            }
+        }
+        Err(None)
     }
 
     /// The pool module's next candidate for the request, and its ticket.

@@ -1,8 +1,11 @@
 //! A server's HTTP/2 connections, per worker (as its idle HTTP/1.1 connections are): each
 //! carries many requests at once, up to the server's `SETTINGS_MAX_CONCURRENT_STREAMS`, and a
 //! new one is opened only when those that are open have no stream left (Pingora's h2 upstream
-//! pool, HAProxy's `max-reuse`-less h2 backends). A connection leaves the list when its driver
-//! task ends: the server closed it or sent GOAWAY, it broke, or it stayed idle for
+//! pool). One connection of a worker is opened at a time: requests that find no room while
+//! one is being opened wait for it (its SETTINGS say how many it takes) rather than each
+//! opening its own, so a burst of a hundred requests to a server that allows ten streams a
+//! connection opens ten connections, not a hundred. A connection leaves the list when its
+//! driver task ends: the server closed it or sent GOAWAY, it broke, or it stayed idle for
 //! `server_idle_timeout` (driver.rs).
 
 use crate::upstream::tls::PoolTls;
@@ -11,6 +14,7 @@ use h2::client::SendRequest;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
+use tokio::sync::Notify;
 
 /// One HTTP/2 connection to a server.
 pub(crate) struct H2Connection {
@@ -19,10 +23,21 @@ pub(crate) struct H2Connection {
     in_flight: AtomicUsize,
     /// Its driver ended: no new stream may start on it.
     closed: AtomicBool,
-    /// When its last stream ended, on the switch's coarse clock (milliseconds).
+    /// The server's first SETTINGS came (its stream limit is known), or it ended first.
+    settled: AtomicBool,
+    /// Woken when it settles.
+    settling: Notify,
+    /// When its last stream ended (milliseconds of [`clock_ms`]).
     idle_since_ms: AtomicU64,
     /// The TLS settings it was made with (`None`: plain TCP), as for HTTP/1.1 connections.
     tls: Option<Arc<PoolTls>>,
+}
+
+/// Milliseconds since the first call: when a connection's last stream ended. One clock read
+/// per stream, beside the stream's own cost.
+pub(crate) fn clock_ms() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
 impl H2Connection {
@@ -31,6 +46,8 @@ impl H2Connection {
             send,
             in_flight: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
+            settled: AtomicBool::new(false),
+            settling: Notify::new(),
             idle_since_ms: AtomicU64::new(clock_ms()),
             tls,
         }
@@ -43,17 +60,37 @@ impl H2Connection {
             (Some(mine), Some(now)) => Arc::ptr_eq(mine, now),
             _ => false,
         };
-        // Until the server's SETTINGS come, the h2 crate assumes no limit; one stream at a
-        // time until then keeps a burst from opening more than the server allows.
-        let limit = self.send.current_max_send_streams().max(1);
         same_tls
             && !self.closed.load(Ordering::Acquire)
-            && self.in_flight.load(Ordering::Relaxed) < limit
+            && self.in_flight.load(Ordering::Relaxed) < self.send.current_max_send_streams()
     }
 
-    /// Its driver ended.
+    /// Called by the driver after each turn: the first time the server's limit is known (the
+    /// h2 crate starts it at 0, driver.rs), or the connection ended, its waiters go on.
+    pub(crate) fn check_settled(&self) {
+        if self.settled.load(Ordering::Relaxed) {
+            return;
+        }
+        if self.send.current_max_send_streams() > 0 || self.is_closed() {
+            self.settled.store(true, Ordering::Release);
+            self.settling.notify_waiters();
+        }
+    }
+
+    /// Waits until the server's SETTINGS came (or the connection ended).
+    pub(crate) async fn settled(&self) {
+        let notified = self.settling.notified();
+        let mut notified = std::pin::pin!(notified);
+        notified.as_mut().enable();
+        if !self.settled.load(Ordering::Acquire) {
+            notified.await;
+        }
+    }
+
+    /// Its driver ended, or it is not to take new streams.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
+        self.check_settled();
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -65,13 +102,6 @@ impl H2Connection {
         self.in_flight.load(Ordering::Relaxed) == 0
             && clock_ms().saturating_sub(self.idle_since_ms.load(Ordering::Relaxed)) >= idle_ms
     }
-}
-
-/// Milliseconds since the first call: when a connection's last stream ended. One clock read
-/// per stream, beside the stream's own cost.
-pub(crate) fn clock_ms() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
 /// A stream's place on a connection, counted while it lives.
@@ -101,10 +131,44 @@ impl Drop for Channel {
     }
 }
 
-/// The HTTP/2 connections of one server, a list per worker.
+/// One worker's connections to the server.
+#[derive(Default)]
+struct WorkerConnections {
+    list: Mutex<Vec<Arc<H2Connection>>>,
+    /// A connection is being opened (see the module comment).
+    opening: AtomicBool,
+    /// Woken when that opening ends, well or not.
+    opened: Notify,
+}
+
+/// What [`H2Connections::take`] found.
+pub(crate) enum Taken<'c> {
+    /// A stream's place on a connection with room.
+    Stream(Channel),
+    /// No room: the caller opens a connection (and adds it), holding this while it does.
+    Open(Opening<'c>),
+    /// No room, and a connection is being opened: wait for it ([`H2Connections::opened`]),
+    /// then take again.
+    Wait,
+}
+
+/// The right to open this worker's next connection to the server; when it drops, requests
+/// that waited for it look again.
+pub(crate) struct Opening<'c> {
+    worker: &'c WorkerConnections,
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        self.worker.opening.store(false, Ordering::Release);
+        self.worker.opened.notify_waiters();
+    }
+}
+
+/// The HTTP/2 connections of one server, per worker.
 #[derive(Default)]
 pub struct H2Connections {
-    lists: Box<[Mutex<Vec<Arc<H2Connection>>>]>,
+    workers: Box<[WorkerConnections]>,
 }
 
 impl std::fmt::Debug for H2Connections {
@@ -116,28 +180,57 @@ impl std::fmt::Debug for H2Connections {
 impl H2Connections {
     pub fn new(workers: usize) -> H2Connections {
         H2Connections {
-            lists: (0..workers.max(1)).map(|_| Mutex::default()).collect(),
+            workers: (0..workers.max(1))
+                .map(|_| WorkerConnections::default())
+                .collect(),
         }
     }
 
-    fn list(&self, worker: usize) -> Option<&Mutex<Vec<Arc<H2Connection>>>> {
-        self.lists
-            .get(worker.min(self.lists.len().saturating_sub(1)))
+    fn of(&self, worker: usize) -> Option<&WorkerConnections> {
+        self.workers
+            .get(worker.min(self.workers.len().saturating_sub(1)))
     }
 
-    /// A stream's place on a connection of `worker` that has room, if any (connections that
+    /// A stream's place on a connection of `worker` with room, if any (connections that
     /// ended, or that were made under other TLS settings, leave the list on the way).
     pub(crate) fn take(&self, worker: usize, tls: Option<&Arc<PoolTls>>) -> Option<Channel> {
-        let mut list = self.list(worker)?.lock().ok()?;
+        let mut list = self.of(worker)?.list.lock().ok()?;
         list.retain(|c| !c.is_closed());
         let connection = list.iter().find(|c| c.has_room(tls))?;
         Some(Self::channel_on(connection))
     }
 
-    /// Adds a new connection of `worker`, with the first stream's place on it.
+    /// A stream's place, or the right to open a connection, or word to wait for one.
+    pub(crate) fn take_or_open(&self, worker: usize, tls: Option<&Arc<PoolTls>>) -> Taken<'_> {
+        if let Some(channel) = self.take(worker, tls) {
+            return Taken::Stream(channel);
+        }
+        let Some(mine) = self.of(worker) else {
+            return Taken::Wait;
+        };
+        match mine.opening.swap(true, Ordering::AcqRel) {
+            false => Taken::Open(Opening { worker: mine }),
+            true => Taken::Wait,
+        }
+    }
+
+    /// Waits until `worker`'s connection being opened is open (or failed), if one is.
+    pub(crate) async fn opened(&self, worker: usize) {
+        let Some(mine) = self.of(worker) else {
+            return;
+        };
+        let notified = mine.opened.notified();
+        let mut notified = std::pin::pin!(notified);
+        notified.as_mut().enable();
+        if mine.opening.load(Ordering::Acquire) {
+            notified.await;
+        }
+    }
+
+    /// Adds a new, settled connection of `worker`, with the first stream's place on it.
     pub(crate) fn add(&self, worker: usize, connection: Arc<H2Connection>) -> Channel {
         let channel = Self::channel_on(&connection);
-        if let Some(Ok(mut list)) = self.list(worker).map(Mutex::lock) {
+        if let Some(Ok(mut list)) = self.of(worker).map(|w| w.list.lock()) {
             list.push(connection);
         }
         channel
@@ -152,10 +245,11 @@ impl H2Connections {
 
     /// Connections open, in every worker.
     pub fn count(&self) -> usize {
-        self.lists
+        self.workers
             .iter()
-            .map(|list| {
-                list.lock()
+            .map(|w| {
+                w.list
+                    .lock()
                     .map_or(0, |l| l.iter().filter(|c| !c.is_closed()).count())
             })
             .sum()
@@ -164,8 +258,8 @@ impl H2Connections {
     /// Closes every connection (their drivers end at their next wake-up); returns how many.
     pub fn close_all(&self) -> usize {
         let mut closed = 0;
-        for list in self.lists.iter() {
-            if let Ok(mut list) = list.lock() {
+        for worker in self.workers.iter() {
+            if let Ok(mut list) = worker.list.lock() {
                 closed += list.len();
                 for connection in list.drain(..) {
                     connection.close();

@@ -1,13 +1,15 @@
 //! An HTTP/2 connection to a server from its start: the client preface and SETTINGS (the h2
 //! crate's handshake), then the connection's driver, a task of the worker that moves its
 //! frames until the server ends it, it breaks, or it carried no stream for
-//! `server_idle_timeout` (then it is dropped, which closes it).
+//! `server_idle_timeout` (then it is dropped, which closes it). A connection is handed out
+//! once the server's own SETTINGS came: until then nobody knows how many streams it takes.
 
 use super::connections::H2Connection;
 use super::io::H2ServerIo;
 use crate::stream::{wait, TimeLimit};
 use crate::tls::stream::ServerStream;
 use crate::upstream::tls::PoolTls;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,8 +21,9 @@ const CONNECTION_WINDOW: u32 = 1024 * 1024;
 /// How often an idle connection is looked at, at most.
 const IDLE_CHECK: Duration = Duration::from_millis(500);
 
-/// Starts HTTP/2 on `stream` (just opened, its TLS done) within `limit`; the connection then
-/// runs in a task of this worker. `tls`: the settings it was made with.
+/// Starts HTTP/2 on `stream` (just opened, its TLS done) and waits for the server's SETTINGS,
+/// within `limit`; the connection then runs in a task of this worker. `tls`: the settings it
+/// was made with.
 pub(crate) async fn start(
     stream: ServerStream,
     tls: Option<Arc<PoolTls>>,
@@ -29,6 +32,8 @@ pub(crate) async fn start(
 ) -> std::io::Result<Arc<H2Connection>> {
     let handshake = h2::client::Builder::new()
         .enable_push(false)
+        // No stream opens before the server's SETTINGS say how many may (connections.rs).
+        .initial_max_send_streams(0)
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
         .handshake::<_, bytes::Bytes>(H2ServerIo::new(stream));
@@ -39,10 +44,17 @@ pub(crate) async fn start(
     let idle_ms = idle.as_millis() as u64;
     tokio::spawn(async move {
         let mut connection = std::pin::pin!(connection);
+        // Each turn of the connection may have brought the server's SETTINGS.
+        let turn = std::future::poll_fn(|cx| {
+            let polled = connection.as_mut().poll(cx);
+            watched.check_settled();
+            polled
+        });
+        let mut turn = std::pin::pin!(turn);
         let mut tick = tokio::time::interval(IDLE_CHECK.min(idle.max(Duration::from_millis(1))));
         loop {
             tokio::select! {
-                ended = &mut connection => {
+                ended = &mut turn => {
                     if let Err(e) = ended {
                         tracing::debug!("HTTP/2 connection to a server ended: {e}");
                     }
@@ -57,5 +69,16 @@ pub(crate) async fn start(
         }
         watched.close();
     });
+    let settled = async {
+        shared.settled().await;
+        Ok(())
+    };
+    wait(settled, limit).await?;
+    if shared.is_closed() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionAborted,
+            "the server ended the connection before its SETTINGS",
+        ));
+    }
     Ok(shared)
 }
