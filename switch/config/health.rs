@@ -17,6 +17,9 @@ pub enum CheckKind {
     Tcp,
     /// `GET path` with `Host: host`; success when the status is in `expect`.
     Http,
+    /// grpc.health.v1 `Health/Check` for `service`; success when it answers `SERVING`
+    /// (pools spoken to in HTTP/2 only).
+    Grpc,
 }
 
 /// Statuses that count as a successful HTTP check: "200-399", "200", "200,204".
@@ -55,6 +58,8 @@ pub struct HealthConfig {
     /// The Host field of HTTP checks; `None`: the server's address.
     pub host: Option<String>,
     pub expect: StatusSet,
+    /// The service a `grpc` check asks about (`service`; `""`: the server as a whole).
+    pub service: String,
     pub interval: Duration,
     pub timeout: Duration,
     pub rise: u32,
@@ -77,6 +82,7 @@ impl Default for HealthConfig {
     fn default() -> Self {
         HealthConfig {
             check: CheckKind::None,
+            service: String::new(),
             path: "/".into(),
             host: None,
             expect: StatusSet(vec![200..=399]),
@@ -132,11 +138,15 @@ fn read_probe(raw: &RawHealth, h: &mut HealthConfig, sink: &mut ErrorSink<'_>) {
             "none" => h.check = CheckKind::None,
             "tcp" => h.check = CheckKind::Tcp,
             "http" => h.check = CheckKind::Http,
+            "grpc" => h.check = CheckKind::Grpc,
             other => sink.at(
                 v.span(),
-                format!("unknown check {other:?}: use \"http\", \"tcp\" or \"none\""),
+                format!("unknown check {other:?}: use \"http\", \"tcp\", \"grpc\" or \"none\""),
             ),
         }
+    }
+    if let Some(v) = &raw.service {
+        h.service = v.get_ref().clone();
     }
     if let Some(v) = &raw.path {
         let path = v.get_ref();

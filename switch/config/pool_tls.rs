@@ -157,6 +157,16 @@ pub(super) fn build_transport(
             );
         }
     }
+    let grpc_check = pool.health.as_ref().and_then(|h| h.check.as_ref());
+    if let Some(check) = grpc_check.filter(|c| c.get_ref() == "grpc") {
+        if protocol == ServerProtocol::Http1 {
+            sink.at(
+                check.span(),
+                "`check = \"grpc\"` speaks gRPC, which runs over HTTP/2: give the pool \
+                 `protocol = \"h2\"` (or \"auto\" over TLS)",
+            );
+        }
+    }
     let tls = pool
         .tls
         .as_ref()

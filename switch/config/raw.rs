@@ -70,6 +70,7 @@ pub(crate) const POOL_KEYS: &[&str] = &[
 ];
 const HEALTH_KEYS: &[&str] = &[
     "check",
+    "service",
     "path",
     "host",
     "expect",
@@ -178,6 +179,7 @@ pub(crate) struct RawServer {
 #[derive(Default)]
 pub(crate) struct RawHealth {
     pub check: Option<Spanned<String>>,
+    pub service: Option<Spanned<String>>,
     pub path: Option<Spanned<String>>,
     pub host: Option<Spanned<String>>,
     pub expect: Option<Spanned<String>>,
@@ -506,7 +508,12 @@ fn read_server(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawServer {
 fn read_health(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawHealth {
     t.check_keys(HEALTH_KEYS, sink);
     RawHealth {
-        check: t.string("check", "\"http\", \"tcp\" or \"none\"", sink),
+        check: t.string("check", "\"http\", \"tcp\", \"grpc\" or \"none\"", sink),
+        service: t.string(
+            "service",
+            "a gRPC service name like \"pkg.Service\" (or \"\")",
+            sink,
+        ),
         path: t.string("path", "a path like \"/health\"", sink),
         host: t.string("host", "a host name like \"www.example.com\"", sink),
         expect: t.string("expect", "statuses like \"200-399\"", sink),

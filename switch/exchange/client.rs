@@ -33,6 +33,10 @@ pub(crate) trait ClientSide {
     /// [`ClientSide::release_head`]; the head's other fields stay valid after).
     fn request(&self) -> (&RequestHead, &[u8]);
 
+    /// Whether the request is a gRPC call (http/grpc.rs): the switch's own answers to it are
+    /// said the gRPC way. Only HTTP/2 clients make gRPC calls.
+    fn grpc(&self) -> bool;
+
     /// The head is rebuilt or answered: its bytes may go (what follows is its body).
     fn release_head(&mut self);
 

@@ -29,6 +29,8 @@ use client::{BodyRefused, ClientSide};
 use failure::{short_reason, ExchangeError, Side, Verdict};
 
 use crate::buffer::IoBuf;
+use crate::config::ServerProtocol;
+use crate::http::grpc::GrpcAnswer;
 use crate::http::path::normalize;
 use crate::http::status::Answer;
 use crate::http::ResponseHead;
@@ -280,8 +282,15 @@ async fn answer_locally<C: ClientSide>(
     pool: Option<usize>,
 ) -> Outcome {
     stats::bump(&cx.service.stats.local_errors);
-    let answer = Answer::Error { status, why };
-    let (bytes_out, keep_client) = client.answer(out, &answer).await;
+    let (bytes_out, keep_client) = match client.grpc() {
+        false => client.answer(out, &Answer::Error { status, why }).await,
+        true => {
+            let grpc = GrpcAnswer::new(status, why);
+            let mut fields = Default::default();
+            let answer = Answer::Given(grpc.given(&mut fields));
+            client.answer(out, &answer).await
+        }
+    };
     Outcome::local(status, bytes_out, keep_client, pool)
 }
 
@@ -301,6 +310,13 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         // Host made up from the first server's address would name the wrong one).
         let (head, _) = self.client.request();
         let may_retry = head.retryable() && head.host.is_some();
+        if self.picker.pool.config.protocol == ServerProtocol::Http1 && self.client.grpc() {
+            // Never mangled into HTTP/1.1 (its trailers, its framing): refused the gRPC way.
+            self.client.release_head();
+            return self
+                .answer_locally(502, "a gRPC call to a pool of HTTP/1.1 servers")
+                .await;
+        }
         let mut head_written = false;
         loop {
             let connected = match self.picker.pick_or_queue(self.client.request()).await {

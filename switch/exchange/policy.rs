@@ -9,6 +9,7 @@ use super::account::Outcome;
 use super::client::ClientSide;
 use super::{Buffers, Context};
 use crate::http::fields::FieldRole;
+use crate::http::grpc::GrpcAnswer;
 use crate::http::status::{Answer, Given};
 use crate::policy::rate_limit::{Decision, Limiter, Refusal};
 use crate::policy::redirect::{Origin, Redirect};
@@ -104,6 +105,15 @@ async fn refuse<C: ClientSide>(
         body: &work.policy_bytes,
     };
     client.release_head();
+    // A gRPC call hears RESOURCE_EXHAUSTED, the gRPC way (http/grpc.rs).
+    let grpc = client
+        .grpc()
+        .then(|| GrpcAnswer::new(refusal.status, "rate limited"));
+    let mut grpc_fields = Default::default();
+    let answer = match &grpc {
+        Some(grpc) => grpc.given(&mut grpc_fields),
+        None => answer,
+    };
     let (bytes_out, keep_client) = client.answer(&mut work.out, &Answer::Given(answer)).await;
     stats::bump(&cx.service.stats.local_errors);
     Outcome::local(refusal.status, bytes_out, keep_client, None)

@@ -150,15 +150,22 @@ async fn ask_h2(
     config: &HealthConfig,
     scheme: &str,
 ) -> Result<(), Probe> {
-    if config.check != CheckKind::Http {
-        return Ok(());
+    let host = config.host.clone().unwrap_or_else(|| addr.to_string());
+    match config.check {
+        CheckKind::Http => {}
+        CheckKind::Grpc => {
+            return super::grpc::check(stream, scheme, &host, &config.service)
+                .await
+                .map_err(Probe::Failed)
+        }
+        CheckKind::Tcp | CheckKind::None => return Ok(()),
     }
     let failed = |what: &str, e: h2::Error| Probe::Failed(format!("{what}: {e}"));
     let (send, connection) = h2::client::handshake(stream)
         .await
         .map_err(|e| failed("HTTP/2 handshake", e))?;
     let driver = tokio::spawn(connection);
-    let host = config.host.clone().unwrap_or_else(|| addr.to_string());
+
     let request = http::Request::get(format!("{scheme}://{host}{}", config.path))
         .header(http::header::USER_AGENT, "tcpvs-check")
         .body(())
@@ -186,8 +193,14 @@ async fn ask(
     addr: SocketAddr,
     config: &HealthConfig,
 ) -> Result<(), Probe> {
-    if config.check != CheckKind::Http {
-        return Ok(());
+    match config.check {
+        CheckKind::Http => {}
+        CheckKind::Grpc => {
+            return Err(Probe::Failed(
+                "the server chose HTTP/1.1, and gRPC runs over HTTP/2".into(),
+            ))
+        }
+        CheckKind::Tcp | CheckKind::None => return Ok(()),
     }
     let host = config.host.clone().unwrap_or_else(|| addr.to_string());
     let request = format!(

@@ -10,6 +10,7 @@
 
 pub mod agent;
 pub mod check;
+mod grpc;
 
 use crate::config::health::CheckKind;
 use crate::shared::Shared;

@@ -7,6 +7,7 @@
 
 pub mod chunked;
 pub mod fields;
+pub mod grpc;
 pub mod head_progress;
 pub mod host;
 pub mod part;

@@ -81,6 +81,7 @@ fn server_snapshot(pool: &Pool, state: &ServerState, backend: &Backend) -> Serve
         CheckKind::None => "none",
         CheckKind::Tcp => "tcp",
         CheckKind::Http => "http",
+        CheckKind::Grpc => "grpc",
     };
     let status = backend
         .status

@@ -111,6 +111,11 @@ impl Connection {
 }
 
 impl<'c> ClientSide for H1Client<'c> {
+    /// gRPC runs over HTTP/2 only.
+    fn grpc(&self) -> bool {
+        false
+    }
+
     type Body = H1Body<'c>;
     type Sink = H1Sink<'c>;
 

@@ -223,6 +223,10 @@ impl<'s> ClientSide for H2Client<'s> {
         (self.head, self.bytes)
     }
 
+    fn grpc(&self) -> bool {
+        crate::http::grpc::is_grpc((self.head, self.bytes))
+    }
+
     /// The head has a buffer of its own, which the body does not share: nothing to release.
     fn release_head(&mut self) {}
 
