@@ -48,6 +48,7 @@ impl H2Download<'_> {
             parts.status.as_u16(),
             &parts.headers,
             !body.is_end_stream(),
+            self.kind.is_head,
         );
         match parse_response(self.buf.filled(), self.kind, self.head) {
             Ok(true) => {}
@@ -77,8 +78,15 @@ fn stream_failed(e: h2::Error) -> ExchangeError {
 
 /// Writes `status` and `fields` as an HTTP/1.1 head into `out`; a body of unknown length
 /// (`more` DATA may come, no Content-Length) is marked chunked, the framing HTTP/1.1 would
-/// give it, so that the head says how the body ends.
-fn write_head(out: &mut crate::buffer::IoBuf, status: u16, fields: &HeaderMap, more: bool) {
+/// give it, and none (the stream ended with the head) as a length of 0, so that the head says
+/// how the body ends.
+fn write_head(
+    out: &mut crate::buffer::IoBuf,
+    status: u16,
+    fields: &HeaderMap,
+    more: bool,
+    is_head: bool,
+) {
     let mut text = Vec::with_capacity(256);
     text.extend_from_slice(b"HTTP/1.1 ");
     text.extend_from_slice(status.to_string().as_bytes());
@@ -91,8 +99,14 @@ fn write_head(out: &mut crate::buffer::IoBuf, status: u16, fields: &HeaderMap, m
     text.extend_from_slice(reason.as_bytes());
     text.extend_from_slice(b"\r\n");
     put_field_lines(&mut text, fields);
-    if more && !fields.contains_key(http::header::CONTENT_LENGTH) {
+    let sized = fields.contains_key(http::header::CONTENT_LENGTH);
+    if more && !sized {
         text.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    } else if !more && !sized && !is_head && !matches!(status, 204 | 304) {
+        // The stream ended with its head (gRPC's Trailers-Only): no body, which HTTP/1.1
+        // says with a length of 0 (else it would read as a body until the close), and which
+        // an HTTP/2 client gets as one HEADERS frame with END_STREAM.
+        text.extend_from_slice(b"content-length: 0\r\n");
     }
     text.extend_from_slice(b"\r\n");
     // Into the buffer as a head read from a socket would be: it grows up to MAX_HEAD_BYTES, and
