@@ -27,8 +27,11 @@ use h2::client::ResponseFuture;
 use h2::SendStream;
 
 /// Streams of one request the server may refuse (or leave unprocessed behind a GOAWAY) before
-/// the request fails.
-const MAX_REFUSED_STREAMS: usize = 4;
+/// the request fails. Each refusal is a stream the server never processed, so another costs
+/// only time; and a server that drains its connections after a few streams each (GOAWAY after
+/// N) refuses a burst's late streams wave after wave, each wave serving some: with 30 requests
+/// at once and 3 streams a connection, the last of them goes on its tenth stream.
+const MAX_REFUSED_STREAMS: usize = 16;
 
 impl<'a, C: ClientSide> Exchange<'a, C> {
     /// One request on a stream of `channel`'s connection. A stream the server refused, or that
@@ -44,7 +47,13 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         let mut channel = channel;
         for _ in 0..MAX_REFUSED_STREAMS {
             let result = self.attempt_h2(lease, &channel).await;
-            if !matches!(result, Err(ExchangeError::Stale)) {
+            let again = match &result {
+                Err(ExchangeError::Refused) => true,
+                // Lost with its connection: maybe processed, so idempotent requests only.
+                Err(ExchangeError::Stale) => self.client.request().0.retryable(),
+                _ => false,
+            };
+            if !again {
                 return result;
             }
             // The connection may be going away (GOAWAY): no new stream on it.
@@ -71,7 +80,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
     }
 
     /// Starts the stream with the request's head (and its end, `end`: no body follows). A
-    /// connection that cannot take it any more is [`ExchangeError::Stale`]: another stream
+    /// connection that cannot take it any more is [`ExchangeError::Refused`]: another stream
     /// takes it.
     async fn open_stream(
         &self,
@@ -90,10 +99,10 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             TimeLimit::Idle(self.picker.cx.relay.idle),
         )
         .await
-        .map_err(|_| ExchangeError::Stale)?;
+        .map_err(|_| ExchangeError::Refused)?;
         let (response, send) = sender
             .send_request(request, end)
-            .map_err(|_| ExchangeError::Stale)?;
+            .map_err(|_| ExchangeError::Refused)?;
         Ok((response, (!end).then_some(send)))
     }
 
@@ -181,7 +190,10 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         drop(side);
         self.work.server_buf = buf;
         self.work.response = response_head;
-        if !matches!(exchanged, Err(ExchangeError::Stale)) {
+        if !matches!(
+            exchanged,
+            Err(ExchangeError::Stale | ExchangeError::Refused)
+        ) {
             // Kept until now so that a refused stream can carry it again.
             self.client.consume_early(early_len.unwrap_or(0));
         }

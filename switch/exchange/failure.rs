@@ -29,6 +29,10 @@ pub(crate) enum ExchangeError {
     /// A reused connection failed before any response byte: the server may have closed it
     /// while idle. Safe to retry an idempotent request without body on a new connection.
     Stale,
+    /// The server did not process the request: an HTTP/2 stream it refused (`REFUSED_STREAM`),
+    /// one a GOAWAY left unprocessed, or a connection that could take no new stream. Safe to
+    /// send again on another stream whatever the method (RFC 9113 section 8.7).
+    Refused,
     /// A new connection broke (closed, reset, refused the request) before any response byte:
     /// the server failed, and an idempotent request without body may go to another one.
     Unanswered(Failure),
@@ -215,6 +219,11 @@ impl ExchangeError {
             ExchangeError::Stale => (
                 502,
                 "server closed the connection".to_string(),
+                Blame::NotTheServer,
+            ),
+            ExchangeError::Refused => (
+                502,
+                "server refused the request".to_string(),
                 Blame::NotTheServer,
             ),
             ExchangeError::Server { status, failure } => {

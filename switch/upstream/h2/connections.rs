@@ -87,7 +87,8 @@ impl H2Connection {
         }
     }
 
-    /// Its driver ended, or it is not to take new streams.
+    /// Its driver ended, or it is not to take new streams (those it carries go on: the driver
+    /// ends it once they are done).
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
         self.check_settled();
@@ -95,6 +96,11 @@ impl H2Connection {
 
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// Whether it carries no stream now.
+    pub(crate) fn is_unused(&self) -> bool {
+        self.in_flight.load(Ordering::Relaxed) == 0
     }
 
     /// Whether it has carried no stream for `idle_ms` (and carries none now).

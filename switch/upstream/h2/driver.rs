@@ -61,7 +61,9 @@ pub(crate) async fn start(
                     break;
                 }
                 _ = tick.tick() => {
-                    if watched.is_closed() || watched.idle_for(idle_ms) {
+                    // Retired (a GOAWAY, a reload's drop): ended once its streams are done.
+                    let retired = watched.is_closed() && watched.is_unused();
+                    if retired || watched.idle_for(idle_ms) {
                         break;
                     }
                 }

@@ -63,11 +63,16 @@ impl H2Download<'_> {
 
 /// A stream that failed before its response: refused by the server (`REFUSED_STREAM`, or above
 /// a GOAWAY's last stream id: it was never processed, so it may go again on another stream:
-/// [`ExchangeError::Stale`]), or broken.
+/// [`ExchangeError::Refused`]); lost with its connection (closed or broken: the server may have
+/// processed it, so only an idempotent request goes again, as after a stale HTTP/1.1
+/// connection: [`ExchangeError::Stale`]); or broken otherwise.
 fn stream_failed(e: h2::Error) -> ExchangeError {
     let refused =
         e.reason() == Some(h2::Reason::REFUSED_STREAM) || (e.is_go_away() && e.is_remote());
     if refused {
+        return ExchangeError::Refused;
+    }
+    if e.is_io() {
         return ExchangeError::Stale;
     }
     ExchangeError::Unanswered(Failure {
