@@ -49,7 +49,14 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             let result = self.attempt_h2(lease, &channel).await;
             let again = match &result {
                 Err(ExchangeError::Refused) => true,
-                // Lost with its connection: maybe processed, so idempotent requests only.
+                // Lost with a connection opened for it: the server failed (blamed as a new
+                // HTTP/1.1 connection that closes unanswered is).
+                Err(ExchangeError::Stale) if channel.is_fresh() => {
+                    return Err(ExchangeError::Unanswered(Failure::broken(
+                        "the server closed a new HTTP/2 connection before answering",
+                    )))
+                }
+                // Lost with a kept connection: maybe processed, so idempotent requests only.
                 Err(ExchangeError::Stale) => self.client.request().0.retryable(),
                 _ => false,
             };

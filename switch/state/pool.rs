@@ -93,7 +93,7 @@ impl Pool {
         let mut config = config.clone();
         // The same TLS settings as before stay the very same, so that the connections the
         // kept servers parked under them are reused (ServerConnection::made_as).
-        if let Some(previous) = previous.filter(|p| p.config.tls == config.tls) {
+        if let Some(previous) = previous.filter(|p| same_tls(&p.config, &config)) {
             config.tls.clone_from(&previous.config.tls);
         }
         Ok(Pool {
@@ -258,6 +258,20 @@ impl Drop for QueueTicket<'_> {
     fn drop(&mut self) {
         self.pool.waiting.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// Whether connections made under `previous`'s TLS are good for `next`: the same settings, and
+/// no kept server known by another name (the name its certificate was checked against: an
+/// attacker's review found a renamed server reused connections verified for the old name).
+fn same_tls(previous: &PoolConfig, next: &PoolConfig) -> bool {
+    previous.tls == next.tls
+        && next.servers.iter().all(|server| {
+            previous
+                .servers
+                .iter()
+                .find(|old| old.addr == server.addr)
+                .is_none_or(|old| old.host == server.host)
+        })
 }
 
 #[cfg(test)]

@@ -113,12 +113,20 @@ impl H2Connection {
 /// A stream's place on a connection, counted while it lives.
 pub(crate) struct Channel {
     connection: Arc<H2Connection>,
+    /// The connection was opened for this stream: losing it is the server's failure, not a
+    /// connection that went stale.
+    fresh: bool,
 }
 
 impl Channel {
     /// A handle to start the stream with.
     pub(crate) fn sender(&self) -> SendRequest<Bytes> {
         self.connection.send.clone()
+    }
+
+    /// Whether the connection was opened for this stream.
+    pub(crate) fn is_fresh(&self) -> bool {
+        self.fresh
     }
 
     /// The connection is going away (a GOAWAY, an error): no new stream on it.
@@ -203,7 +211,7 @@ impl H2Connections {
         let mut list = self.of(worker)?.list.lock().ok()?;
         list.retain(|c| !c.is_closed());
         let connection = list.iter().find(|c| c.has_room(tls))?;
-        Some(Self::channel_on(connection))
+        Some(Self::channel_on(connection, false))
     }
 
     /// A stream's place, or the right to open a connection, or word to wait for one.
@@ -235,17 +243,18 @@ impl H2Connections {
 
     /// Adds a new, settled connection of `worker`, with the first stream's place on it.
     pub(crate) fn add(&self, worker: usize, connection: Arc<H2Connection>) -> Channel {
-        let channel = Self::channel_on(&connection);
+        let channel = Self::channel_on(&connection, true);
         if let Some(Ok(mut list)) = self.of(worker).map(|w| w.list.lock()) {
             list.push(connection);
         }
         channel
     }
 
-    fn channel_on(connection: &Arc<H2Connection>) -> Channel {
+    fn channel_on(connection: &Arc<H2Connection>, fresh: bool) -> Channel {
         connection.in_flight.fetch_add(1, Ordering::Relaxed);
         Channel {
             connection: Arc::clone(connection),
+            fresh,
         }
     }
 

@@ -14,10 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Each stream's receive window: a 1 MiB answer needs few WINDOW_UPDATEs, and a stream the
-/// client reads slowly holds at most this much of the server's answer.
+/// client reads slowly holds at most this much of the server's answer (what bounds memory).
 const STREAM_WINDOW: u32 = 256 * 1024;
-/// The connection's receive window, shared by its streams.
-const CONNECTION_WINDOW: u32 = 1024 * 1024;
+/// The connection's receive window, shared by its streams: the largest there is (as HAProxy's
+/// mux_h2 opens it), so that streams whose clients stopped reading, each holding up to its own
+/// window, never close it for the others (an attacker's review found five slow readers froze
+/// every stream of a 1 MiB window). Memory stays bounded by the streams' windows.
+const CONNECTION_WINDOW: u32 = (1 << 31) - 1;
 /// How often an idle connection is looked at, at most.
 const IDLE_CHECK: Duration = Duration::from_millis(500);
 
@@ -34,6 +37,8 @@ pub(crate) async fn start(
         .enable_push(false)
         // No stream opens before the server's SETTINGS say how many may (connections.rs).
         .initial_max_send_streams(0)
+        // A head larger than the switch relays is refused anyway: not buffered first.
+        .max_header_list_size(crate::http::MAX_HEAD_BYTES as u32)
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
         .handshake::<_, bytes::Bytes>(H2ServerIo::new(stream));
