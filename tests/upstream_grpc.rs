@@ -601,3 +601,51 @@ fn check_grpc_on_an_http11_pool_is_an_error_at_its_value() {
     let text = file_for(PROTOCOL_H2);
     assert_eq!(check(&text).1, Vec::<String>::new(), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_log_says_each_calls_grpc_status() {
+    let scratch = Scratch::new("grpc-access-log");
+    let log = scratch.0.join("access.log");
+    let origin = H2Origin::start(H2Options::default()).await;
+    let dead = dead_address().await;
+    let more = format!(
+        "[[virtual.web.rule]]\npath = \"^/dead\"\npool = \"gone\"\n\n\
+         [pool.gone]\nservers = [{{ addr = \"{dead}\" }}]\nprotocol = \"h2\"\n"
+    );
+    let text = rules("", &[origin.addr], PROTOCOL_H2, &more).replace(
+        "access_log = false",
+        &format!("access_log = {:?}", log.to_str().unwrap()),
+    );
+    let switch = start_switch(&text, &[]).await;
+    let h2 = H2::plain(switch.local_addr("web").unwrap()).await;
+    // The server's status in its trailers (`/trailers` ends with grpc-status 0).
+    let message = framed(b"\x0a\x01a");
+    assert_eq!(call(&h2, "/trailers", &message).await.status, 200);
+    // The switch's own answer: no server (14).
+    let (r, _) = grpc_call(&h2, "/dead/call", &GRPC, &framed(b"")).await;
+    assert_eq!(r.status, 200);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let lines = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        if lines.len() >= 2 || tokio::time::Instant::now() >= deadline {
+            break lines;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let line_of = |target: &str| {
+        lines
+            .iter()
+            .find(|l| l.contains(target))
+            .unwrap_or_else(|| panic!("no line for {target} in {lines:#?}"))
+            .clone()
+    };
+    assert!(
+        line_of("\"POST /trailers\"").ends_with(" grpc=0"),
+        "{lines:#?}"
+    );
+    assert!(
+        line_of("\"POST /dead/call\"").ends_with(" grpc=14"),
+        "{lines:#?}"
+    );
+}

@@ -108,6 +108,9 @@ pub struct Entry<'a> {
     pub end: End<'a>,
     /// The rate limit that refused the request, or under `dry_run` would have.
     pub limit: Option<&'a str>,
+    /// The gRPC status of a gRPC call, when one came back (the server's, or the switch's own
+    /// answer's).
+    pub grpc: Option<u8>,
 }
 
 /// The last field of a line.

@@ -10,7 +10,8 @@ use std::time::SystemTime;
 /// The text line after its time: `service client "METHOD target" status bytes pool/server
 /// duration`, with `-` for what is missing, and the reason instead of the duration for a
 /// refusal; then `limit=NAME` when a rate limit refused the request (or would have, under
-/// `dry_run`). The request is escaped ([`Quoted`]).
+/// `dry_run`), and `grpc=N` when a gRPC call's status came back. The request is escaped
+/// ([`Quoted`]).
 pub(super) struct Text<'a, 'e>(pub(super) &'a Entry<'e>);
 
 impl fmt::Display for Text<'_, '_> {
@@ -31,8 +32,11 @@ impl fmt::Display for Text<'_, '_> {
             End::Took(elapsed) => write!(f, "{}us", elapsed.as_micros())?,
             End::Refused(why) => f.write_str(why)?,
         }
-        match e.limit {
-            Some(limit) => write!(f, " limit={limit}"),
+        if let Some(limit) = e.limit {
+            write!(f, " limit={limit}")?;
+        }
+        match e.grpc {
+            Some(status) => write!(f, " grpc={status}"),
             None => Ok(()),
         }
     }
@@ -140,6 +144,9 @@ pub(super) fn write_json(out: &mut Vec<u8>, e: &Entry<'_>, now: SystemTime) {
     if let Some(limit) = e.limit {
         out.extend_from_slice(b",\"limit\":");
         json_string(out, limit.as_bytes());
+    }
+    if let Some(status) = e.grpc {
+        let _ = write!(out, ",\"grpc_status\":{status}");
     }
     out.push(b'}');
 }

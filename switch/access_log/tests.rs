@@ -100,6 +100,7 @@ fn entry<'a>(request: Option<&'a Request>, end: End<'a>) -> Entry<'a> {
         server: Some("10.0.0.1:80".parse().unwrap()),
         end,
         limit: None,
+        grpc: None,
     }
 }
 
@@ -118,6 +119,25 @@ fn a_limit_is_named_after_the_other_fields() {
     let text = String::from_utf8(json).unwrap();
     assert!(
         text.ends_with(",\"duration_us\":12,\"limit\":\"per-client\"}"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_grpc_status_comes_last_in_both_formats() {
+    let call = request(b"POST /pkg.Svc/Method");
+    let mut answered = entry(Some(&call), End::Took(Duration::from_micros(7)));
+    answered.grpc = Some(14);
+    assert_eq!(
+        Text(&answered).to_string(),
+        "web 127.0.0.1:5000 \"POST /pkg.Svc/Method\" 200 120 images/10.0.0.1:80 7us grpc=14"
+    );
+    answered.limit = Some("per-client");
+    let mut json = Vec::new();
+    write_json(&mut json, &answered, std::time::SystemTime::UNIX_EPOCH);
+    let text = String::from_utf8(json).unwrap();
+    assert!(
+        text.ends_with(",\"limit\":\"per-client\",\"grpc_status\":14}"),
         "{text}"
     );
 }

@@ -255,6 +255,7 @@ impl Connection {
             server: None,
             end: access_log::End::Refused(why),
             limit: None,
+            grpc: None,
         });
     }
 }

@@ -18,6 +18,8 @@ pub(crate) struct Outcome {
     /// The limit (an index into the generation's) that refused the request, or would have
     /// under `dry_run`: the access log names it.
     pub limited: Option<usize>,
+    /// A gRPC call's status, when one came back (http/grpc.rs): the access log says it.
+    pub grpc: Option<u8>,
 }
 
 impl Outcome {
@@ -35,6 +37,7 @@ impl Outcome {
             pool,
             server: None,
             limited: None,
+            grpc: None,
         }
     }
 }
@@ -67,5 +70,6 @@ pub(crate) fn account(
             .limited
             .and_then(|l| cx.generation.limits.get(l))
             .map(|l| l.spec().name.as_str()),
+        grpc: outcome.grpc,
     });
 }

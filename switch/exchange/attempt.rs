@@ -90,6 +90,8 @@ pub(super) struct Relayed {
     /// The request body had all gone up when the response head came.
     pub uploaded_before_answer: bool,
     pub head_bytes: u64,
+    /// A gRPC call's status, if one came back.
+    pub grpc: Option<u8>,
 }
 
 /// One attempt's state while the body goes up and the response comes down: the server side's
@@ -104,6 +106,8 @@ pub(super) struct Attempt<'x, S, R> {
     pub response_edit: ResponseEdit<'x>,
     /// The pool's `response_buffer`, and the budget it is charged to.
     pub read_ahead: (u64, &'x BufferMemory),
+    /// `Some` for a gRPC call (http/grpc.rs): its status once it came back, if it did.
+    pub grpc: Option<Option<u8>>,
 }
 
 /// The request body on its way up, polled beside the response.
@@ -266,6 +270,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         let is_connect = head.is_connect;
         let upgrade = head.upgrade;
         let relay = self.picker.cx.relay;
+        let grpc = self.client.grpc();
         let (up, down) = side.split();
         let (body, sink) = self.client.split();
         let rate = self.picker.cx.shared.settings.min_body_rate;
@@ -287,6 +292,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
                 self.picker.pool.config.response_buffer,
                 &self.picker.cx.shared.buffer_memory,
             ),
+            grpc: grpc.then_some(None),
         };
         attempt
             .await_response_head(&mut upload, sent.answered, &meters.up)
@@ -324,6 +330,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             upload_complete: upload.complete,
             uploaded_before_answer,
             head_bytes,
+            grpc: attempt.grpc.flatten(),
         }))
     }
 }

@@ -282,7 +282,8 @@ async fn answer_locally<C: ClientSide>(
     pool: Option<usize>,
 ) -> Outcome {
     stats::bump(&cx.service.stats.local_errors);
-    let (bytes_out, keep_client) = match client.grpc() {
+    let grpc = client.grpc();
+    let (bytes_out, keep_client) = match grpc {
         false => client.answer(out, &Answer::Error { status, why }).await,
         true => {
             let grpc = GrpcAnswer::new(status, why);
@@ -291,7 +292,9 @@ async fn answer_locally<C: ClientSide>(
             client.answer(out, &answer).await
         }
     };
-    Outcome::local(status, bytes_out, keep_client, pool)
+    let mut outcome = Outcome::local(status, bytes_out, keep_client, pool);
+    outcome.grpc = grpc.then(|| crate::http::grpc::status_for(status));
+    outcome
 }
 
 /// What the exchange does after a failure (failure.rs says which).
@@ -424,6 +427,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
                     pool: Some(pool_index),
                     server: Some(backend.addr),
                     limited: None,
+                    grpc: None,
                 });
             }
             Verdict::Answer { status, why, blame } => {

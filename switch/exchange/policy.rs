@@ -116,7 +116,9 @@ async fn refuse<C: ClientSide>(
     };
     let (bytes_out, keep_client) = client.answer(&mut work.out, &Answer::Given(answer)).await;
     stats::bump(&cx.service.stats.local_errors);
-    Outcome::local(refusal.status, bytes_out, keep_client, None)
+    let mut outcome = Outcome::local(refusal.status, bytes_out, keep_client, None);
+    outcome.grpc = grpc.map(|_| crate::http::grpc::status_for(refusal.status));
+    outcome
 }
 
 async fn answer_redirect<C: ClientSide>(

@@ -6,10 +6,11 @@ use super::account::Outcome;
 use super::attempt::{Attempt, Relayed, Upload};
 use super::client::{ClientSide, ResponseSink};
 use super::failure::{ExchangeError, Side};
-use super::server::ResponseSource;
+use super::server::{H1Wire, ResponseBody, ResponseSource};
 use super::Exchange;
 use crate::buffering::read_ahead::{Drain, ReadAhead};
 use crate::buffering::BufferMemory;
+use crate::http::part::BodyPart;
 use crate::http::BodyFraming;
 use crate::relay::{Meter, RelayError};
 use crate::state::pool::Lease;
@@ -53,6 +54,20 @@ impl<S: ResponseSink, R: ResponseSource> Attempt<'_, S, R> {
                 }
             }};
         }
+        if let Some(status) = self.grpc.as_mut() {
+            // A gRPC call: its status from the head (Trailers-Only) or the trailers, which are
+            // watched on the way; its answer streams, never read ahead.
+            *status = grpc_status_in(head, raw);
+            let mut watch = GrpcWatch {
+                inner: &mut *self.source,
+                status,
+            };
+            let relayed =
+                beside_upload!(self
+                    .sink
+                    .relay_body(&mut watch, self.out, &self.relay, meter));
+            return (keep_client, head_bytes, relayed);
+        }
         let relayed = match self.reads_ahead() {
             None => beside_upload!(self
                 .sink
@@ -63,6 +78,48 @@ impl<S: ResponseSink, R: ResponseSource> Attempt<'_, S, R> {
             }
         };
         (keep_client, head_bytes, relayed)
+    }
+}
+
+/// The `grpc-status` field of a response head, if it has one (a Trailers-Only answer).
+fn grpc_status_in(head: &crate::http::ResponseHead, raw: &[u8]) -> Option<u8> {
+    head.fields
+        .iter()
+        .find(|f| f.name.get(raw).eq_ignore_ascii_case(b"grpc-status"))
+        .and_then(|f| crate::http::grpc::status_of(f.value.get(raw)))
+}
+
+/// A gRPC answer's body on its way to the client, its trailers' `grpc-status` noted.
+struct GrpcWatch<'w, R> {
+    inner: &'w mut R,
+    status: &'w mut Option<u8>,
+}
+
+impl<R: ResponseBody> ResponseBody for GrpcWatch<'_, R> {
+    async fn next_part(&mut self) -> Result<BodyPart<'_>, RelayError> {
+        let part = self.inner.next_part().await?;
+        if let BodyPart::Trailers(trailers) = part {
+            let status = &mut *self.status;
+            trailers.for_each(|name, value| {
+                if name.eq_ignore_ascii_case(b"grpc-status") {
+                    *status = crate::http::grpc::status_of(value);
+                }
+            });
+        }
+        Ok(part)
+    }
+
+    fn finished(&self) -> bool {
+        self.inner.finished()
+    }
+
+    fn has_buffered(&self) -> bool {
+        self.inner.has_buffered()
+    }
+
+    /// Part by part, so that the trailers are seen.
+    fn h1_wire(&mut self) -> Option<H1Wire<'_>> {
+        None
     }
 }
 
@@ -122,6 +179,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             upload_complete,
             uploaded_before_answer,
             head_bytes,
+            grpc,
         } = relayed;
         self.client.held_for_close(!keep_client);
         let bytes_out = head_bytes + downloaded.get();
@@ -155,6 +213,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             pool: None,
             server: Some(backend.addr),
             limited: None,
+            grpc,
         })
     }
 
@@ -189,6 +248,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             pool: None,
             server: Some(backend.addr),
             limited: None,
+            grpc: None,
         })
     }
 }

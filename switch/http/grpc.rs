@@ -16,6 +16,11 @@ pub fn is_grpc((head, bytes): (&RequestHead, &[u8])) -> bool {
     })
 }
 
+/// The status in a `grpc-status` value (a number of 0..=255 in ASCII), if it is one.
+pub fn status_of(value: &[u8]) -> Option<u8> {
+    std::str::from_utf8(value).ok()?.trim().parse().ok()
+}
+
 /// `application/grpc`, alone or with a `+codec` or parameters.
 fn is_grpc_type(value: &[u8]) -> bool {
     const GRPC: &[u8] = b"application/grpc";
