@@ -649,3 +649,83 @@ async fn the_access_log_says_each_calls_grpc_status() {
         "{lines:#?}"
     );
 }
+
+/// A bidirectional streaming call: each message the client sends comes back before it sends
+/// the next, through the switch both ways at once (full duplex, flow control on both sides).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bidirectional_stream_answers_each_message_before_the_next_is_sent() {
+    use bytes::Bytes;
+    // An h2c server that echoes each DATA chunk of a stream as it comes.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut connection) = h2::server::handshake(socket).await else {
+                    return;
+                };
+                while let Some(Ok((request, mut respond))) = connection.accept().await {
+                    tokio::spawn(async move {
+                        let mut body = request.into_body();
+                        let head = http::Response::builder()
+                            .header("content-type", "application/grpc")
+                            .body(())
+                            .unwrap();
+                        let mut send = respond.send_response(head, false).unwrap();
+                        while let Some(Ok(chunk)) = body.data().await {
+                            let _ = body.flow_control().release_capacity(chunk.len());
+                            send.send_data(chunk, false).unwrap();
+                        }
+                        let mut trailers = HeaderMap::new();
+                        trailers.insert("grpc-status", HeaderValue::from_static("0"));
+                        send.send_trailers(trailers).unwrap();
+                    });
+                }
+            });
+        }
+    });
+    let switch = start_switch(&rules("", &[origin], PROTOCOL_H2, ""), &[]).await;
+    let tcp = tokio::net::TcpStream::connect(switch.local_addr("web").unwrap())
+        .await
+        .unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut client = client.ready().await.unwrap();
+    let (response, mut send) = client
+        .send_request(request("POST", HOST, "/pkg.Chat/Talk", &GRPC), false)
+        .unwrap();
+    let mut reply: Option<h2::RecvStream> = None;
+    let mut response = Some(response);
+    for i in 0..5u8 {
+        let message = framed(&[b'm', i]);
+        send.send_data(Bytes::from(message.clone()), false).unwrap();
+        if let Some(response) = response.take() {
+            let head = tokio::time::timeout(PATIENCE, response)
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(head.status(), 200);
+            reply = Some(head.into_body());
+        }
+        let body = reply.as_mut().unwrap();
+        let mut echoed = Vec::new();
+        while echoed.len() < message.len() {
+            let chunk = tokio::time::timeout(PATIENCE, body.data())
+                .await
+                .unwrap_or_else(|_| panic!("message {i} not echoed before the next was sent"))
+                .unwrap()
+                .unwrap();
+            let _ = body.flow_control().release_capacity(chunk.len());
+            echoed.extend_from_slice(&chunk);
+        }
+        assert_eq!(echoed, message, "message {i}");
+    }
+    send.send_data(Bytes::new(), true).unwrap();
+    let body = reply.as_mut().unwrap();
+    assert!(tokio::time::timeout(PATIENCE, body.data())
+        .await
+        .unwrap()
+        .is_none());
+    let trailers = body.trailers().await.unwrap().unwrap();
+    assert_eq!(trailers["grpc-status"], "0");
+}
