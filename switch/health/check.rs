@@ -160,25 +160,19 @@ async fn ask_h2(
         }
         CheckKind::Tcp | CheckKind::None => return Ok(()),
     }
-    let failed = |what: &str, e: h2::Error| Probe::Failed(format!("{what}: {e}"));
-    let (send, connection) = h2::client::handshake(stream)
-        .await
-        .map_err(|e| failed("HTTP/2 handshake", e))?;
-    let driver = tokio::spawn(connection);
-
     let request = http::Request::get(format!("{scheme}://{host}{}", config.path))
         .header(http::header::USER_AGENT, "tcpvs-check")
         .body(())
         .map_err(|e| Probe::Failed(format!("the check's request: {e}")))?;
-    let asked = async {
+    let ask = |send: h2::client::SendRequest<bytes::Bytes>| async move {
+        let failed = |what: &str, e: h2::Error| format!("{what}: {e}");
         let mut send = send.ready().await.map_err(|e| failed("HTTP/2", e))?;
         let (response, _) = send
             .send_request(request, true)
             .map_err(|e| failed("sending the check", e))?;
         response.await.map_err(|e| failed("reading the answer", e))
     };
-    let answered = asked.await;
-    driver.abort();
+    let answered = super::grpc::on_h2(stream, ask).await.map_err(Probe::Failed);
     let status = answered?.status().as_u16();
     if config.expect.contains(status) {
         Ok(())

@@ -10,6 +10,7 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{HeaderValue, CONTENT_TYPE, TE};
+use std::future::Future;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 /// `ServingStatus.SERVING`.
@@ -19,18 +20,35 @@ const MAX_ANSWER: usize = 4096;
 
 /// One `Health/Check` call on `stream` for `service` (`authority` as `:authority`).
 pub(super) async fn check(
-    stream: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    stream: impl AsyncRead + AsyncWrite + Unpin,
     scheme: &str,
     authority: &str,
     service: &str,
 ) -> Result<(), String> {
+    on_h2(stream, |send| call(send, scheme, authority, service)).await
+}
+
+/// Runs `work` on an HTTP/2 connection over `stream`, the connection driven beside it in the
+/// same future: when the check ends, or its timeout drops it, the connection and its socket go
+/// with it. Never a task of its own: an attacker's review found that a server that stops
+/// reading kept every abandoned check's connection task, and its socket, alive.
+pub(super) async fn on_h2<T, F: Future<Output = Result<T, String>>>(
+    stream: impl AsyncRead + AsyncWrite + Unpin,
+    work: impl FnOnce(h2::client::SendRequest<Bytes>) -> F,
+) -> Result<T, String> {
     let (send, connection) = h2::client::handshake(stream)
         .await
         .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
-    let driver = tokio::spawn(connection);
-    let called = call(send, scheme, authority, service).await;
-    driver.abort();
-    called
+    let work = std::pin::pin!(work(send));
+    let connection = std::pin::pin!(connection);
+    tokio::select! {
+        biased;
+        done = work => done,
+        ended = connection => Err(match ended {
+            Ok(()) => "the server closed the connection".to_string(),
+            Err(e) => format!("HTTP/2: {e}"),
+        }),
+    }
 }
 
 async fn call(

@@ -16,9 +16,13 @@ pub fn is_grpc((head, bytes): (&RequestHead, &[u8])) -> bool {
     })
 }
 
-/// The status in a `grpc-status` value (a number of 0..=255 in ASCII), if it is one.
+/// The status in a `grpc-status` value: one to three ASCII digits, 0..=255 (gRPC's codes are
+/// 0..=16); anything else is no status.
 pub fn status_of(value: &[u8]) -> Option<u8> {
-    std::str::from_utf8(value).ok()?.trim().parse().ok()
+    if value.is_empty() || value.len() > 3 || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(value).ok()?.parse().ok()
 }
 
 /// `application/grpc`, alone or with a `+codec` or parameters.
@@ -102,6 +106,15 @@ mod tests {
         assert_eq!(status_for(502), 14);
         assert_eq!(status_for(429), 8);
         assert_eq!(status_for(504), 4);
+    }
+
+    #[test]
+    fn a_status_is_one_to_three_digits() {
+        assert_eq!(status_of(b"0"), Some(0));
+        assert_eq!(status_of(b"14"), Some(14));
+        for odd in [&b""[..], b"+0", b" 0", b"0 ", b"1000", b"256", b"x"] {
+            assert_eq!(status_of(odd), None, "{odd:?}");
+        }
     }
 
     #[test]
