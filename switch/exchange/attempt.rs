@@ -270,7 +270,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         let is_connect = head.is_connect;
         let upgrade = head.upgrade;
         let relay = self.picker.cx.relay;
-        let grpc = self.client.grpc();
+        let grpc = self.grpc;
         let (up, down) = side.split();
         let (body, sink) = self.client.split();
         let rate = self.picker.cx.shared.settings.min_body_rate;

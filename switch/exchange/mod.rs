@@ -171,6 +171,8 @@ pub(crate) struct Exchange<'a, C: ClientSide> {
     /// What the request asks of the hop (attempt.rs), for a server side that says it its
     /// own way.
     asks: attempt::Asks,
+    /// The request is a gRPC call (http/grpc.rs).
+    grpc: bool,
 }
 
 /// Carries out the request whose head `client` holds: routes it, applies the rule's policy,
@@ -213,6 +215,7 @@ pub(crate) async fn serve<C: ClientSide>(
         response_field: None,
         edits,
         asks: attempt::Asks::default(),
+        grpc: false,
     };
     let mut outcome = exchange.run().await;
     outcome.limited = would_limit;
@@ -313,7 +316,9 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         // Host made up from the first server's address would name the wrong one).
         let (head, _) = self.client.request();
         let may_retry = head.retryable() && head.host.is_some();
-        if self.picker.pool.config.protocol == ServerProtocol::Http1 && self.client.grpc() {
+        // Asked once: a gRPC call's answer is watched for its status (response.rs).
+        self.grpc = self.client.grpc();
+        if self.picker.pool.config.protocol == ServerProtocol::Http1 && self.grpc {
             // Never mangled into HTTP/1.1 (its trailers, its framing): refused the gRPC way.
             self.client.release_head();
             return self

@@ -77,6 +77,50 @@ impl<C: Side> TlsStream<C> {
         self.socket.poll_write_ready(cx)
     }
 
+    /// [`Io::try_send`] in poll form, for tokio's `AsyncWrite` (the h2 crate's view of a
+    /// stream: connection/h2/io.rs, upstream/h2/io.rs): `Pending` until the socket takes some.
+    pub fn poll_send(
+        &self,
+        cx: &mut Context<'_>,
+        parts: &[IoSlice<'_>],
+        then: Then,
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            match self.try_send(parts, then) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::task::ready!(self.poll_write_ready(cx))?;
+                }
+                done => return Poll::Ready(done),
+            }
+        }
+    }
+
+    /// [`Io::try_flush`] in poll form: `Pending` while TLS records wait for the socket.
+    pub fn poll_flush(&self, cx: &mut Context<'_>, then: Then) -> Poll<io::Result<()>> {
+        loop {
+            match self.try_flush(then) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::task::ready!(self.poll_write_ready(cx))?;
+                }
+                done => return Poll::Ready(done),
+            }
+        }
+    }
+
+    /// Ends this side's direction in poll form: a close_notify queued once (`queued` keeps
+    /// that), everything flushed, then the socket's write side shut.
+    pub fn poll_shutdown(&self, cx: &mut Context<'_>, queued: &mut bool) -> Poll<io::Result<()>> {
+        if !*queued {
+            if let Some(tls) = self.tls() {
+                tls.close_notify();
+            }
+            *queued = true;
+        }
+        std::task::ready!(self.poll_flush(cx, Then::Push))?;
+        let _ = rustix::net::shutdown(&self.socket, rustix::net::Shutdown::Write);
+        Poll::Ready(Ok(()))
+    }
+
     /// Whether unread bytes wait, asking the kernel (see `Socket::has_unread_bytes`).
     pub fn has_unread_bytes(&self) -> bool {
         self.tls

@@ -223,18 +223,9 @@ impl AsyncWrite for H2Io<'_> {
         parts: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        loop {
-            match this.stream.try_send(parts, Then::Push) {
-                Ok(n) => {
-                    this.sent(parts, n);
-                    return Poll::Ready(Ok(n));
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    ready!(this.stream.socket().poll_write_ready(cx))?;
-                }
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
+        let n = ready!(this.stream.poll_send(cx, parts, Then::Push))?;
+        this.sent(parts, n);
+        Poll::Ready(Ok(n))
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -242,28 +233,11 @@ impl AsyncWrite for H2Io<'_> {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        loop {
-            match this.stream.try_flush(Then::Push) {
-                Ok(()) => return Poll::Ready(Ok(())),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    ready!(this.stream.socket().poll_write_ready(cx))?;
-                }
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
+        self.stream.poll_flush(cx, Then::Push)
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if !self.shut_down {
-            if let Some(tls) = self.stream.tls() {
-                tls.close_notify();
-            }
-            self.shut_down = true;
-        }
-        ready!(self.as_mut().poll_flush(cx))?;
-        let socket = self.stream.socket();
-        let _ = rustix::net::shutdown(socket, rustix::net::Shutdown::Write);
-        Poll::Ready(Ok(()))
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.stream.poll_shutdown(cx, &mut this.shut_down)
     }
 }

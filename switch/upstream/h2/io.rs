@@ -56,7 +56,7 @@ impl AsyncWrite for H2ServerIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.poll_write_vectored(cx, &[IoSlice::new(buf)])
+        self.stream.poll_send(cx, &[IoSlice::new(buf)], Then::Push)
     }
 
     fn poll_write_vectored(
@@ -64,16 +64,7 @@ impl AsyncWrite for H2ServerIo {
         cx: &mut Context<'_>,
         parts: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        loop {
-            match this.stream.try_send(parts, Then::Push) {
-                Ok(n) => return Poll::Ready(Ok(n)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    ready!(this.stream.poll_write_ready(cx))?;
-                }
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
+        self.stream.poll_send(cx, parts, Then::Push)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -81,29 +72,11 @@ impl AsyncWrite for H2ServerIo {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        loop {
-            match this.stream.try_flush(Then::Push) {
-                Ok(()) => return Poll::Ready(Ok(())),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    ready!(this.stream.poll_write_ready(cx))?;
-                }
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
+        self.stream.poll_flush(cx, Then::Push)
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        ready!(self.as_mut().poll_flush(cx))?;
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if !this.shut_down {
-            this.shut_down = true;
-            if let Some(tls) = this.stream.tls() {
-                tls.close_notify();
-                let _ = this.stream.try_flush(Then::Push);
-            }
-            let _ = rustix::net::shutdown(this.stream.socket(), rustix::net::Shutdown::Write);
-        }
-        Poll::Ready(Ok(()))
+        this.stream.poll_shutdown(cx, &mut this.shut_down)
     }
 }
