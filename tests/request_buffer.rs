@@ -126,29 +126,55 @@ servers = [{{ addr = "{server}" }}]
     .await
 }
 
-/// A client that sends a POST's head and the first `sent` bytes of `body`, and waits.
+/// A client that sends a POST's head and the first `sent` bytes of its body on the wire, and
+/// waits.
 struct Stalled {
     stream: TcpStream,
+    /// The body, as the server is to get it.
     body: Vec<u8>,
+    /// The body as it goes on the wire (chunked, or as it is).
+    wire: Vec<u8>,
     sent: usize,
 }
 
 impl Stalled {
     async fn start(addr: SocketAddr, body: Vec<u8>, sent: usize, extra: &str) -> Stalled {
+        let length = format!("Content-Length: {}\r\n{extra}", body.len());
+        Stalled::with_wire(addr, &length, body.clone(), body, sent).await
+    }
+
+    /// The body chunked in pieces of `piece` bytes (the first with an extension) and ended
+    /// with a trailer; `sent` counts bytes of the wire.
+    async fn chunked(addr: SocketAddr, body: Vec<u8>, piece: usize, sent: usize) -> Stalled {
+        let wire = chunked_wire(&body, piece);
+        let framing = "Transfer-Encoding: chunked\r\n";
+        Stalled::with_wire(addr, framing, body, wire, sent).await
+    }
+
+    async fn with_wire(
+        addr: SocketAddr,
+        framing: &str,
+        body: Vec<u8>,
+        wire: Vec<u8>,
+        sent: usize,
+    ) -> Stalled {
         let mut stream = TcpStream::connect(addr).await.unwrap();
-        let head = format!(
-            "POST /upload HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: {}\r\n{extra}\r\n",
-            body.len()
-        );
+        let head =
+            format!("POST /upload HTTP/1.1\r\nHost: t\r\nConnection: close\r\n{framing}\r\n");
         stream.write_all(head.as_bytes()).await.unwrap();
-        stream.write_all(&body[..sent]).await.unwrap();
-        Stalled { stream, body, sent }
+        stream.write_all(&wire[..sent]).await.unwrap();
+        Stalled {
+            stream,
+            body,
+            wire,
+            sent,
+        }
     }
 
     /// Sends the rest and reads the answer.
     async fn finish(mut self) -> (u16, String) {
         self.stream
-            .write_all(&self.body[self.sent..])
+            .write_all(&self.wire[self.sent..])
             .await
             .unwrap();
         let mut got = Vec::new();
@@ -161,6 +187,19 @@ impl Stalled {
         let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
         (status, body)
     }
+}
+
+/// `body` in chunks of `piece` bytes, the first with an extension, ended by a trailer.
+fn chunked_wire(body: &[u8], piece: usize) -> Vec<u8> {
+    let mut wire = Vec::new();
+    for (i, chunk) in body.chunks(piece).enumerate() {
+        let extension = if i == 0 { ";name=first" } else { "" };
+        wire.extend_from_slice(format!("{:x}{extension}\r\n", chunk.len()).as_bytes());
+        wire.extend_from_slice(chunk);
+        wire.extend_from_slice(b"\r\n");
+    }
+    wire.extend_from_slice(b"0\r\nx-checksum: 42\r\n\r\n");
+    wire
 }
 
 /// A POST of `body` from a client of its own; its status and answer.
@@ -185,12 +224,22 @@ async fn slow_uploaders_do_not_hold_a_one_worker_server() {
         let sent = if i == 0 { 0 } else { 50_000 };
         slow.push(Stalled::start(addr, body_of(100_000, i), sent, extra).await);
     }
+    // And three chunked ones, stopped in the middle of a chunk's data, of a size line, and
+    // after a whole chunk.
+    // (The first chunk takes 6019 bytes on the wire, the others 6008 each.)
+    for (i, sent) in [
+        (5u8, 30_000),
+        (6, 6019 + 2 * 6008 + 2),
+        (7, 6019 + 3 * 6008),
+    ] {
+        slow.push(Stalled::chunked(addr, body_of(50_000, i), 6000, sent).await);
+    }
     // The 100-continue client is answered by the switch itself.
     let mut interim = [0u8; 25];
     slow[0].stream.read_exact(&mut interim).await.unwrap();
     assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
-    wait_until(&switch, "the four half bodies held", |s| {
-        s.buffered_bytes >= 4 * 48 * 1024
+    wait_until(&switch, "the seven part bodies held", |s| {
+        s.buffered_bytes >= 4 * 64 * 1024 + 3 * 16 * 1024
     })
     .await;
     // Honest clients meanwhile: served, by the one worker, byte for byte.
@@ -209,7 +258,7 @@ async fn slow_uploaders_do_not_hold_a_one_worker_server() {
     }
     let snap = settle(&switch).await;
     assert_eq!((snap.buffered_bytes, snap.buffer_fallbacks), (0, 0));
-    assert_eq!(snap.server(server).unwrap().requests, 16);
+    assert_eq!(snap.server(server).unwrap().requests, 19);
     task.abort();
 }
 
@@ -227,17 +276,116 @@ async fn a_body_larger_than_the_buffer_goes_whole_and_in_order() {
             "{len} bytes"
         );
     }
-    // Chunked bodies are not held (yet): they stream as before.
-    let mut client = TcpStream::connect(addr).await.unwrap();
-    client
-        .write_all(b"POST /c HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
-        .await
-        .unwrap();
-    let mut got = String::new();
-    client.read_to_string(&mut got).await.unwrap();
-    assert!(got.ends_with(&echo_of(b"hello")), "{got}");
+    // Chunked bodies too: all held, or the first 20 KiB of their data and the rest streamed
+    // from where the decoding stood (a chunk cut in two by the buffer's end included).
+    for (len, piece) in [
+        (0, 1),
+        (5, 5),
+        (20 * 1024, 3000),
+        (20 * 1024 + 1, 7),
+        (300_000, 6000),
+    ] {
+        let body = body_of(len, 8);
+        let stalled = Stalled::chunked(addr, body.clone(), piece, 0).await;
+        assert_eq!(
+            stalled.finish().await,
+            (200, echo_of(&body)),
+            "{len} bytes chunked"
+        );
+    }
     let snap = settle(&switch).await;
     assert_eq!((snap.buffered_bytes, snap.buffer_fallbacks), (0, 0));
+    assert_eq!(snap.server(server).unwrap().requests, 9);
+    task.abort();
+}
+
+/// What a server got: the request head (lower case) and the raw bytes after it, up to the
+/// client's close.
+async fn recording_server() -> (SocketAddr, tokio::sync::mpsc::Receiver<(String, Vec<u8>)>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut buf = Vec::new();
+            let Some(end) = read_head(&mut stream, &mut buf).await else {
+                continue;
+            };
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let mut rest = buf.split_off(end);
+            // A chunked body's last line, then the answer.
+            while head.contains("transfer-encoding: chunked") && !rest.ends_with(b"\r\n\r\n") {
+                if read_more(&mut stream, &mut rest).await.is_none() {
+                    break;
+                }
+            }
+            let answer = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n";
+            let _ = stream.write_all(answer.as_bytes()).await;
+            let _ = tx.send((head, rest)).await;
+        }
+    });
+    (addr, rx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_chunked_body_goes_as_one_chunk_with_its_trailers_and_the_next_request_stays() {
+    let (server, mut got) = recording_server().await;
+    let switch = switch_for(server, r#"request_buffer = "64KiB""#, "").await;
+    let addr = switch.local_addr("web").unwrap();
+    // Two requests in one write: a chunked POST held whole, then a GET on the same connection.
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    let wire = b"POST /c HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n\
+        5;a=b\r\nhello\r\n7\r\n, world\r\n0\r\nx-checksum: 42\r\nx-more: yes\r\n\r\n\
+        GET /next HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    client.write_all(wire).await.unwrap();
+    let (head, body) = got.recv().await.expect("the POST reached the server");
+    assert!(head.starts_with("post /c "), "{head}");
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    assert_eq!(
+        String::from_utf8_lossy(&body),
+        "c\r\nhello, world\r\n0\r\nx-checksum: 42\r\nx-more: yes\r\n\r\n",
+        "one chunk of the data held, the end and the trailers in the same write"
+    );
+    let (head, _) = got
+        .recv()
+        .await
+        .expect("the GET after it reached the server");
+    assert!(head.starts_with("get /next "), "{head}");
+    let mut answers = String::new();
+    client.read_to_string(&mut answers).await.unwrap();
+    assert_eq!(answers.matches("HTTP/1.1 200 OK").count(), 2, "{answers}");
+    let snap = settle(&switch).await;
+    assert_eq!((snap.buffered_bytes, snap.buffer_fallbacks), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_chunked_body_while_held_is_the_clients_400_and_no_server_is_asked() {
+    let (server, task) = one_worker().await;
+    let switch = switch_for(server, r#"request_buffer = "64KiB""#, "").await;
+    let addr = switch.local_addr("web").unwrap();
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    client
+        .write_all(
+            b"POST /c HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+        )
+        .await
+        .unwrap();
+    wait_until(&switch, "the first chunk held", |s| s.buffered_bytes > 0).await;
+    // The size line of the second chunk is not hexadecimal.
+    client.write_all(b"zz\r\nworld\r\n0\r\n\r\n").await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(PATIENCE, client.read_to_end(&mut answer))
+        .await
+        .expect("answered within PATIENCE")
+        .unwrap();
+    assert!(
+        answer.starts_with(b"HTTP/1.1 400 "),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    let snap = settle(&switch).await;
+    assert_eq!(snap.server(server).unwrap().requests, 0);
+    assert_eq!(snap.buffered_bytes, 0);
     task.abort();
 }
 

@@ -833,6 +833,44 @@ async fn chunked_trailers_of_http11_clients_cross_to_http2_trailers_and_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_body_held_by_the_switch_reaches_an_h2_server_whole_with_its_trailers() {
+    let origin = H2Origin::start(H2Options::default()).await;
+    let pool = format!("{PROTOCOL_H2}\nrequest_buffer = \"64KiB\"");
+    let switch = start_switch(&rules("", &[server(origin.addr)], &pool, ""), &[]).await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    let te = "TE: trailers\r\nConnection: TE\r\n";
+    // Held whole (trailers too), then held in part with the rest streamed after it.
+    let bodies = [pattern(5000, 41), pattern(200_003, 42)];
+    for body in &bodies {
+        let checksum = sha256_hex(body);
+        let request = post_chunked(
+            "/trailers",
+            &format!("{te}Trailer: x-checksum\r\n"),
+            body,
+            30_000,
+            &[format!("X-Checksum: {checksum}")],
+        );
+        assert_eq!(ok(&mut client, &request).await.text(), digest_of(body));
+    }
+    let requests = origin.requests();
+    assert_eq!(
+        kinds(&requests),
+        [
+            kind("POST", "/trailers", &bodies[0]),
+            kind("POST", "/trailers", &bodies[1]),
+        ]
+    );
+    for (request, body) in requests.iter().zip(&bodies) {
+        let checksum = sha256_hex(body);
+        assert_eq!(
+            request.trailers,
+            Some(vec![("x-checksum".to_string(), checksum)]),
+            "{request:#?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_requests_at_once_share_at_most_ten_connections_of_ten_streams() {
     let origin = H2Origin::start(H2Options {
         max_concurrent_streams: Some(10),

@@ -1,8 +1,11 @@
 //! One request body held by the switch: a chain of pooled buffers (recycle.rs), charged to the
-//! switch's budget as each is taken.
+//! switch's budget as each is taken. A body by Content-Length is held as it came; a chunked
+//! body is held as its data, without its framing, and the decoder that read it goes with it
+//! (where the rest of the body, if any, is to be read from).
 
 use super::{BufferLease, BufferMemory};
 use crate::buffer::IoBuf;
+use crate::http::chunked::ChunkedDecoder;
 use crate::recycle::BUFFER_BYTES;
 
 /// The body received so far, in order.
@@ -11,6 +14,9 @@ pub struct HeldBody<'m> {
     chunks: Vec<IoBuf>,
     lease: BufferLease<'m>,
     len: u64,
+    /// `Some` when the body is chunked: what is held is its data, and this is where its
+    /// decoding stands (done: the whole body, trailers included, is held).
+    chunked: Option<ChunkedDecoder>,
 }
 
 impl<'m> HeldBody<'m> {
@@ -19,6 +25,7 @@ impl<'m> HeldBody<'m> {
             chunks: Vec::new(),
             lease: BufferLease::new(memory),
             len: 0,
+            chunked: None,
         }
     }
 
@@ -69,6 +76,59 @@ impl<'m> HeldBody<'m> {
         true
     }
 
+    /// Makes room for `n` more bytes, taking buffers from the budget: `false` (nothing taken
+    /// beyond what has room already) when it has not enough.
+    pub fn reserve(&mut self, n: usize) -> bool {
+        let mut room = match self.chunks.last() {
+            Some(last) => BUFFER_BYTES.saturating_sub(last.len()),
+            None => 0,
+        };
+        let buffers = n.saturating_sub(room).div_ceil(BUFFER_BYTES);
+        if buffers == 0 {
+            return true;
+        }
+        if !self.lease.grow((buffers * BUFFER_BYTES) as u64) {
+            return false;
+        }
+        for _ in 0..buffers {
+            self.chunks.push(IoBuf::unallocated());
+            room += BUFFER_BYTES;
+        }
+        debug_assert!(room >= n);
+        true
+    }
+
+    /// Holds a copy of `data` in the room [`HeldBody::reserve`] made; returns the bytes held
+    /// (fewer only if less room was reserved).
+    pub fn push(&mut self, mut data: &[u8]) -> usize {
+        let mut held = 0;
+        // Only the last buffers have room: the ones before are full.
+        for chunk in self.chunks.iter_mut().filter(|c| c.len() < BUFFER_BYTES) {
+            if data.is_empty() {
+                break;
+            }
+            let room = BUFFER_BYTES - chunk.len();
+            let spare = chunk.spare();
+            let n = spare.len().min(room).min(data.len());
+            spare[..n].copy_from_slice(&data[..n]);
+            chunk.fill(n);
+            data = &data[n..];
+            held += n;
+        }
+        self.len += held as u64;
+        held
+    }
+
+    /// The body held is chunked: its data is held, and `decoder` says where the rest starts.
+    pub fn set_chunked(&mut self, decoder: ChunkedDecoder) {
+        self.chunked = Some(decoder);
+    }
+
+    /// The decoder of a chunked body held (`None`: not chunked, or nothing held).
+    pub fn take_chunked(&mut self) -> Option<ChunkedDecoder> {
+        self.chunked.take()
+    }
+
     /// A body found the budget spent and streams without (the rest of) its buffer.
     pub fn count_fallback(&self) {
         self.lease.count_fallback();
@@ -90,6 +150,7 @@ impl<'m> HeldBody<'m> {
         }
         self.chunks.clear();
         self.len = 0;
+        self.chunked = None;
         self.lease.release();
     }
 }
@@ -122,5 +183,32 @@ mod tests {
         assert!(body.room().is_none(), "a fourth buffer is past the budget");
         body.release();
         assert_eq!((body.len(), memory.in_use()), (0, 0));
+    }
+
+    #[test]
+    fn reserved_room_takes_whole_buffers_and_pushes_fill_them_in_order() {
+        let memory = BufferMemory::new(2 * BUFFER_BYTES as u64);
+        let mut body = HeldBody::new(&memory);
+        assert!(body.reserve(10));
+        assert_eq!(memory.in_use(), BUFFER_BYTES as u64);
+        assert_eq!(body.push(b"0123456789"), 10);
+        // The first buffer has BUFFER_BYTES - 10 left: this takes one more buffer.
+        assert!(body.reserve(BUFFER_BYTES));
+        assert_eq!(memory.in_use(), 2 * BUFFER_BYTES as u64);
+        let big = vec![7u8; BUFFER_BYTES];
+        assert_eq!(body.push(&big), BUFFER_BYTES);
+        assert!(!body.reserve(BUFFER_BYTES), "past the budget");
+        assert_eq!(body.len(), BUFFER_BYTES as u64 + 10);
+        let joined: Vec<u8> = body.slices().flatten().copied().collect();
+        assert_eq!(&joined[..10], b"0123456789");
+        assert!(joined[10..].iter().all(|&b| b == 7));
+        let rest = vec![9u8; BUFFER_BYTES];
+        assert_eq!(
+            body.push(&rest),
+            BUFFER_BYTES - 10,
+            "only the room reserved is filled"
+        );
+        assert_eq!(body.push(b"x"), 0);
+        assert_eq!(body.len(), 2 * BUFFER_BYTES as u64);
     }
 }

@@ -109,6 +109,11 @@ impl BodyRefused {
         status: 0,
         why: "client closed during the request body",
     };
+    /// A chunked body whose framing is broken.
+    pub(crate) const MALFORMED: BodyRefused = BodyRefused {
+        status: 400,
+        why: "invalid chunked request body",
+    };
     /// Nothing came for the idle timeout.
     pub(crate) const LATE: BodyRefused = BodyRefused {
         status: 408,

@@ -171,9 +171,19 @@ impl<S: Io, D: Io> BodyRelay<'_, S, D> {
         output: ChunkedOutput,
         out: &mut Vec<u8>,
     ) -> Result<(), RelayError> {
+        self.chunked_from(ChunkedDecoder::new(), output, out).await
+    }
+
+    /// [`BodyRelay::chunked`] from where `decoder` stands: the rest of a body whose first part
+    /// was read before (a request body held by the switch).
+    pub async fn chunked_from(
+        &mut self,
+        mut decoder: ChunkedDecoder,
+        output: ChunkedOutput,
+        out: &mut Vec<u8>,
+    ) -> Result<(), RelayError> {
         let (src, dst, settings, meter) = (self.src, self.dst, self.settings, self.meter);
         let buf = &mut *self.buf;
-        let mut decoder = ChunkedDecoder::new();
         let mut unmetered = out.len();
         loop {
             loop {

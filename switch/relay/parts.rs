@@ -55,6 +55,19 @@ impl PartReader {
         }
     }
 
+    /// The rest of a chunked body from where `decoder` stands (its first part was read
+    /// before: a request body held by the switch); a done decoder gives its trailers, if any,
+    /// then the end.
+    pub fn resume_chunked(decoder: ChunkedDecoder) -> Self {
+        PartReader {
+            reading: Reading::Chunked {
+                decoder,
+                ended: false,
+            },
+            lent: 0,
+        }
+    }
+
     /// Consumes what the last part lent.
     pub fn release(&mut self, buf: &mut IoBuf) {
         buf.consume(std::mem::take(&mut self.lent));

@@ -2,11 +2,14 @@
 //! before a server is picked, up to the pool's buffer, so that a slow uploader holds the
 //! switch's memory and not a server. A body by Content-Length is held in pooled buffers (what
 //! came with the head moved there first, so that the body stays in order); a chunked body is
-//! held in the connection's own buffer, up to its size. The server gets the held part right
-//! after the head, in one write, and the rest as it comes (h1/client.rs `upload`).
+//! decoded as it comes and its data held the same way, the decoder kept for the rest, and
+//! what follows its end (a pipelined request) left in the connection's buffer. The server gets
+//! the held part right after the head, in one write (a chunked body's as one chunk), and the
+//! rest as it comes (h1/client.rs `upload`).
 
 use super::client::H1Client;
 use crate::exchange::client::BodyRefused;
+use crate::http::chunked::{ChunkedDecoder, Decoded};
 use crate::http::{BodyFraming, RequestHead};
 use crate::relay::Meter;
 use crate::stream::{wait, Io, TimeLimit};
@@ -24,8 +27,10 @@ impl H1Client<'_> {
         idle: TimeLimit,
         received: &Meter,
     ) -> Result<(), BodyRefused> {
-        let BodyFraming::Length(length) = self.head.framing else {
-            return Ok(());
+        let length = match self.head.framing {
+            BodyFraming::Length(length) => length,
+            BodyFraming::Chunked => return self.hold_chunked(up_to, idle, received).await,
+            BodyFraming::Empty | BodyFraming::UntilClose => return Ok(()),
         };
         let want = length.min(up_to);
         let head_len = self.head.len;
@@ -40,12 +45,109 @@ impl H1Client<'_> {
         }
         self.body.inbuf.truncate(head_len);
         received.add(here);
+        self.continue_if_asked(idle).await?;
+        self.receive(want, idle, received).await
+    }
+
+    /// Answers `100 Continue` if the client waits for it before its body.
+    async fn continue_if_asked(&mut self, idle: TimeLimit) -> Result<(), BodyRefused> {
         if expects_continue(self.head, self.body.inbuf.filled()) {
             crate::stream::write_all(self.body.stream, CONTINUE, idle)
                 .await
                 .map_err(|_| gone())?;
         }
-        self.receive(want, idle, received).await
+        Ok(())
+    }
+
+    /// A chunked body: decoded as it comes, its data held until `up_to` bytes of it, its end,
+    /// or the budget's; the decoder is kept with it for the rest.
+    async fn hold_chunked(
+        &mut self,
+        up_to: u64,
+        idle: TimeLimit,
+        received: &Meter,
+    ) -> Result<(), BodyRefused> {
+        // Room for one buffer before a byte is decoded: with none, the body streams untouched.
+        if !self.body.held.reserve(1) {
+            self.body.held.count_fallback();
+            return Ok(());
+        }
+        self.continue_if_asked(idle).await?;
+        let mut decoder = ChunkedDecoder::new();
+        while !self.take_chunks(&mut decoder, up_to, received)? {
+            if !self.read_more(idle).await? {
+                break;
+            }
+        }
+        self.body.held.set_chunked(decoder);
+        Ok(())
+    }
+
+    /// Decodes what the connection's buffer holds past the head, holding its data; `true`
+    /// when holding is over (the body ended, `up_to` bytes are held, or the budget is spent).
+    /// The bytes decoded leave the buffer; what follows the body's end moves up to the head.
+    fn take_chunks(
+        &mut self,
+        decoder: &mut ChunkedDecoder,
+        up_to: u64,
+        received: &Meter,
+    ) -> Result<bool, BodyRefused> {
+        let head_len = self.head.len;
+        let (inbuf, held) = (&mut *self.body.inbuf, &mut self.body.held);
+        let mut at = head_len;
+        let over = loop {
+            let input = &inbuf.filled()[at..];
+            // Data never outgrows its input: room for all of it before it is decoded.
+            if held.len() >= up_to || !held.reserve(input.len()) {
+                break true;
+            }
+            let (used, decoded) = decoder.decode(input).map_err(|_| BodyRefused::MALFORMED)?;
+            if let Decoded::Data(range) = &decoded {
+                let data = &input[range.clone()];
+                received.add(held.push(data) as u64);
+            }
+            at += used;
+            match decoded {
+                Decoded::Data(_) => {}
+                Decoded::End => break true,
+                Decoded::NeedMore => break false,
+            }
+        };
+        let filled = inbuf.len();
+        inbuf.filled_mut().copy_within(at..filled, head_len);
+        inbuf.truncate(head_len + (filled - at));
+        Ok(over)
+    }
+
+    /// Reads more of the body into the connection's buffer, after the head; `false` when the
+    /// head leaves no room to (the rest then streams).
+    async fn read_more(&mut self, idle: TimeLimit) -> Result<bool, BodyRefused> {
+        let (stream, inbuf) = (self.body.stream, &mut *self.body.inbuf);
+        loop {
+            if inbuf.spare_len() == 0 {
+                inbuf.make_room_for_body();
+            }
+            if inbuf.spare().is_empty() {
+                return Ok(false);
+            }
+            match stream.try_recv(inbuf.spare()) {
+                Ok(0) => return Err(gone()),
+                Ok(n) => {
+                    inbuf.fill(n);
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    match wait(stream.readable(), idle).await {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                            return Err(BodyRefused::LATE)
+                        }
+                        Err(_) => return Err(gone()),
+                    }
+                }
+                Err(_) => return Err(gone()),
+            }
+        }
     }
 
     /// Reads from the client into the held body until it holds `want` bytes (never past the

@@ -14,6 +14,7 @@ use crate::exchange::client::{
 };
 use crate::exchange::server::{RequestBodySink, ResponseBody};
 use crate::exchange::{Buffers, Context};
+use crate::http::chunked::ChunkedDecoder;
 use crate::http::part::BodyPart;
 use crate::http::rewrite::{
     add_field_to_head, client_connection, write_response_head, ClientConnection, ForwardedFor,
@@ -21,8 +22,9 @@ use crate::http::rewrite::{
 };
 use crate::http::status::{write_answer, Answer};
 use crate::http::{BodyFraming, RequestHead, ResponseHead, Version};
-use crate::relay::parts::PartFraming;
+use crate::relay::parts::{PartFraming, PartReader};
 use crate::relay::{tunnel, BodyRelay, ChunkedOutput, Meter, RelayError, RelaySettings, TunnelEnd};
+use crate::socket::Socket;
 use crate::stream::{send_all, write_all, write_all_parts, Then, TimeLimit};
 use crate::timeouts::Slot;
 use crate::tls::stream::ClientStream;
@@ -263,6 +265,8 @@ impl BodySource for H1Body<'_> {
     ) -> Result<(), RelayError> {
         let limit = TimeLimit::Idle(relay.idle);
         let held = self.held.len();
+        // A chunked body held: its data, and where the rest starts.
+        let chunked = self.held.take_chunked();
         let framing = match framing {
             BodyFraming::Length(n) if held > 0 => BodyFraming::Length(n - held),
             other => other,
@@ -274,8 +278,15 @@ impl BodySource for H1Body<'_> {
             meter.add(held);
             self.held.release();
             let client = (self.stream, &mut *self.inbuf);
-            return parts::upload(client, framing, to, limit, meter).await;
+            let reader = match chunked {
+                Some(decoder) => PartReader::resume_chunked(decoder),
+                None => PartReader::new(framing, 0),
+            };
+            return parts::upload(client, reader, to, limit, meter).await;
         };
+        if let Some(decoder) = chunked {
+            return self.upload_held_chunks(server, decoder, relay, meter).await;
+        }
         if held > 0 {
             // The held part in one write, right after the head.
             write_all_parts(server, self.held.slices(), limit)
@@ -308,6 +319,56 @@ impl BodySource for H1Body<'_> {
                 body.chunked(ChunkedOutput::Chunked, self.scratch).await
             }
         }
+    }
+}
+
+impl H1Body<'_> {
+    /// A chunked body held by the switch, to an HTTP/1 server: its data as one chunk right
+    /// after the head (with the body's end and trailers when it is all held, in the same
+    /// write), then the rest relayed as it comes, from where the decoder stands.
+    async fn upload_held_chunks(
+        &mut self,
+        server: &Socket,
+        decoder: ChunkedDecoder,
+        relay: &RelaySettings,
+        meter: &Meter,
+    ) -> Result<(), RelayError> {
+        let limit = TimeLimit::Idle(relay.idle);
+        let held = self.held.len();
+        let (size, end) = (&mut *self.scratch, &mut Vec::new());
+        size.clear();
+        if held > 0 {
+            crate::relay::push_hex(size, held as usize);
+            size.extend_from_slice(b"\r\n");
+            end.extend_from_slice(b"\r\n");
+        }
+        if decoder.is_done() {
+            end.extend_from_slice(b"0\r\n");
+            crate::http::chunked::put_trailers(end, decoder.trailers());
+            end.extend_from_slice(b"\r\n");
+        }
+        let parts = std::iter::once(&size[..])
+            .chain(self.held.slices())
+            .chain(std::iter::once(&end[..]));
+        write_all_parts(server, parts, limit)
+            .await
+            .map_err(RelayError::Write)?;
+        meter.add(held);
+        self.held.release();
+        if decoder.is_done() {
+            return Ok(());
+        }
+        let mut body = BodyRelay {
+            src: self.stream,
+            buf: &mut *self.inbuf,
+            dst: server,
+            settings: relay,
+            meter,
+        };
+        body.buf.make_room_for_body();
+        self.scratch.clear();
+        body.chunked_from(decoder, ChunkedOutput::Chunked, self.scratch)
+            .await
     }
 }
 

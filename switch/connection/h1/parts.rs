@@ -6,7 +6,6 @@
 use crate::buffer::IoBuf;
 use crate::exchange::server::{RequestBodySink, ResponseBody};
 use crate::http::part::BodyPart;
-use crate::http::BodyFraming;
 use crate::relay::parts::{put_part, PartFraming, PartReader};
 use crate::relay::{Meter, RelayError};
 use crate::stream::{send_all, Then, TimeLimit};
@@ -19,12 +18,11 @@ const FLUSH_BYTES: usize = 32 * 1024;
 /// `to` part by part, counting its bytes in `meter`.
 pub(super) async fn upload(
     (client, inbuf): (&ClientStream, &mut IoBuf),
-    framing: BodyFraming,
+    mut reader: PartReader,
     to: &mut impl RequestBodySink,
     limit: TimeLimit,
     meter: &Meter,
 ) -> Result<(), RelayError> {
-    let mut reader = PartReader::new(framing, 0);
     loop {
         let part = reader.next_part(client, inbuf, limit).await?;
         let n = match part {
@@ -92,6 +90,7 @@ mod tests {
     use crate::exchange::failure::ExchangeError;
     use crate::exchange::server::{H1Wire, HeadRead};
     use crate::http::part::Trailers;
+    use crate::http::BodyFraming;
     use crate::http::ResponseHead;
     use crate::socket::Socket;
     use std::io::{Read, Write};
@@ -233,7 +232,8 @@ mod tests {
         let mut sink = Recorded::default();
         let meter = Meter::default();
         let limit = TimeLimit::Idle(Duration::from_secs(5));
-        upload((&client, &mut inbuf), framing, &mut sink, limit, &meter)
+        let reader = PartReader::new(framing, 0);
+        upload((&client, &mut inbuf), reader, &mut sink, limit, &meter)
             .await
             .expect("uploaded");
         let rest = inbuf.filled().to_vec();
