@@ -168,3 +168,114 @@ response_buffer = "20MiB"
     assert_eq!(snap.server(server).unwrap().response_errors, 0);
     task.abort();
 }
+
+/// One worker that keeps its connections (HTTP/1.1 keep-alive): it serves one connection's
+/// requests until the peer closes it, then takes the next connection. `/big` is [`BIG`] bytes,
+/// anything else `small\n`. The count of connections it took is shared.
+async fn keep_alive_worker() -> (
+    SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let taken = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = taken.clone();
+    let body = pattern(BIG, 13);
+    let task = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            let mut buf = Vec::new();
+            while let Some(end) = read_head(&mut stream, &mut buf).await {
+                let big = buf.starts_with(b"GET /big ");
+                buf.drain(..end);
+                let (length, body) = if big {
+                    (BIG, &body[..])
+                } else {
+                    (6, &b"small\n"[..])
+                };
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {length}\r\n\r\n");
+                if stream.write_all(head.as_bytes()).await.is_err()
+                    || stream.write_all(body).await.is_err()
+                {
+                    break;
+                }
+            }
+        }
+    });
+    (addr, taken, task)
+}
+
+/// A switch in front of `server` with `response_buffer` and one place at the server
+/// (`max_conns = 1`), the others waiting in the queue for it.
+async fn switch_with_one_place(server: SocketAddr) -> tcpvs::Switch {
+    start_switch(
+        r#"
+[switch]
+access_log = false
+[virtual.web]
+listen = "127.0.0.1:0"
+default_pool = "p"
+[pool.p]
+servers = [{ addr = "{server}", max_conns = 1 }]
+queue_timeout = "30s"
+response_buffer = "20MiB"
+"#,
+        &[("server", server.to_string())],
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_is_let_go_once_its_answer_is_read_ahead_of_a_slow_reader() {
+    let (server, _, task) = keep_alive_worker().await;
+    let switch = switch_with_one_place(server).await;
+    let addr = switch.local_addr("web").unwrap();
+    // Three slow readers in turn: each answer is read ahead whole, then the server's
+    // connection is closed (the worker takes the next) and its one place given back.
+    let mut slow = Vec::new();
+    for _ in 0..3 {
+        slow.push(slow_reader(addr, "/big").await);
+    }
+    for _ in 0..5 {
+        let served = tokio::time::timeout(PATIENCE, async {
+            let mut honest = Client::connect(addr).await;
+            honest.get("/small").await.text()
+        })
+        .await
+        .expect("an honest client served while slow readers hold their answers");
+        assert_eq!(served, "small\n");
+    }
+    let snap = switch.stats();
+    assert!(snap.buffered_bytes > 2 * BIG as u64, "answers read ahead");
+    assert_eq!(snap.server(server).unwrap().active, 0, "no place held");
+    let expected = pattern(BIG, 13);
+    for reader in slow {
+        let (head, body) = read_rest(reader).await;
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        assert!(body == expected, "{} bytes, not the {BIG} sent", body.len());
+    }
+    let snap = settle(&switch).await;
+    let counted = snap.server(server).unwrap();
+    assert_eq!((counted.requests, counted.response_errors), (8, 0));
+    assert_eq!((snap.buffered_bytes, snap.buffer_fallbacks), (0, 0));
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_takes_its_answer_at_once_leaves_the_connection_kept() {
+    let (server, taken, task) = keep_alive_worker().await;
+    let switch = switch_with_one_place(server).await;
+    let addr = switch.local_addr("web").unwrap();
+    let mut client = Client::connect(addr).await;
+    for _ in 0..10 {
+        assert_eq!(client.get("/small").await.text(), "small\n");
+    }
+    assert_eq!(
+        taken.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one server connection, kept and reused"
+    );
+    task.abort();
+}

@@ -90,6 +90,11 @@ impl<'m> ReadAhead<'m> {
         self.arrived.notify_one();
     }
 
+    /// Whether the server's body ended well (and the drain has not yet given its end).
+    pub fn ended_well(&self) -> bool {
+        matches!(self.lock().end, Some(Ok(())))
+    }
+
     /// Queues a copy of `data`, waiting for room while the queue holds `limit` bytes (or, past
     /// the budget, any buffer at all).
     async fn push(&self, mut data: &[u8]) {

@@ -99,6 +99,9 @@ pub(super) struct Relayed {
 pub(super) struct Attempt<'x, S, R> {
     pub source: &'x mut R,
     pub backend: &'x Backend,
+    /// The request's hold on the server, let go once the server's part is done
+    /// (response.rs, read ahead).
+    pub lease: &'x Lease<'x>,
     pub out: &'x mut Vec<u8>,
     pub sink: &'x mut S,
     pub relay: RelaySettings,
@@ -209,7 +212,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         let mut side = H1Server::new(&server.stream, &mut buf, &mut response, request);
         let meters = Meters::default();
         let exchanged = match self.send_on(lease, &mut side, request).await {
-            Ok(sent) => self.duplex(&mut side, backend, &sent, &meters).await,
+            Ok(sent) => self.duplex(&mut side, lease, &sent, &meters).await,
             Err(e) => Err(e),
         };
         drop(side);
@@ -262,10 +265,11 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
     pub(super) async fn duplex<V: ServerSide>(
         &mut self,
         side: &mut V,
-        backend: &Backend,
+        lease: &Lease<'_>,
         sent: &Sent,
         meters: &Meters,
     ) -> Result<Phase, ExchangeError> {
+        let backend = lease.backend();
         let head = self.client.request().0;
         let is_connect = head.is_connect;
         let upgrade = head.upgrade;
@@ -281,6 +285,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         let mut attempt = Attempt {
             source: down,
             backend,
+            lease,
             out: &mut self.work.out,
             sink,
             relay,

@@ -190,7 +190,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
                 answered,
             };
             exchanged = self
-                .duplex(&mut side, backend, &sent, &meters)
+                .duplex(&mut side, lease, &sent, &meters)
                 .await
                 .map(Some);
         }

@@ -74,7 +74,13 @@ impl<S: ResponseSink, R: ResponseSource> Attempt<'_, S, R> {
                 .relay_body(self.source, self.out, &self.relay, meter)),
             // Boxed: an answer that is not read ahead carries none of its state.
             Some((limit, memory)) => {
-                beside_upload!(Box::pin(self.read_ahead(meter, limit, memory)))
+                let uploaded = upload.complete;
+                let ahead = ReadAheadOf {
+                    limit,
+                    memory,
+                    uploaded,
+                };
+                beside_upload!(Box::pin(self.read_ahead(meter, ahead)))
             }
         };
         (keep_client, head_bytes, relayed)
@@ -137,27 +143,53 @@ impl<'x, S: ResponseSink, R: ResponseSource> Attempt<'x, S, R> {
         (limit > 0 && fits).then_some((limit, memory))
     }
 
-    /// The body read ahead of the client, up to `limit` bytes, charged to `memory`.
-    async fn read_ahead(
-        &mut self,
-        meter: &Meter,
-        limit: u64,
-        memory: &BufferMemory,
-    ) -> Result<(), RelayError> {
-        let ahead = ReadAhead::new(limit, memory);
+    /// The body read ahead of the client, up to `limit` bytes, charged to `memory`. Once the
+    /// server's whole answer is in and the request's body all went up, a client that does not
+    /// take the rest at once no longer holds the server: its connection and its place are let
+    /// go (`ResponseSource::let_go`, `Lease::let_go`) while the client drains the buffers.
+    async fn read_ahead(&mut self, meter: &Meter, of: ReadAheadOf<'_>) -> Result<(), RelayError> {
+        let status = self.source.head().0.status;
+        let ahead = ReadAhead::new(of.limit, of.memory);
         let mut drain = Drain::new(&ahead);
-        let mut fill = pin!(ahead.fill(self.source));
         let mut relay = pin!(self
             .sink
             .relay_body(&mut drain, self.out, &self.relay, meter));
-        let mut filled = false;
-        loop {
+        {
+            let fill = ahead.fill(&mut *self.source);
             tokio::select! {
+                biased;
                 relayed = &mut relay => return relayed,
-                () = &mut fill, if !filled => filled = true,
+                () = fill => {}
             }
         }
+        // One more turn for the client: one that takes the answer at once leaves the
+        // connection to be kept for the next request, as without read-ahead.
+        if let Some(relayed) = poll_once(relay.as_mut()).await {
+            return relayed;
+        }
+        if of.uploaded && ahead.ended_well() {
+            self.source.let_go();
+            self.lease.let_go(status);
+        }
+        relay.await
     }
+}
+
+/// What a response is read ahead with: the pool's `response_buffer`, the budget it is charged
+/// to, and whether the request's body had all gone up when the answer began.
+struct ReadAheadOf<'m> {
+    limit: u64,
+    memory: &'m BufferMemory,
+    uploaded: bool,
+}
+
+/// Polls `future` once: its output if it is ready.
+async fn poll_once<F: Future>(mut future: std::pin::Pin<&mut F>) -> Option<F::Output> {
+    std::future::poll_fn(|cx| match future.as_mut().poll(cx) {
+        std::task::Poll::Ready(output) => std::task::Poll::Ready(Some(output)),
+        std::task::Poll::Pending => std::task::Poll::Ready(None),
+    })
+    .await
 }
 
 impl<'a, C: ClientSide> Exchange<'a, C> {

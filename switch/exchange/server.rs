@@ -69,6 +69,13 @@ pub(crate) trait ResponseSource: ResponseBody {
     /// The response head read last, and the bytes its spans index (valid until the body is
     /// read).
     fn head(&self) -> (&ResponseHead, &[u8]);
+
+    /// The whole response was read (ahead of a client that takes it slowly): the server is let
+    /// go now rather than when the client has it all. A connection that carries one request
+    /// at a time is closed, never kept for another request (a server that serves one
+    /// connection at a time is free at once, as behind nginx, which does not keep server
+    /// connections by default); a stream of a shared connection has nothing to do.
+    fn let_go(&mut self) {}
 }
 
 /// A response body, as a sink takes it: from the server side, or from what the switch read

@@ -195,6 +195,7 @@ impl Pool {
             server,
             ticket,
             answered: false,
+            let_go: AtomicBool::new(false),
         })
     }
 }
@@ -212,12 +213,38 @@ pub struct Lease<'a> {
     /// for as long as the tunnel lasts, and is not timed; a 2xx to CONNECT opens a tunnel too
     /// and is timed, one long sample that the module clips.
     answered: bool,
+    /// The server was let go before the exchange ended ([`Lease::let_go`]).
+    let_go: AtomicBool,
 }
 
 impl<'a> Lease<'a> {
     /// The server answered with `status`.
     pub fn answered(&mut self, status: u16) {
-        self.answered = (200..400).contains(&status);
+        self.answered = served(status);
+    }
+
+    /// The server is done with the request before the exchange is: its whole answer, of
+    /// `status`, was read ahead of a client that takes it slowly (`response_buffer`,
+    /// buffering/read_ahead.rs). Its place is given back now, as at the lease's end: the active
+    /// count that `max_conns`, the queue and the modules read (LARD's places among them) counts
+    /// only requests the server still works on, and the time sample ends when the server's
+    /// part did. Once only; dropping the lease then does nothing more.
+    pub fn let_go(&self, status: u16) {
+        if !self.let_go.swap(true, Ordering::Relaxed) {
+            self.end(served(status));
+        }
+    }
+
+    /// The request leaves the server's counts; `served`: its ticket goes back to the module.
+    fn end(&self, served: bool) {
+        if let Some(state) = self.pool.servers.get(self.server) {
+            state.remove_active();
+        }
+        self.pool.scheduler.connection_ended(self.server);
+        if served && self.ticket != Ticket::NONE {
+            self.pool.scheduler.request_ended(self.server, self.ticket);
+        }
+        self.pool.wake_queue();
     }
 
     pub fn backend(&self) -> &'a Backend {
@@ -231,15 +258,16 @@ impl<'a> Lease<'a> {
 
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
-        if let Some(state) = self.pool.servers.get(self.server) {
-            state.remove_active();
+        if !*self.let_go.get_mut() {
+            self.end(self.answered);
         }
-        self.pool.scheduler.connection_ended(self.server);
-        if self.answered && self.ticket != Ticket::NONE {
-            self.pool.scheduler.request_ended(self.server, self.ticket);
-        }
-        self.pool.wake_queue();
     }
+}
+
+/// Whether an answer of `status` says the server served the request (2xx or 3xx): only then is
+/// the module's ticket handed back (see [`Lease`]).
+fn served(status: u16) -> bool {
+    (200..400).contains(&status)
 }
 
 /// A request's place in its pool's queue; leaving it (drop) ends the wait.
@@ -348,10 +376,31 @@ mod tests {
             0,
             "every lease gave its slot back"
         );
+        // A lease let go early counts once, when it is let go.
+        let ticket = recorder.ticket();
+        let lease = pool.try_lease(0, ticket).unwrap();
+        assert_eq!(pool.servers[0].active(), 1);
+        lease.let_go(200);
+        assert_eq!(
+            pool.servers[0].active(),
+            0,
+            "the place is given back at once"
+        );
+        assert_eq!(recorder.ended.lock().unwrap().last(), Some(&(0, ticket)));
+        let other = pool.try_lease(0, recorder.ticket()).unwrap();
+        lease.let_go(200);
+        drop(lease);
+        assert_eq!(pool.servers[0].active(), 1, "only the other lease counts");
+        assert_eq!(
+            recorder.ended.lock().unwrap().len(),
+            4,
+            "one ticket handed back"
+        );
+        drop(other);
         // A lease without a ticket hands nothing back, whatever the answer.
         let mut lease = pool.try_lease(0, Ticket::NONE).unwrap();
         lease.answered(200);
         drop(lease);
-        assert_eq!(recorder.ended.lock().unwrap().len(), 3);
+        assert_eq!(recorder.ended.lock().unwrap().len(), 4);
     }
 }

@@ -151,6 +151,12 @@ impl ResponseSource for H1Download<'_> {
     fn head(&self) -> (&ResponseHead, &[u8]) {
         (self.response, self.buf.filled())
     }
+
+    fn let_go(&mut self) {
+        // Not parked afterwards (exchange/response.rs `finish`); the server sees its end now.
+        self.response.server_keep_alive = false;
+        let _ = rustix::net::shutdown(self.socket.socket(), rustix::net::Shutdown::Both);
+    }
 }
 
 impl ResponseBody for H1Download<'_> {
