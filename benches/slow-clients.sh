@@ -34,9 +34,15 @@
 #   tcpvs         workers = 1, access_log = false, buffer_memory = "256MiB"; the pool with
 #                 request_buffer = "1MiB", response_buffer = "4MiB"
 #   tcpvs-nobuf   the same without request_buffer and response_buffer (the before)
+#   tcpvs-one     tcpvs with one place at the server (max_conns = 1, queue_timeout = "5s"):
+#                 what an operator writes for a server of one worker that keeps its
+#                 connections (ORIGIN_KEEPALIVE=1), so that requests queue for the one kept
+#                 connection instead of opening others the worker never takes
+#   tcpvs-noreuse tcpvs with server_idle_max = 0: no server connection kept between requests
+#                 (nginx's default), the other way to serve such a server
 #
 # Usage: benches/slow-clients.sh
-# Env: DUR (30 s), SCENARIOS ("uploads reads"), ONLY (targets, default all five above),
+# Env: DUR (30 s), SCENARIOS ("uploads reads"), ONLY (targets, default all seven above),
 #      ORIGIN_KEEPALIVE (0), TCPVS (binary, default /tmp/tcpvs-base), KEEP=1 (keep the temporary
 #      directory with configs, logs and raw rows)
 # Needs: apt-get install haproxy nginx (installed when missing); python3; taskset
@@ -46,7 +52,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/benches/lib.sh"
 DUR=${DUR:-30}; SCENARIOS=${SCENARIOS:-uploads reads}; ORIGIN_KEEPALIVE=${ORIGIN_KEEPALIVE:-0}
 TCPVS=${TCPVS:-/tmp/tcpvs-base}
-ALL="nginx haproxy haproxy-512k tcpvs tcpvs-nobuf"
+ALL="nginx haproxy haproxy-512k tcpvs tcpvs-nobuf tcpvs-one tcpvs-noreuse"
 ONLY=${ONLY:-$ALL}
 case $ORIGIN_KEEPALIVE in 0|1) ;; *) echo "ORIGIN_KEEPALIVE must be 0 or 1" >&2; exit 2 ;; esac
 for s in $SCENARIOS; do
@@ -111,13 +117,14 @@ C
 }
 haproxy_cfg haproxy ""
 haproxy_cfg haproxy-512k "tune.bufsize 524288"
-# tcpvs_cfg NAME POOL_LINES
+# tcpvs_cfg NAME POOL_LINES [SERVER_KEYS] [SWITCH_LINES]
 tcpvs_cfg() {
   cat > "$D/$1.toml" <<C
 [switch]
 workers = 1
 access_log = false
 buffer_memory = "256MiB"
+${4:-}
 
 [virtual.bench]
 listen = "127.0.0.1:$(port_of "$1")"
@@ -125,11 +132,13 @@ default_pool = "be"
 
 [pool.be]
 $2
-servers = [{ addr = "127.0.0.1:$ORIGIN" }]
+servers = [{ addr = "127.0.0.1:$ORIGIN"${3:-} }]
 C
 }
 tcpvs_cfg tcpvs $'request_buffer = "1MiB"\nresponse_buffer = "4MiB"'
 tcpvs_cfg tcpvs-nobuf ""
+tcpvs_cfg tcpvs-one $'request_buffer = "1MiB"\nresponse_buffer = "4MiB"\nqueue_timeout = "5s"' ", max_conns = 1"
+tcpvs_cfg tcpvs-noreuse $'request_buffer = "1MiB"\nresponse_buffer = "4MiB"' "" "server_idle_max = 0"
 
 # wait_port PORT: up to 5 s for something to accept on 127.0.0.1:PORT (a TCP connect, no request).
 wait_port() {

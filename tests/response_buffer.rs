@@ -170,26 +170,34 @@ response_buffer = "20MiB"
 }
 
 /// One worker that keeps its connections (HTTP/1.1 keep-alive): it serves one connection's
-/// requests until the peer closes it, then takes the next connection. `/big` is [`BIG`] bytes,
-/// anything else `small\n`. The count of connections it took is shared.
+/// requests until the peer closes it or a request says `Connection: close`, then takes the
+/// next connection. `/big` is [`BIG`] bytes, anything else `small\n`. The count of
+/// connections it took is shared.
 async fn keep_alive_worker() -> (
     SocketAddr,
-    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    std::sync::Arc<WorkerCounts>,
     tokio::task::JoinHandle<()>,
 ) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let taken = std::sync::Arc::new(AtomicUsize::new(0));
+    let taken = std::sync::Arc::new(WorkerCounts::default());
     let count = taken.clone();
     let body = pattern(BIG, 13);
     let task = tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
+            count.connections.fetch_add(1, Ordering::SeqCst);
             let mut buf = Vec::new();
-            while let Some(end) = read_head(&mut stream, &mut buf).await {
+            let mut close = false;
+            while let (false, Some(end)) = (close, read_head(&mut stream, &mut buf).await) {
                 let big = buf.starts_with(b"GET /big ");
+                close = String::from_utf8_lossy(&buf[..end])
+                    .to_ascii_lowercase()
+                    .contains("\r\nconnection: close\r\n");
                 buf.drain(..end);
+                if close {
+                    count.told_to_close.fetch_add(1, Ordering::SeqCst);
+                }
                 let (length, body) = if big {
                     (BIG, &body[..])
                 } else {
@@ -207,24 +215,76 @@ async fn keep_alive_worker() -> (
     (addr, taken, task)
 }
 
+/// What [`keep_alive_worker`] saw.
+#[derive(Default)]
+struct WorkerCounts {
+    /// Connections taken.
+    connections: std::sync::atomic::AtomicUsize,
+    /// Requests that said `Connection: close`.
+    told_to_close: std::sync::atomic::AtomicUsize,
+}
+
 /// A switch in front of `server` with `response_buffer` and one place at the server
 /// (`max_conns = 1`), the others waiting in the queue for it.
 async fn switch_with_one_place(server: SocketAddr) -> tcpvs::Switch {
+    switch_with(server, ", max_conns = 1", "").await
+}
+
+/// A switch in front of `server` (with `server_keys`) with `response_buffer`, and
+/// `switch_keys`.
+async fn switch_with(server: SocketAddr, server_keys: &str, switch_keys: &str) -> tcpvs::Switch {
     start_switch(
         r#"
 [switch]
 access_log = false
+{switch}
 [virtual.web]
 listen = "127.0.0.1:0"
 default_pool = "p"
 [pool.p]
-servers = [{ addr = "{server}", max_conns = 1 }]
+servers = [{ addr = "{server}"{server_keys} }]
 queue_timeout = "30s"
 response_buffer = "20MiB"
 "#,
-        &[("server", server.to_string())],
+        &[
+            ("server", server.to_string()),
+            ("server_keys", server_keys.to_string()),
+            ("switch", switch_keys.to_string()),
+        ],
     )
     .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_that_keeps_no_server_connection_tells_the_server_to_close() {
+    let (server, taken, task) = keep_alive_worker().await;
+    let switch = switch_with(server, "", "server_idle_max = 0").await;
+    let addr = switch.local_addr("web").unwrap();
+    // Ten clients at once, one worker that keeps connections unless told: each request is
+    // answered and its connection closed by the worker, which takes the next.
+    let clients = (0..10).map(|_| {
+        tokio::spawn(async move {
+            let mut client = Client::connect(addr).await;
+            let mut texts = Vec::new();
+            for _ in 0..3 {
+                texts.push(client.get("/small").await.text());
+            }
+            texts
+        })
+    });
+    for client in clients {
+        let texts = tokio::time::timeout(PATIENCE, client)
+            .await
+            .expect("served within PATIENCE")
+            .unwrap();
+        assert_eq!(texts, ["small\n"; 3]);
+    }
+    let seen = |n: &std::sync::atomic::AtomicUsize| n.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        (seen(&taken.connections), seen(&taken.told_to_close)),
+        (30, 30)
+    );
+    task.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -272,9 +332,10 @@ async fn a_client_that_takes_its_answer_at_once_leaves_the_connection_kept() {
     for _ in 0..10 {
         assert_eq!(client.get("/small").await.text(), "small\n");
     }
+    let seen = |n: &std::sync::atomic::AtomicUsize| n.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(
-        taken.load(std::sync::atomic::Ordering::SeqCst),
-        1,
+        (seen(&taken.connections), seen(&taken.told_to_close)),
+        (1, 0),
         "one server connection, kept and reused"
     );
     task.abort();

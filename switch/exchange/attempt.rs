@@ -181,6 +181,12 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         }
         let out = &mut self.work.upstream_head;
         H1Server::write_head(out, self.client.request(), origin, host_field, edit);
+        // A switch that keeps no server connection says so, as nginx's HTTP/1.0 requests do:
+        // the server closes once it has answered rather than wait for another request (a
+        // server of one worker takes the next connection at once).
+        if self.picker.cx.shared.settings.server_idle_max == 0 && !self.client.request().0.upgrade {
+            H1Server::ask_close(out);
+        }
         self.client.release_head();
     }
 

@@ -25,6 +25,15 @@ impl H1Server<'_> {
         write_request_head(out, head, bytes, client, host_field, origin.scheme, edit);
     }
 
+    /// Adds `Connection: close` to a head [`H1Server::write_head`] wrote (which has no
+    /// Connection field of the client's: connection fields are the switch's own).
+    pub(crate) fn ask_close(out: &mut Vec<u8>) {
+        if out.ends_with(b"\r\n\r\n") {
+            out.truncate(out.len() - 2);
+            out.extend_from_slice(b"Connection: close\r\n\r\n");
+        }
+    }
+
     /// Sends `head` (after `preamble`: a PROXY header, on a new connection of a `send_proxy`
     /// pool) and `early`, a whole small body, in one write. A reused connection that fails
     /// here may have been closed by the server while idle ([`ExchangeError::Stale`]).
