@@ -172,7 +172,7 @@ response_buffer = "20MiB"
 /// One worker that keeps its connections (HTTP/1.1 keep-alive): it serves one connection's
 /// requests until the peer closes it or a request says `Connection: close`, then takes the
 /// next connection. `/big` is [`BIG`] bytes, anything else `small\n`. The count of
-/// connections it took is shared.
+/// connections it took is shared. `/chunked-small` is `small\n` chunked.
 async fn keep_alive_worker() -> (
     SocketAddr,
     std::sync::Arc<WorkerCounts>,
@@ -191,6 +191,7 @@ async fn keep_alive_worker() -> (
             let mut close = false;
             while let (false, Some(end)) = (close, read_head(&mut stream, &mut buf).await) {
                 let big = buf.starts_with(b"GET /big ");
+                let chunked = buf.starts_with(b"GET /chunked-small ");
                 close = String::from_utf8_lossy(&buf[..end])
                     .to_ascii_lowercase()
                     .contains("\r\nconnection: close\r\n");
@@ -200,10 +201,16 @@ async fn keep_alive_worker() -> (
                 }
                 let (length, body) = if big {
                     (BIG, &body[..])
+                } else if chunked {
+                    (0, &b"6\r\nsmall\n\r\n0\r\n\r\n"[..])
                 } else {
                     (6, &b"small\n"[..])
                 };
-                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {length}\r\n\r\n");
+                let framing = match chunked {
+                    true => "Transfer-Encoding: chunked".to_string(),
+                    false => format!("Content-Length: {length}"),
+                };
+                let head = format!("HTTP/1.1 200 OK\r\n{framing}\r\n\r\n");
                 if stream.write_all(head.as_bytes()).await.is_err()
                     || stream.write_all(body).await.is_err()
                 {
@@ -329,8 +336,10 @@ async fn a_client_that_takes_its_answer_at_once_leaves_the_connection_kept() {
     let switch = switch_with_one_place(server).await;
     let addr = switch.local_addr("web").unwrap();
     let mut client = Client::connect(addr).await;
-    for _ in 0..10 {
-        assert_eq!(client.get("/small").await.text(), "small\n");
+    // Small answers of known length come whole with their head (not read ahead); chunked
+    // ones are read ahead, and taken at once.
+    for path in ["/small", "/chunked-small"].repeat(5) {
+        assert_eq!(client.get(path).await.text(), "small\n");
     }
     let seen = |n: &std::sync::atomic::AtomicUsize| n.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(

@@ -131,16 +131,20 @@ impl<R: ResponseBody> ResponseBody for GrpcWatch<'_, R> {
 
 impl<'x, S: ResponseSink, R: ResponseSource> Attempt<'x, S, R> {
     /// Whether the body is read ahead of the client, up to the pool's `response_buffer`
-    /// (buffering/read_ahead.rs): when it fits in it or its length is unknown. A larger body
+    /// (buffering/read_ahead.rs): when it fits in it or its length is unknown, and is not all
+    /// here with the head already (the server is done with a small answer). A larger body
     /// of known length moves at the client's pace as before (spliced from the threshold up).
     fn reads_ahead(&self) -> Option<(u64, &'x BufferMemory)> {
         let (limit, memory) = self.read_ahead;
+        if limit == 0 {
+            return None;
+        }
         let fits = match self.source.head().0.framing {
             BodyFraming::Empty => false,
-            BodyFraming::Length(n) => n <= limit,
+            BodyFraming::Length(n) => n <= limit && !self.source.whole_body_here(),
             BodyFraming::Chunked | BodyFraming::UntilClose => true,
         };
-        (limit > 0 && fits).then_some((limit, memory))
+        fits.then_some((limit, memory))
     }
 
     /// The body read ahead of the client, up to `limit` bytes, charged to `memory`. Once the
@@ -162,10 +166,12 @@ impl<'x, S: ResponseSink, R: ResponseSource> Attempt<'x, S, R> {
                 () = fill => {}
             }
         }
-        // One more turn for the client: one that takes the answer at once leaves the
-        // connection to be kept for the next request, as without read-ahead.
-        if let Some(relayed) = poll_once(relay.as_mut()).await {
-            return relayed;
+        // A moment for the client: one that takes the rest at once leaves the connection to
+        // be kept for the next request, as without read-ahead.
+        tokio::select! {
+            biased;
+            relayed = &mut relay => return relayed,
+            () = tokio::time::sleep(KEEP_GRACE) => {}
         }
         if of.uploaded && ahead.ended_well() {
             self.source.let_go();
@@ -183,14 +189,11 @@ struct ReadAheadOf<'m> {
     uploaded: bool,
 }
 
-/// Polls `future` once: its output if it is ready.
-async fn poll_once<F: Future>(mut future: std::pin::Pin<&mut F>) -> Option<F::Output> {
-    std::future::poll_fn(|cx| match future.as_mut().poll(cx) {
-        std::task::Poll::Ready(output) => std::task::Poll::Ready(Some(output)),
-        std::task::Poll::Pending => std::task::Poll::Ready(None),
-    })
-    .await
-}
+/// How long a client may take the rest of an answer read ahead before its server is let go
+/// (its connection closed rather than kept): a client on the same network takes hundreds of
+/// KiB in that time, and a slow one holds the server no longer than this. Not a verdict on
+/// the client, only on whether the server's connection is worth keeping.
+const KEEP_GRACE: std::time::Duration = std::time::Duration::from_millis(10);
 
 impl<'a, C: ClientSide> Exchange<'a, C> {
     /// 4. The response relayed: counted, and the server connection (HTTP/1.1; an HTTP/2

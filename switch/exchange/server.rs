@@ -76,6 +76,12 @@ pub(crate) trait ResponseSource: ResponseBody {
     /// connection at a time is free at once, as behind nginx, which does not keep server
     /// connections by default); a stream of a shared connection has nothing to do.
     fn let_go(&mut self) {}
+
+    /// Whether the whole body is already here with the head (a small answer): the server is
+    /// done with it, and reading it ahead of the client would only add a copy.
+    fn whole_body_here(&self) -> bool {
+        false
+    }
 }
 
 /// A response body, as a sink takes it: from the server side, or from what the switch read

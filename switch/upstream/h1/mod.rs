@@ -152,6 +152,11 @@ impl ResponseSource for H1Download<'_> {
         (self.response, self.buf.filled())
     }
 
+    fn whole_body_here(&self) -> bool {
+        let here = self.buf.len().saturating_sub(self.response.len) as u64;
+        matches!(self.response.framing, BodyFraming::Length(n) if n <= here)
+    }
+
     fn let_go(&mut self) {
         // Not parked afterwards (exchange/response.rs `finish`); the server sees its end now.
         self.response.server_keep_alive = false;

@@ -8,7 +8,7 @@ use crate::http::{parse_response, HeadProgress, MAX_HEAD_BYTES};
 use crate::relay::parts::PartReader;
 use crate::relay::Meter;
 use crate::state::control::Failure;
-use crate::stream::{read_some, TimeLimit};
+use crate::stream::{read_some, wait, Io, TimeLimit};
 use std::io;
 
 impl H1Download<'_> {
@@ -38,9 +38,8 @@ impl H1Download<'_> {
                     return Ok(read);
                 }
             }
-            self.buf.make_room_for_head(MAX_HEAD_BYTES);
             let received_any = self.received_any;
-            match read_some(self.socket, self.buf, TimeLimit::Idle(idle)).await {
+            match self.read_more(TimeLimit::Idle(idle)).await {
                 Ok(0) if reused && !received_any => return Err(ExchangeError::Stale),
                 Ok(0) if !received_any => {
                     return Err(ExchangeError::Unanswered(Failure::broken(
@@ -70,6 +69,22 @@ impl H1Download<'_> {
                 Err(e) => return Err(ExchangeError::server(502, format!("reading response: {e}"))),
             }
         }
+    }
+
+    /// Reads more of the answer. The buffer's storage is taken only once the server has sent
+    /// something: an exchange waiting for its answer (a slow server, a body still going up)
+    /// holds no read buffer, as HAProxy takes buffers on demand (the first read waits for
+    /// readiness instead of failing with `EAGAIN` first, so no system call is added).
+    async fn read_more(&mut self, limit: TimeLimit) -> io::Result<usize> {
+        let tls_holds_input = self
+            .socket
+            .tls()
+            .is_some_and(|tls| tls.has_buffered_input());
+        if !self.buf.is_allocated() && !tls_holds_input {
+            wait(self.socket.readable(), limit).await?;
+        }
+        self.buf.make_room_for_head(MAX_HEAD_BYTES);
+        read_some(self.socket, self.buf, limit).await
     }
 
     /// Parses what the server sent so far: `None` when more bytes are needed.
