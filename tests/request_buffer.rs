@@ -359,6 +359,58 @@ async fn a_held_chunked_body_goes_as_one_chunk_with_its_trailers_and_the_next_re
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_chunked_body_is_charged_by_its_data_and_never_held_past_the_buffer() {
+    // An attacker's probes: behind a 20 KB head (the client's buffer grown to 64 KiB), 7000
+    // chunks of one byte were charged 80 MiB of buffer_memory; and a chunk larger than the
+    // buffer was held whole.
+    let (server, mut got) = recording_server().await;
+    let switch = switch_for(server, r#"request_buffer = "4KiB""#, "").await;
+    let addr = switch.local_addr("web").unwrap();
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    let pad = "p".repeat(20_000);
+    let head = format!(
+        "POST /tiny HTTP/1.1\r\nHost: t\r\nX-Pad: {pad}\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    client.write_all(head.as_bytes()).await.unwrap();
+    client.write_all(&b"1\r\nx\r\n".repeat(3000)).await.unwrap();
+    wait_until(&switch, "the 3000 bytes held", |s| s.buffered_bytes > 0).await;
+    let charged = switch.stats().buffered_bytes;
+    assert_eq!(charged, 16 * 1024, "3000 bytes of data in one buffer");
+    drop(client);
+    let snap = settle(&switch).await;
+    assert_eq!(snap.buffered_bytes, 0);
+    // A chunk of 10 000 bytes against a 4 KiB buffer: 4096 bytes held, the rest relayed.
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    let data = body_of(10_000, 5);
+    let mut wire = b"POST /big HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n2710\r\n".to_vec();
+    wire.extend_from_slice(&data);
+    wire.extend_from_slice(b"\r\n0\r\n\r\n");
+    client.write_all(&wire).await.unwrap();
+    let (head, body) = got.recv().await.expect("the POST reached the server");
+    assert!(head.starts_with("post /big "), "{head}");
+    assert!(
+        body.starts_with(b"1000\r\n"),
+        "the held part is 4096 bytes: {:?}",
+        &body[..8]
+    );
+    let mut answer = String::new();
+    client.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    let mut decoded = Vec::new();
+    let mut rest = &body[..];
+    loop {
+        let line = rest.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size = usize::from_str_radix(std::str::from_utf8(&rest[..line]).unwrap(), 16).unwrap();
+        if size == 0 {
+            break;
+        }
+        decoded.extend_from_slice(&rest[line + 2..line + 2 + size]);
+        rest = &rest[line + 2 + size + 2..];
+    }
+    assert!(decoded == data, "the body whole and in order");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_chunked_body_while_held_is_the_clients_400_and_no_server_is_asked() {
     let (server, task) = one_worker().await;
     let switch = switch_for(server, r#"request_buffer = "64KiB""#, "").await;

@@ -17,6 +17,8 @@ pub struct HeldBody<'m> {
     /// `Some` when the body is chunked: what is held is its data, and this is where its
     /// decoding stands (done: the whole body, trailers included, is held).
     chunked: Option<ChunkedDecoder>,
+    /// The first buffer [`HeldBody::push`] has room in.
+    open: usize,
 }
 
 impl<'m> HeldBody<'m> {
@@ -26,6 +28,7 @@ impl<'m> HeldBody<'m> {
             lease: BufferLease::new(memory),
             len: 0,
             chunked: None,
+            open: 0,
         }
     }
 
@@ -77,12 +80,10 @@ impl<'m> HeldBody<'m> {
     }
 
     /// Makes room for `n` more bytes, taking buffers from the budget: `false` (nothing taken
-    /// beyond what has room already) when it has not enough.
+    /// beyond what has room already) when it has not enough. Room reserved and not yet filled
+    /// counts: reserving again for the same bytes takes nothing more.
     pub fn reserve(&mut self, n: usize) -> bool {
-        let mut room = match self.chunks.last() {
-            Some(last) => BUFFER_BYTES.saturating_sub(last.len()),
-            None => 0,
-        };
+        let room = self.room_reserved();
         let buffers = n.saturating_sub(room).div_ceil(BUFFER_BYTES);
         if buffers == 0 {
             return true;
@@ -90,30 +91,48 @@ impl<'m> HeldBody<'m> {
         if !self.lease.grow((buffers * BUFFER_BYTES) as u64) {
             return false;
         }
-        for _ in 0..buffers {
-            self.chunks.push(IoBuf::unallocated());
-            room += BUFFER_BYTES;
-        }
-        debug_assert!(room >= n);
+        self.chunks
+            .extend(std::iter::repeat_with(IoBuf::unallocated).take(buffers));
         true
     }
 
+    /// The room left in the buffers from the first that is not full (the ones after it are
+    /// empty: [`HeldBody::push`] fills them in order).
+    fn room_reserved(&self) -> usize {
+        match self.chunks.get(self.open..) {
+            Some([first, rest @ ..]) => {
+                BUFFER_BYTES - first.len().min(BUFFER_BYTES) + rest.len() * BUFFER_BYTES
+            }
+            _ => 0,
+        }
+    }
+
+    /// Gives back to the budget the buffers reserved and left empty.
+    pub fn trim(&mut self) {
+        let mut freed = 0;
+        while self.chunks.len() > self.open && self.chunks.last().is_some_and(IoBuf::is_empty) {
+            self.chunks.pop();
+            freed += BUFFER_BYTES as u64;
+        }
+        self.lease.shrink(freed);
+    }
+
     /// Holds a copy of `data` in the room [`HeldBody::reserve`] made; returns the bytes held
-    /// (fewer only if less room was reserved).
+    /// (fewer only if less room was reserved). From the first buffer that is not full: no
+    /// walk over the full ones, whatever the size held.
     pub fn push(&mut self, mut data: &[u8]) -> usize {
         let mut held = 0;
-        // Only the last buffers have room: the ones before are full.
-        for chunk in self.chunks.iter_mut().filter(|c| c.len() < BUFFER_BYTES) {
-            if data.is_empty() {
-                break;
-            }
-            let room = BUFFER_BYTES - chunk.len();
+        while let (false, Some(chunk)) = (data.is_empty(), self.chunks.get_mut(self.open)) {
+            let room = BUFFER_BYTES.saturating_sub(chunk.len());
             let spare = chunk.spare();
             let n = spare.len().min(room).min(data.len());
             spare[..n].copy_from_slice(&data[..n]);
             chunk.fill(n);
             data = &data[n..];
             held += n;
+            if chunk.len() >= BUFFER_BYTES {
+                self.open += 1;
+            }
         }
         self.len += held as u64;
         held
@@ -134,6 +153,14 @@ impl<'m> HeldBody<'m> {
         self.lease.count_fallback();
     }
 
+    /// The bytes held when they are in one buffer.
+    pub fn single(&self) -> Option<&[u8]> {
+        match &self.chunks[..] {
+            [one] => Some(one.filled()),
+            _ => None,
+        }
+    }
+
     /// The bytes held, in order.
     pub fn slices(&self) -> impl Iterator<Item = &[u8]> + Clone {
         self.chunks.iter().map(IoBuf::filled)
@@ -151,6 +178,7 @@ impl<'m> HeldBody<'m> {
         self.chunks.clear();
         self.len = 0;
         self.chunked = None;
+        self.open = 0;
         self.lease.release();
     }
 }
@@ -202,6 +230,9 @@ mod tests {
         let joined: Vec<u8> = body.slices().flatten().copied().collect();
         assert_eq!(&joined[..10], b"0123456789");
         assert!(joined[10..].iter().all(|&b| b == 7));
+        // Room reserved and not filled counts: reserving it again takes nothing.
+        assert!(body.reserve(BUFFER_BYTES - 10));
+        assert_eq!(memory.in_use(), 2 * BUFFER_BYTES as u64);
         let rest = vec![9u8; BUFFER_BYTES];
         assert_eq!(
             body.push(&rest),
@@ -210,5 +241,31 @@ mod tests {
         );
         assert_eq!(body.push(b"x"), 0);
         assert_eq!(body.len(), 2 * BUFFER_BYTES as u64);
+    }
+
+    #[test]
+    fn many_small_pieces_are_charged_by_the_bytes_they_hold() {
+        // An attacker's probe: one-byte chunks, each reserved for the whole input left, made
+        // every reservation take new buffers (80 MiB charged for 6.6 KB held).
+        let memory = BufferMemory::new(1 << 30);
+        let mut body = HeldBody::new(&memory);
+        let input = 47 * 1024;
+        for i in 0..input {
+            assert!(body.reserve(input - i));
+            assert_eq!(body.push(&[i as u8]), 1);
+        }
+        assert_eq!(body.len(), input as u64);
+        assert_eq!(
+            memory.in_use(),
+            3 * BUFFER_BYTES as u64,
+            "47 KiB in three buffers"
+        );
+        // Room reserved for more than came is given back.
+        assert!(body.reserve(5 * BUFFER_BYTES));
+        assert_eq!(memory.in_use(), 8 * BUFFER_BYTES as u64);
+        body.trim();
+        assert_eq!(memory.in_use(), 3 * BUFFER_BYTES as u64);
+        let joined: Vec<u8> = body.slices().flatten().copied().collect();
+        assert!(joined.iter().enumerate().all(|(i, &b)| b == i as u8));
     }
 }

@@ -97,22 +97,29 @@ impl H1Client<'_> {
         let mut at = head_len;
         let over = loop {
             let input = &inbuf.filled()[at..];
-            // Data never outgrows its input: room for all of it before it is decoded.
-            if held.len() >= up_to || !held.reserve(input.len()) {
+            let left = usize::try_from(up_to.saturating_sub(held.len())).unwrap_or(usize::MAX);
+            if left == 0 {
                 break true;
             }
-            let (used, decoded) = decoder.decode(input).map_err(|_| BodyRefused::MALFORMED)?;
+            if input.is_empty() {
+                break false;
+            }
+            // No more input than the buffer has room for: data never outgrows its input, so
+            // the held part never passes `up_to`, and room for it is taken before decoding.
+            let window = &input[..input.len().min(left)];
+            if !held.reserve(window.len()) {
+                break true;
+            }
+            let (used, decoded) = decoder.decode(window).map_err(|_| BodyRefused::MALFORMED)?;
             if let Decoded::Data(range) = &decoded {
-                let data = &input[range.clone()];
-                received.add(held.push(data) as u64);
+                received.add(held.push(&window[range.clone()]) as u64);
             }
             at += used;
-            match decoded {
-                Decoded::Data(_) => {}
-                Decoded::End => break true,
-                Decoded::NeedMore => break false,
+            if decoded == Decoded::End {
+                break true;
             }
         };
+        held.trim();
         let filled = inbuf.len();
         inbuf.filled_mut().copy_within(at..filled, head_len);
         inbuf.truncate(head_len + (filled - at));

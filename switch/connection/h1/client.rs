@@ -149,6 +149,9 @@ impl<'c> ClientSide for H1Client<'c> {
     fn early_body(&self) -> Option<&[u8]> {
         let inbuf = &*self.body.inbuf;
         match self.head.framing {
+            // A whole body held by the switch (`request_buffer`) in one buffer goes with the
+            // head too: one write, and the server reads it at once.
+            BodyFraming::Length(n) if n > 0 && n == self.body.held.len() => self.body.held.single(),
             BodyFraming::Length(n) if n <= inbuf.len() as u64 && n <= EARLY_BODY_BYTES => {
                 Some(&inbuf.filled()[..n as usize])
             }
@@ -157,7 +160,12 @@ impl<'c> ClientSide for H1Client<'c> {
     }
 
     fn consume_early(&mut self, n: usize) {
-        self.body.inbuf.consume(n);
+        // The early body came from the held one when one is held (early_body).
+        if n > 0 && !self.body.held.is_empty() {
+            self.body.held.release();
+        } else {
+            self.body.inbuf.consume(n);
+        }
     }
 
     async fn hold_body(&mut self, up_to: u64, received: &Meter) -> Result<(), BodyRefused> {
