@@ -105,7 +105,7 @@ async fn start(rules: &std::path::Path) -> (Process, SocketAddr, Vec<String>) {
     .unwrap()
 }
 
-/// Waits until connecting to `addr` is refused (the listeners are closed). A connection that
+/// Waits until connecting to `addr` is refused or reset (the listeners are closed). A connection that
 /// still succeeds is dropped unused and the next try follows shortly; only a listener still
 /// open after [`PATIENCE`] fails the test.
 async fn wait_until_refused(addr: SocketAddr) {
@@ -113,6 +113,9 @@ async fn wait_until_refused(addr: SocketAddr) {
     loop {
         match tokio::net::TcpStream::connect(addr).await {
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return,
+            // A connection caught in the accept queue as the listener closed is reset: closed
+            // as well.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return,
             Err(e) => panic!("connecting to {addr} failed otherwise than refused: {e}"),
             Ok(stream) => drop(stream),
         }
