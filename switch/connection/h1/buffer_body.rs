@@ -13,6 +13,7 @@ use crate::http::chunked::{ChunkedDecoder, Decoded};
 use crate::http::{BodyFraming, RequestHead};
 use crate::relay::Meter;
 use crate::stream::{wait, Io, TimeLimit};
+use crate::tls::stream::ClientStream;
 use std::io;
 
 /// The answer an HTTP/1.1 client that sent `Expect: 100-continue` waits for before its body.
@@ -143,15 +144,7 @@ impl H1Client<'_> {
                     inbuf.fill(n);
                     return Ok(true);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    match wait(stream.readable(), idle).await {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                            return Err(BodyRefused::LATE)
-                        }
-                        Err(_) => return Err(gone()),
-                    }
-                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => more_input(stream, idle).await?,
                 Err(_) => return Err(gone()),
             }
         }
@@ -184,15 +177,7 @@ impl H1Client<'_> {
                     held.filled(n);
                     received.add(n as u64);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    match wait(stream.readable(), idle).await {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                            return Err(BodyRefused::LATE)
-                        }
-                        Err(_) => return Err(gone()),
-                    }
-                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => more_input(stream, idle).await?,
                 Err(_) => return Err(gone()),
             }
         }
@@ -202,6 +187,16 @@ impl H1Client<'_> {
 
 fn gone() -> BodyRefused {
     BodyRefused::GONE
+}
+
+/// Waits for the client to send more of its body, within `idle`: a timeout is the client's
+/// `408`, any other failure its going away.
+async fn more_input(stream: &ClientStream, idle: TimeLimit) -> Result<(), BodyRefused> {
+    match wait(stream.readable(), idle).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::TimedOut => Err(BodyRefused::LATE),
+        Err(_) => Err(gone()),
+    }
 }
 
 /// Whether the request asks for `100 Continue` before its body.
