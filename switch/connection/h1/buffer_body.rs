@@ -109,6 +109,8 @@ impl H1Client<'_> {
             // the held part never passes `up_to`, and room for it is taken before decoding.
             let window = &input[..input.len().min(left)];
             if !held.reserve(window.len()) {
+                // The budget is spent: the rest streams, counted as for a body by length.
+                held.count_fallback();
                 break true;
             }
             let (used, decoded) = decoder.decode(window).map_err(|_| BodyRefused::MALFORMED)?;
