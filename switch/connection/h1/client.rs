@@ -292,10 +292,12 @@ impl BodySource for H1Body<'_> {
             };
             return parts::upload(client, reader, to, limit, meter).await;
         };
-        if let Some(decoder) = chunked {
-            return self.upload_held_chunks(server, decoder, relay, meter).await;
-        }
-        if held > 0 {
+        if let Some(decoder) = &chunked {
+            self.send_held_chunk(server, decoder, limit, meter).await?;
+            if decoder.is_done() {
+                return Ok(());
+            }
+        } else if held > 0 {
             // The held part in one write, right after the head.
             write_all_parts(server, self.held.slices(), limit)
                 .await
@@ -324,24 +326,26 @@ impl BodySource for H1Body<'_> {
             BodyFraming::Chunked => {
                 body.buf.make_room_for_body();
                 self.scratch.clear();
-                body.chunked(ChunkedOutput::Chunked, self.scratch).await
+                // From where a held part's decoder stands, or from the start.
+                let decoder = chunked.unwrap_or_default();
+                body.chunked_from(decoder, ChunkedOutput::Chunked, self.scratch)
+                    .await
             }
         }
     }
 }
 
 impl H1Body<'_> {
-    /// A chunked body held by the switch, to an HTTP/1 server: its data as one chunk right
-    /// after the head (with the body's end and trailers when it is all held, in the same
-    /// write), then the rest relayed as it comes, from where the decoder stands.
-    async fn upload_held_chunks(
+    /// The data of a chunked body held by the switch, to an HTTP/1 server: one chunk right
+    /// after the head, with the body's end and trailers in the same write when it is all
+    /// held (the rest, if any, is relayed from where `decoder` stands).
+    async fn send_held_chunk(
         &mut self,
         server: &Socket,
-        decoder: ChunkedDecoder,
-        relay: &RelaySettings,
+        decoder: &ChunkedDecoder,
+        limit: TimeLimit,
         meter: &Meter,
     ) -> Result<(), RelayError> {
-        let limit = TimeLimit::Idle(relay.idle);
         let held = self.held.len();
         let (size, end) = (&mut *self.scratch, &mut Vec::new());
         size.clear();
@@ -363,20 +367,7 @@ impl H1Body<'_> {
             .map_err(RelayError::Write)?;
         meter.add(held);
         self.held.release();
-        if decoder.is_done() {
-            return Ok(());
-        }
-        let mut body = BodyRelay {
-            src: self.stream,
-            buf: &mut *self.inbuf,
-            dst: server,
-            settings: relay,
-            meter,
-        };
-        body.buf.make_room_for_body();
-        self.scratch.clear();
-        body.chunked_from(decoder, ChunkedOutput::Chunked, self.scratch)
-            .await
+        Ok(())
     }
 }
 
