@@ -383,7 +383,7 @@ impl Scrape {
         family(
             e,
             "tcpvs_buffered_bytes",
-            "Bytes of request bodies buffered now (request_buffer, within buffer_memory)",
+            "Bytes of request bodies held and responses read ahead now (request_buffer, response_buffer; within buffer_memory)",
             [(none, gauge(self.snapshot.buffered_bytes as i64))],
         )?;
         family(

@@ -19,7 +19,7 @@ pub struct StatsJson {
     pub generation: u64,
     pub uptime_s: f64,
     pub clients: usize,
-    /// Bytes of request bodies buffered now (`request_buffer`, within `buffer_memory`).
+    /// Bytes of request bodies held and responses read ahead now (`request_buffer`, `response_buffer`; within `buffer_memory`).
     pub buffered_bytes: u64,
     /// Request bodies that streamed because `buffer_memory` was spent.
     pub buffer_fallbacks: u64,
