@@ -16,6 +16,7 @@ pub mod admin;
 pub mod buffer;
 pub mod buffering;
 pub mod capacity;
+pub mod compress;
 pub mod config;
 mod connection;
 pub mod edge;

@@ -7,6 +7,7 @@
 
 pub mod admin;
 mod certificates;
+mod compress;
 mod error;
 pub mod health;
 mod lint;
@@ -161,6 +162,8 @@ pub struct ServiceConfig {
     pub mode: ServiceMode,
     /// `tls`: its certificates, read and checked; empty for a service without TLS.
     pub certificates: Vec<crate::edge::tls::Certificate>,
+    /// `[virtual.NAME.compress]`: its answers compressed for clients that accept it.
+    pub compress: Option<crate::compress::CompressConfig>,
     pub rules: RuleSet,
 }
 

@@ -191,11 +191,13 @@ fn build_edits(
         request_headers,
         response_headers,
         limit,
+        uncompressed: raw.compress.as_ref().is_some_and(|c| !*c.get_ref()),
     };
     let none = edits.path.is_none()
         && edits.request_headers.is_none()
         && edits.response_headers.is_none()
-        && edits.limit.is_none();
+        && edits.limit.is_none()
+        && !edits.uncompressed;
     Some((!none).then_some(edits))
 }
 

@@ -4,10 +4,13 @@
 //! `None` here and already reported, so the checks of `mod.rs` skip it without a second message.
 //! Module options (any other key beside `scheduler` in a pool) are kept for the module to judge.
 
+mod compress;
 mod policy;
 mod pool_tls;
 mod rule;
 
+use compress::read_compress;
+pub(crate) use compress::RawCompress;
 use policy::read_limit;
 pub(crate) use policy::{RawHeaderActions, RawLimit, RawRedirect, RawRespond};
 use pool_tls::read_pool_tls;
@@ -51,6 +54,7 @@ const SERVICE_KEYS: &[&str] = &[
     "tls",
     "mode",
     "max_conns_per_source",
+    "compress",
     "rule",
 ];
 const CERTIFICATE_KEYS: &[&str] = &["cert", "key"];
@@ -158,6 +162,8 @@ pub(crate) struct RawService {
     pub mode: Option<Spanned<String>>,
     /// Client connections open at once per client address; 0: no cap.
     pub max_conns_per_source: Option<Spanned<i64>>,
+    /// `[virtual.NAME.compress]`, with where it is written.
+    pub compress: Option<(std::ops::Range<usize>, RawCompress)>,
     pub rule: Vec<Spanned<RawRule>>,
 }
 
@@ -407,6 +413,14 @@ fn read_service(name: &str, t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawS
         tls,
         mode: t.string("mode", "\"http\" or \"tls-passthrough\"", sink),
         max_conns_per_source: t.integer("max_conns_per_source", sink),
+        compress: t
+            .table(
+                "compress",
+                "a table like { types = [\"text/html\"], min_size = \"1KiB\" }",
+                format!("[virtual.{name}.compress]"),
+                sink,
+            )
+            .map(|c| (c.span.clone(), read_compress(&c, sink))),
         rule: rules,
     }
 }

@@ -89,6 +89,23 @@ pub(super) fn build_services(
                         None
                     }
                 });
+        let compress = service
+            .compress
+            .as_ref()
+            .and_then(|(_, raw)| super::compress::build_compress(raw, sink));
+        if service.compress.is_none() {
+            for rule in &service.rule {
+                if let Some(given) = &rule.get_ref().compress {
+                    sink.warn(
+                        given.span(),
+                        format!(
+                            "`compress` has no effect: [virtual.{service_name}] has no \
+                             [virtual.{service_name}.compress] table"
+                        ),
+                    );
+                }
+            }
+        }
         if let Some((listen, listen_span)) = listen {
             services.push(ServiceConfig {
                 name: service_name.clone(),
@@ -101,6 +118,7 @@ pub(super) fn build_services(
                 max_conns_per_source: max_conns_per_source.unwrap_or(0),
                 mode,
                 certificates,
+                compress,
                 rules: RuleSet::new(rules, default_pool),
             });
         }

@@ -11,6 +11,7 @@ use super::Exchange;
 use crate::buffer::IoBuf;
 use crate::buffering::rate::within_rate;
 use crate::buffering::BufferMemory;
+use crate::compress::Offer;
 use crate::config::ServerProtocol;
 use crate::http::response::RequestKind;
 use crate::http::rewrite::RequestEdit;
@@ -111,6 +112,8 @@ pub(super) struct Attempt<'x, S, R> {
     pub read_ahead: (u64, &'x BufferMemory),
     /// `Some` for a gRPC call (http/grpc.rs): its status once it came back, if it did.
     pub grpc: Option<Option<u8>>,
+    /// The compression the answer may get (compress/), if its head allows.
+    pub offer: Option<Offer<'x>>,
 }
 
 /// The request body on its way up, polled beside the response.
@@ -298,12 +301,14 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             response_edit: ResponseEdit {
                 field: self.response_field.as_ref(),
                 headers: self.edits.and_then(|e| e.response_headers.as_ref()),
+                recoded: None,
             },
             read_ahead: (
                 self.picker.pool.config.response_buffer,
                 &self.picker.cx.shared.buffer_memory,
             ),
             grpc: grpc.then_some(None),
+            offer: self.offer,
         };
         attempt
             .await_response_head(&mut upload, sent.answered, &meters.up)

@@ -12,7 +12,7 @@
 use super::server::{RequestBodySink, ResponseBody};
 use super::Buffers;
 use crate::edge::proxy_protocol;
-use crate::http::rewrite::Scheme;
+use crate::http::rewrite::{Recoded, Scheme};
 use crate::http::status::Answer;
 use crate::http::{RequestHead, ResponseHead};
 use crate::policy::headers::HeaderActions;
@@ -142,6 +142,8 @@ pub(crate) struct ResponseEdit<'e> {
     pub field: Option<&'e ResponseField>,
     /// The rule's `response_headers`.
     pub headers: Option<&'e HeaderActions>,
+    /// The body is compressed on the way (compress/): its length goes, its coding is said.
+    pub recoded: Option<Recoded>,
 }
 
 /// The request body, sent to the server.

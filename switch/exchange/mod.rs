@@ -29,6 +29,7 @@ use client::{BodyRefused, ClientSide};
 use failure::{short_reason, ExchangeError, Side, Verdict};
 
 use crate::buffer::IoBuf;
+use crate::compress::Offer;
 use crate::config::ServerProtocol;
 use crate::http::grpc::GrpcAnswer;
 use crate::http::path::normalize;
@@ -173,6 +174,8 @@ pub(crate) struct Exchange<'a, C: ClientSide> {
     asks: attempt::Asks,
     /// The request is a gRPC call (http/grpc.rs).
     grpc: bool,
+    /// The compression its answer may get (compress/): decided while its head is here.
+    offer: Option<Offer<'a>>,
 }
 
 /// Carries out the request whose head `client` holds: routes it, applies the rule's policy,
@@ -216,6 +219,7 @@ pub(crate) async fn serve<C: ClientSide>(
         edits,
         asks: attempt::Asks::default(),
         grpc: false,
+        offer: None,
     };
     let mut outcome = exchange.run().await;
     outcome.limited = would_limit;
@@ -318,6 +322,11 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         let may_retry = head.retryable() && head.host.is_some();
         // Asked once: a gRPC call's answer is watched for its status (response.rs).
         self.grpc = self.client.grpc();
+        let service = self.picker.cx.service;
+        if service.compress.is_some() && !self.grpc && !self.edits.is_some_and(|e| e.uncompressed) {
+            let compress = service.compress.as_ref();
+            self.offer = Offer::of(compress, &service.stats, self.client.request());
+        }
         if self.picker.pool.config.protocol == ServerProtocol::Http1 && self.grpc {
             // Never mangled into HTTP/1.1 (its trailers, its framing): refused the gRPC way.
             self.client.release_head();

@@ -4,12 +4,14 @@
 
 use super::account::Outcome;
 use super::attempt::{Attempt, Relayed, Upload};
-use super::client::{ClientSide, ResponseSink};
+use super::client::{ClientSide, ResponseEdit, ResponseSink};
 use super::failure::{ExchangeError, Side};
 use super::server::{H1Wire, ResponseBody, ResponseSource};
 use super::Exchange;
 use crate::buffering::read_ahead::{Drain, ReadAhead};
 use crate::buffering::BufferMemory;
+use crate::compress::body::Compressor;
+use crate::compress::{Compression, Offer};
 use crate::http::part::BodyPart;
 use crate::http::BodyFraming;
 use crate::relay::{Meter, RelayError};
@@ -31,10 +33,18 @@ impl<S: ResponseSink, R: ResponseSource> Attempt<'_, S, R> {
         meter: &Meter,
     ) -> (bool, u64, Result<(), RelayError>) {
         let (head, raw) = self.source.head();
+        // Compressed, if the request's offer and this head allow (compress/decide.rs).
+        let compression = self
+            .offer
+            .and_then(|offer| Some((offer, offer.decide(head, raw)?)));
+        let edit = ResponseEdit {
+            recoded: compression.map(|(_, c)| c.recoded()),
+            ..self.response_edit
+        };
         // Announced now, so an upload still running means the connection must close.
-        let keep_client =
-            self.sink
-                .start_response(self.out, head, raw, self.response_edit, upload.complete);
+        let keep_client = self
+            .sink
+            .start_response(self.out, head, raw, edit, upload.complete);
         let head_bytes = self.out.len() as u64;
         // The answer comes down at the client's pace, holding the server.
         let _download_mark = self.backend.stats.relaying();
@@ -68,17 +78,23 @@ impl<S: ResponseSink, R: ResponseSource> Attempt<'_, S, R> {
                     .relay_body(&mut watch, self.out, &self.relay, meter));
             return (keep_client, head_bytes, relayed);
         }
-        let relayed = match self.reads_ahead() {
-            None => beside_upload!(self
-                .sink
-                .relay_body(self.source, self.out, &self.relay, meter)),
+        let compressing = compression.map(|(offer, c)| self.compressing(offer, c));
+        let relayed = match (self.reads_ahead(), compressing) {
+            (None, None) => {
+                beside_upload!(self
+                    .sink
+                    .relay_body(self.source, self.out, &self.relay, meter))
+            }
+            // Boxed, as below: a plain answer carries none of the encoder's state.
+            (None, Some(how)) => beside_upload!(Box::pin(self.relay_compressed(how, meter))),
             // Boxed: an answer that is not read ahead carries none of its state.
-            Some((limit, memory)) => {
+            (Some((limit, memory)), compressing) => {
                 let uploaded = upload.complete;
                 let ahead = ReadAheadOf {
                     limit,
                     memory,
                     uploaded,
+                    compressing,
                 };
                 beside_upload!(Box::pin(self.read_ahead(meter, ahead)))
             }
@@ -152,12 +168,32 @@ impl<'x, S: ResponseSink, R: ResponseSource> Attempt<'x, S, R> {
     /// take the rest at once no longer holds the server: its connection and its place are let
     /// go (`ResponseSource::let_go`, `Lease::let_go`) while the client drains the buffers.
     async fn read_ahead(&mut self, meter: &Meter, of: ReadAheadOf<'_>) -> Result<(), RelayError> {
-        let status = self.source.head().0.status;
         let ahead = ReadAhead::new(of.limit, of.memory);
         let mut drain = Drain::new(&ahead);
-        let mut relay = pin!(self
-            .sink
-            .relay_body(&mut drain, self.out, &self.relay, meter));
+        match of.compressing {
+            None => {
+                self.drain_ahead(&ahead, &mut drain, meter, of.uploaded)
+                    .await
+            }
+            Some(how) => {
+                let mut compressed = how.over(&mut drain).map_err(RelayError::Read)?;
+                self.drain_ahead(&ahead, &mut compressed, meter, of.uploaded)
+                    .await
+            }
+        }
+    }
+
+    /// The client takes `body` (what is read ahead, compressed or not) while the server's
+    /// answer fills `ahead`; see [`Attempt::read_ahead`].
+    async fn drain_ahead<B: ResponseBody>(
+        &mut self,
+        ahead: &ReadAhead<'_>,
+        body: &mut B,
+        meter: &Meter,
+        uploaded: bool,
+    ) -> Result<(), RelayError> {
+        let status = self.source.head().0.status;
+        let mut relay = pin!(self.sink.relay_body(body, self.out, &self.relay, meter));
         {
             let fill = ahead.fill(&mut *self.source);
             tokio::select! {
@@ -173,11 +209,39 @@ impl<'x, S: ResponseSink, R: ResponseSource> Attempt<'x, S, R> {
             relayed = &mut relay => return relayed,
             () = tokio::time::sleep(KEEP_GRACE) => {}
         }
-        if of.uploaded && ahead.ended_well() {
+        if uploaded && ahead.ended_well() {
             self.source.let_go();
             self.lease.let_go(status);
         }
         relay.await
+    }
+
+    /// How a response decided to be compressed is: its coding at the service's level, sized
+    /// to its length if known; counted in the service's `compressed`.
+    fn compressing(&self, offer: Offer<'x>, compression: Compression) -> Compressor<'x> {
+        stats::bump(&offer.stats.compressed);
+        let length = match self.source.head().0.framing {
+            BodyFraming::Length(n) => Some(n),
+            _ => None,
+        };
+        Compressor {
+            coding: compression.coding,
+            levels: offer.config.levels,
+            length,
+            stats: offer.stats,
+        }
+    }
+
+    /// The body compressed on its way to the client.
+    async fn relay_compressed(
+        &mut self,
+        how: Compressor<'_>,
+        meter: &Meter,
+    ) -> Result<(), RelayError> {
+        let mut body = how.over(&mut *self.source).map_err(RelayError::Read)?;
+        self.sink
+            .relay_body(&mut body, self.out, &self.relay, meter)
+            .await
     }
 }
 
@@ -187,6 +251,8 @@ struct ReadAheadOf<'m> {
     limit: u64,
     memory: &'m BufferMemory,
     uploaded: bool,
+    /// The answer is compressed as the client takes it.
+    compressing: Option<Compressor<'m>>,
 }
 
 /// How long a client may take the rest of an answer read ahead before its server is let go

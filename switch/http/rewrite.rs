@@ -286,6 +286,63 @@ pub fn write_response_head(
     client: Version,
     headers: Option<&HeaderActions>,
 ) {
+    let edit = ResponseFieldEdit {
+        headers,
+        recoded: None,
+    };
+    write_response_head_with(out, head, buf, (connection, client), edit);
+}
+
+/// What the switch changes in a response's fields besides the connection's own: a rule's
+/// field actions, and a body it recodes on the way.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ResponseFieldEdit<'e> {
+    pub headers: Option<&'e HeaderActions>,
+    pub recoded: Option<Recoded>,
+}
+
+/// A body whose bytes the switch changes on the way (compression: switch/compress/): the head
+/// loses its length (the body goes chunked, or by HTTP/2 framing) and its strong validator
+/// (RFC 9110 section 8.8.3: `ETag: "x"` becomes `W/"x"`), and says the coding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recoded {
+    /// The `Content-Encoding` token.
+    pub content_encoding: &'static str,
+    /// `Vary: Accept-Encoding` is added (the server's `Vary` does not already say it).
+    pub add_vary: bool,
+}
+
+impl Recoded {
+    /// The fields a recoded response gets after its own.
+    pub fn fields(self) -> impl Iterator<Item = (&'static [u8], &'static [u8])> {
+        let encoding = (&b"Content-Encoding"[..], self.content_encoding.as_bytes());
+        let vary = (&b"Vary"[..], &b"Accept-Encoding"[..]);
+        std::iter::once(encoding).chain(self.add_vary.then_some(vary))
+    }
+}
+
+/// A strong entity tag made weak (`"abc"` becomes `W/"abc"`) for a recoded body, whose bytes
+/// differ from the server's; `None`: already weak, or not an entity tag at all.
+pub fn weakened_etag(value: &[u8]) -> Option<Vec<u8>> {
+    if !value.starts_with(b"\"") {
+        return None;
+    }
+    let mut weak = Vec::with_capacity(value.len() + 2);
+    weak.extend_from_slice(b"W/");
+    weak.extend_from_slice(value);
+    Some(weak)
+}
+
+/// [`write_response_head`] with a recoded body as well (`edit`).
+pub fn write_response_head_with(
+    out: &mut Vec<u8>,
+    head: &ResponseHead,
+    buf: &[u8],
+    (connection, client): (ClientConnection, Version),
+    edit: ResponseFieldEdit<'_>,
+) {
+    let headers = edit.headers;
+    let recoded = edit.recoded;
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(itoa::Buffer::new().format(head.status).as_bytes());
     out.push(b' ');
@@ -306,13 +363,14 @@ pub fn write_response_head(
             continue;
         }
         match field.role {
+            FieldRole::Forward if recoded.is_some() => put_recoded_field(out, name, value),
             FieldRole::Forward
             | FieldRole::Host
             | FieldRole::ForwardedFor
             | FieldRole::ForwardedProto => put_field(out, name, value),
             FieldRole::Drop => {}
             FieldRole::TransferEncoding => {
-                if codings_to_client && !wrote_coding {
+                if codings_to_client && !wrote_coding && recoded.is_none() {
                     wrote_coding = true;
                     put_codings(out, head, buf);
                 }
@@ -323,11 +381,20 @@ pub fn write_response_head(
                 }
             }
             FieldRole::ContentLength => {
-                if !wrote_length && frames_content {
+                if !wrote_length && frames_content && recoded.is_none() {
                     wrote_length = true;
                     put_length(out, name, head.content_length.unwrap_or(0));
                 }
             }
+        }
+    }
+    if let Some(recoded) = recoded {
+        // Chunked to an HTTP/1.1 client; an HTTP/1.0 one reads it to the close.
+        if client == Version::Http11 {
+            out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+        }
+        for (name, value) in recoded.fields() {
+            put_field(out, name, value);
         }
     }
     if let Some(headers) = headers {
@@ -376,6 +443,17 @@ pub fn client_connection(version: Version, keep_alive: bool) -> ClientConnection
         (false, _) => ClientConnection::Close,
         (true, Version::Http11) => ClientConnection::Persistent,
         (true, Version::Http10) => ClientConnection::KeepAlive10,
+    }
+}
+
+/// A field of a recoded response: its entity tag made weak.
+fn put_recoded_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    match name
+        .eq_ignore_ascii_case(b"etag")
+        .then(|| weakened_etag(value))
+    {
+        Some(Some(weak)) => put_field(out, name, &weak),
+        _ => put_field(out, name, value),
     }
 }
 

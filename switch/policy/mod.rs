@@ -52,4 +52,7 @@ pub struct Edits {
     pub response_headers: Option<HeaderActions>,
     /// An index into the generation's limits.
     pub limit: Option<usize>,
+    /// `compress = false`: the answers are sent as the server made them, whatever the
+    /// service's `[virtual.NAME.compress]`.
+    pub uncompressed: bool,
 }

@@ -38,6 +38,8 @@ pub struct Service {
     /// TLS termination with this generation's certificates (edge/tls/).
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub rules: RuleSet,
+    /// `[virtual.NAME.compress]` (switch/compress/).
+    pub compress: Option<crate::compress::CompressConfig>,
     /// Its counters, kept across reloads while the service keeps its name.
     pub stats: Arc<ServiceStats>,
     /// Its client connections by address (`max_conns_per_source`), kept as its counters are.
@@ -73,6 +75,7 @@ impl Service {
             mode: config.mode,
             tls,
             rules: config.rules,
+            compress: config.compress,
             stats: kept.stats,
             source_conns: kept.source_conns,
         })

@@ -57,8 +57,18 @@ pub(super) fn read_source(
     t: &Table<'_, '_>,
     sink: &mut ErrorSink<'_>,
 ) -> Option<Spanned<Vec<Spanned<String>>>> {
-    let value = t.get("source")?;
     let expected = "a list of networks like [\"10.0.0.0/8\", \"::1\"]";
+    read_string_list(t, "source", expected, sink)
+}
+
+/// A list of strings (one string alone stands for a list of it), each with its place.
+pub(super) fn read_string_list(
+    t: &Table<'_, '_>,
+    key: &str,
+    expected: &str,
+    sink: &mut ErrorSink<'_>,
+) -> Option<Spanned<Vec<Spanned<String>>>> {
+    let value = t.get(key)?;
     match value.get_ref() {
         toml::de::DeValue::String(s) => Some(Spanned::new(
             value.span(),
@@ -72,7 +82,7 @@ pub(super) fn read_source(
                         entries.push(Spanned::new(entry.span(), s.to_string()))
                     }
                     _ => {
-                        walk::wrong_type("source", expected, entry, sink);
+                        walk::wrong_type(key, expected, entry, sink);
                         return None;
                     }
                 }
@@ -80,7 +90,7 @@ pub(super) fn read_source(
             Some(Spanned::new(value.span(), entries))
         }
         _ => {
-            walk::wrong_type("source", expected, value, sink);
+            walk::wrong_type(key, expected, value, sink);
             None
         }
     }

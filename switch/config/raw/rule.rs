@@ -23,6 +23,7 @@ const RULE_KEYS: &[&str] = &[
     "request_headers",
     "response_headers",
     "limit",
+    "compress",
 ];
 const HEADER_KEYS: &[&str] = &["name", "value"];
 pub(crate) struct RawRule {
@@ -42,6 +43,8 @@ pub(crate) struct RawRule {
     pub request_headers: Option<Spanned<RawHeaderActions>>,
     pub response_headers: Option<Spanned<RawHeaderActions>>,
     pub limit: Option<Spanned<String>>,
+    /// `compress = false`: the service's compression is not applied to this rule's answers.
+    pub compress: Option<Spanned<bool>>,
     /// Every key of the rule was known and read: its conditions are the ones meant (a rule
     /// with a misspelt condition is no catch-all, whatever it looks like without it).
     pub whole: bool,
@@ -54,7 +57,7 @@ pub(crate) struct RawHeaderCondition {
 
 impl RawRule {
     /// The keys that go beside `pool` only, with the spans of those given.
-    pub(crate) fn pool_edits(&self) -> [(&'static str, Option<std::ops::Range<usize>>); 5] {
+    pub(crate) fn pool_edits(&self) -> [(&'static str, Option<std::ops::Range<usize>>); 6] {
         [
             (
                 "path_rewrite",
@@ -73,6 +76,7 @@ impl RawRule {
                 self.response_headers.as_ref().map(Spanned::span),
             ),
             ("limit", self.limit.as_ref().map(Spanned::span)),
+            ("compress", self.compress.as_ref().map(Spanned::span)),
         ]
     }
 }
@@ -163,6 +167,10 @@ pub(super) fn read_rule(
     let request_headers = read_header_actions(&t, "request_headers", sink);
     let response_headers = read_header_actions(&t, "response_headers", sink);
     let limit = t.string("limit", "a limit name like \"per-client\"", sink);
+    let compress = t
+        .boolean("compress", sink)
+        .zip(t.get("compress"))
+        .map(|(compress, value)| Spanned::new(value.span(), compress));
     Some(Spanned::new(
         t.span.clone(),
         RawRule {
@@ -180,6 +188,7 @@ pub(super) fn read_rule(
             request_headers,
             response_headers,
             limit,
+            compress,
             whole,
         },
     ))

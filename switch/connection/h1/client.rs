@@ -17,8 +17,8 @@ use crate::exchange::{Buffers, Context};
 use crate::http::chunked::ChunkedDecoder;
 use crate::http::part::BodyPart;
 use crate::http::rewrite::{
-    add_field_to_head, client_connection, write_response_head, ClientConnection, ForwardedFor,
-    Scheme,
+    add_field_to_head, client_connection, write_response_head, write_response_head_with,
+    ClientConnection, ForwardedFor, ResponseFieldEdit, Scheme,
 };
 use crate::http::status::{write_answer, Answer};
 use crate::http::{BodyFraming, RequestHead, ResponseHead, Version};
@@ -413,7 +413,11 @@ impl ResponseSink for H1Sink<'_> {
         edit: ResponseEdit<'_>,
         upload_complete: bool,
     ) -> bool {
-        let framing = response.framing;
+        // A recoded body's length is unknown until it ends: chunked (or to the close).
+        let framing = match edit.recoded {
+            Some(_) => BodyFraming::Chunked,
+            None => response.framing,
+        };
         let dechunk = self.version == Version::Http10 && framing == BodyFraming::Chunked;
         // Announced now, so an upload still running means the connection must close.
         let keep_client = self.keep_alive
@@ -427,7 +431,11 @@ impl ResponseSink for H1Sink<'_> {
             ClientConnection::Close
         };
         out.clear();
-        write_response_head(out, response, raw, connection, self.version, edit.headers);
+        let fields = ResponseFieldEdit {
+            headers: edit.headers,
+            recoded: edit.recoded,
+        };
+        write_response_head_with(out, response, raw, (connection, self.version), fields);
         if let Some(field) = edit.field {
             add_field_to_head(out, field.name.as_bytes(), field.value.as_bytes());
         }

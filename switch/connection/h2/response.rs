@@ -15,6 +15,7 @@ use crate::exchange::server::ResponseBody;
 use crate::http::chunked::may_be_trailer;
 use crate::http::fields::{with_controls_as_spaces, FieldRole};
 use crate::http::part::{BodyPart, Trailers};
+use crate::http::rewrite::weakened_etag;
 use crate::http::status::{write_error_body, Answer, Given};
 use crate::http::{BodyFraming, ResponseHead};
 use crate::relay::{Meter, RelayError, RelaySettings};
@@ -243,15 +244,30 @@ fn response_head(response: &ResponseHead, raw: &[u8], edit: ResponseEdit<'_>) ->
                 // A control byte an HTTP/1 client gets as sent (http/response.rs) goes as a
                 // space here: the http crate refuses it, and the field keeps its meaning.
                 let value = with_controls_as_spaces(f.value.get(raw));
-                append(fields, f.name.get(raw), &value);
+                let name = f.name.get(raw);
+                let weak = edit.recoded.and_then(|_| {
+                    name.eq_ignore_ascii_case(b"etag")
+                        .then(|| weakened_etag(&value[..]))
+                        .flatten()
+                });
+                append(fields, name, weak.as_deref().unwrap_or(&value));
             }
             FieldRole::Drop | FieldRole::TransferEncoding | FieldRole::Upgrade => {}
             FieldRole::ContentLength => {}
         }
     }
-    if let (true, Some(length)) = (frames_content, response.content_length) {
+    match (frames_content, response.content_length, edit.recoded) {
+        // A recoded body's length is unknown until it ends; its coding is said instead.
+        (_, _, Some(recoded)) => {
+            for (name, value) in recoded.fields() {
+                append(fields, name, value);
+            }
+        }
         // The length in its canonical form (`0100`, `100, 100` go on as `100`).
-        fields.insert(http::header::CONTENT_LENGTH, HeaderValue::from(length));
+        (true, Some(length), None) => {
+            fields.insert(http::header::CONTENT_LENGTH, HeaderValue::from(length));
+        }
+        _ => {}
     }
     if let Some(headers) = edit.headers {
         for (name, value) in headers.appended() {

@@ -153,6 +153,23 @@ macro_rules! service_counters {
                         "Answers the switch made itself (refusals, 502, 503, 504)",
                     list: Count "Errors",
                 }
+                /// Responses compressed on their way (`[virtual.NAME.compress]`).
+                compressed {
+                    json: "compressed",
+                    metric: Counter "tcpvs_service_compressed" "Responses compressed on their way to the client",
+                }
+                /// Bytes of response bodies given to the encoder (before compression).
+                compress_bytes_in {
+                    json: "compress_bytes_in",
+                    metric: Counter "tcpvs_service_compress_bytes_in"
+                        "Response body bytes compressed (before compression)",
+                }
+                /// Bytes the encoder gave back (after compression).
+                compress_bytes_out {
+                    json: "compress_bytes_out",
+                    metric: Counter "tcpvs_service_compress_bytes_out"
+                        "Compressed response body bytes sent (after compression)",
+                }
             }
         }
     };

@@ -1,0 +1,172 @@
+//! Compression of responses on their way to the client (`[virtual.NAME.compress]`), as nginx's
+//! `gzip`, HAProxy's `compression` and Caddy's `encode` do: gzip, brotli and zstd, each by a
+//! well-kept crate (flate2 on zlib-rs, brotli, zstd).
+//!
+//! Three steps, each its own file: the client's `Accept-Encoding` is read once per request,
+//! while its head is still here ([`negotiate`]: which coding, if any); the response head says
+//! whether this answer may be compressed ([`decide`]: type, size, status, codings, HEAD); then
+//! the body goes through an [`encoder`] as it comes, part by part ([`body`]). The head writers
+//! (http/rewrite.rs for HTTP/1, connection/h2/response.rs) apply what the decision says to the
+//! fields: no `Content-Length`, `Content-Encoding`, `Vary: Accept-Encoding`, a weak `ETag`.
+//!
+//! A response that is not compressed pays one branch: the exchange carries no offer for a
+//! service without the table, and the body of an answer not compressed moves as before
+//! (spliced where it was). A compressed one moves part by part, through the encoder.
+
+pub(crate) mod body;
+pub(crate) mod decide;
+pub(crate) mod encoder;
+pub(crate) mod negotiate;
+
+use crate::http::rewrite::Recoded;
+use crate::http::RequestHead;
+use crate::state::stats::ServiceStats;
+
+/// A content coding the switch can apply (RFC 9110 section 8.4.1; brotli: RFC 7932, zstd: RFC
+/// 8878).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Coding {
+    Gzip,
+    Brotli,
+    Zstd,
+}
+
+impl Coding {
+    /// The coding's token, as `Accept-Encoding` and `Content-Encoding` write it.
+    pub fn token(self) -> &'static str {
+        match self {
+            Coding::Gzip => "gzip",
+            Coding::Brotli => "br",
+            Coding::Zstd => "zstd",
+        }
+    }
+
+    /// The coding a token names (without case), if the switch has it.
+    pub fn from_token(token: &[u8]) -> Option<Coding> {
+        [Coding::Gzip, Coding::Brotli, Coding::Zstd]
+            .into_iter()
+            .find(|c| token.eq_ignore_ascii_case(c.token().as_bytes()))
+    }
+}
+
+/// A service's `[virtual.NAME.compress]`, read and checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompressConfig {
+    /// Media types compressed (`type/subtype`, lower case, without parameters).
+    pub types: Vec<Box<str>>,
+    /// A response whose length is known and below this is sent as it is.
+    pub min_size: u64,
+    /// The codings the switch applies, its preference first (ties of the client's q-values).
+    pub algorithms: Vec<Coding>,
+    /// Each coding's level: gzip 1..=9, brotli 0..=11, zstd 1..=19.
+    pub levels: Levels,
+}
+
+/// The level each coding compresses at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Levels {
+    pub gzip: u32,
+    pub brotli: u32,
+    pub zstd: i32,
+}
+
+impl Default for Levels {
+    /// gzip 1, as nginx's `gzip_comp_level` and HAProxy's default; brotli 4 and zstd 3, the
+    /// fast end of each where it still compresses better than gzip 1 (BENCHMARKS.md).
+    fn default() -> Self {
+        Levels {
+            gzip: 1,
+            brotli: 4,
+            zstd: 3,
+        }
+    }
+}
+
+impl CompressConfig {
+    /// The types compressed when the table names none: text, and the text-like formats of
+    /// the web (design.md's example).
+    pub const DEFAULT_TYPES: &'static [&'static str] = &[
+        "text/html",
+        "text/css",
+        "text/plain",
+        "text/javascript",
+        "application/javascript",
+        "application/json",
+        "image/svg+xml",
+    ];
+    /// `min_size` when not given: below about a kilobyte the coding's own framing and the
+    /// CPU cost more than the bytes saved (nginx's `gzip_min_length` is 20 by default, and its
+    /// documentation advises more).
+    pub const DEFAULT_MIN_SIZE: u64 = 1024;
+    /// `algorithms` when not given: zstd, then brotli, then gzip.
+    pub const DEFAULT_ALGORITHMS: &'static [Coding] = &[Coding::Zstd, Coding::Brotli, Coding::Gzip];
+}
+
+/// What a request may get, decided while its head was here: the coding the client takes best,
+/// the service's table and its counters.
+#[derive(Clone, Copy)]
+pub(crate) struct Offer<'c> {
+    pub coding: Coding,
+    pub config: &'c CompressConfig,
+    pub stats: &'c ServiceStats,
+}
+
+impl<'c> Offer<'c> {
+    /// What a request to a service with `config` may get: `None` without the table, for a
+    /// `HEAD` (no body to compress; design.md leaves its head as the server wrote it), or
+    /// when the client's `Accept-Encoding` takes none of the service's codings.
+    pub(crate) fn of(
+        config: Option<&'c CompressConfig>,
+        stats: &'c ServiceStats,
+        (head, buf): (&RequestHead, &[u8]),
+    ) -> Option<Offer<'c>> {
+        let config = config?;
+        if head.method.get(buf) == b"HEAD" {
+            return None;
+        }
+        let fields = head
+            .fields
+            .iter()
+            .filter(|f| f.name.get(buf).eq_ignore_ascii_case(b"accept-encoding"))
+            .map(|f| f.value.get(buf));
+        let coding = negotiate::negotiate(fields, &config.algorithms)?;
+        Some(Offer {
+            coding,
+            config,
+            stats,
+        })
+    }
+}
+
+/// A response to compress, as its head is rewritten: the coding, and whether `Vary:
+/// Accept-Encoding` is added (not when the server's `Vary` already names it, or is `*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Compression {
+    pub coding: Coding,
+    pub add_vary: bool,
+}
+
+impl Compression {
+    /// What the head writers change for it.
+    pub fn recoded(self) -> Recoded {
+        Recoded {
+            content_encoding: self.coding.token(),
+            add_vary: self.add_vary,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_name_each_coding_both_ways() {
+        for coding in [Coding::Gzip, Coding::Brotli, Coding::Zstd] {
+            assert_eq!(Coding::from_token(coding.token().as_bytes()), Some(coding));
+        }
+        assert_eq!(Coding::from_token(b"GZIP"), Some(Coding::Gzip));
+        assert_eq!(Coding::from_token(b"deflate"), None);
+        assert_eq!(Coding::from_token(b"x-gzip"), None);
+    }
+}
