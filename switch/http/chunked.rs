@@ -84,6 +84,21 @@ impl ChunkedDecoder {
         }
     }
 
+    /// Whether decoding `input` from where the decoder stands gives data or the body's end at
+    /// once, rather than only framing bytes (a chunk's CRLF, part of the next size line): a
+    /// reader holding only those must wait for the sender. Decodes a copy of the state; in
+    /// the trailer section, any byte counts (the end is near).
+    pub fn gives_at_once(&self, input: &[u8]) -> bool {
+        if self.state == State::Trailers {
+            return !input.is_empty();
+        }
+        let mut probe = ChunkedDecoder {
+            state: self.state,
+            trailers: Vec::new(),
+        };
+        !matches!(probe.decode(input), Ok((_, Decoded::NeedMore)))
+    }
+
     pub fn is_done(&self) -> bool {
         self.state == State::Done
     }
@@ -353,6 +368,24 @@ fn validate_trailers(section: &[u8]) -> Result<(), ChunkError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_data_or_the_end_gives_at_once() {
+        let mut d = ChunkedDecoder::new();
+        let (used, what) = d.decode(b"5\r\nhello\r\n3").unwrap();
+        assert_eq!((used, what), (8, Decoded::Data(3..8)));
+        // The CRLF after the data and half a size line are framing only.
+        assert!(!d.gives_at_once(b"\r\n"));
+        assert!(!d.gives_at_once(b"\r\n3"));
+        assert!(!d.gives_at_once(b"\r\n3\r\n"));
+        assert!(d.gives_at_once(b"\r\n3\r\nabc"));
+        assert!(d.gives_at_once(b"\r\n0\r\n\r\n"));
+        assert!(!d.gives_at_once(b"\r\n0\r\nx-sum: 1\r\n"));
+        // A broken frame comes at once too (as an error).
+        assert!(d.gives_at_once(b"xx"));
+        // The probe leaves the decoder where it stood.
+        assert_eq!(d.decode(b"\r\n3\r\nabc").unwrap(), (8, Decoded::Data(5..8)));
+    }
 
     /// Feeds `input` in pieces of `step` bytes and collects the data and trailers.
     fn decode_all(input: &[u8], step: usize) -> Result<(Vec<u8>, Vec<u8>, usize), ChunkError> {
