@@ -256,6 +256,7 @@ fn shared_state(
         admin,
     });
     let buffer_memory = crate::buffering::BufferMemory::new(settings.buffer_memory);
+    let compress_memory = crate::buffering::BufferMemory::new(settings.compress_memory);
     Ok(Shared {
         settings,
         generation: arc_swap::ArcSwap::from_pointee(Generation::empty()),
@@ -267,5 +268,6 @@ fn shared_state(
         started: std::time::Instant::now(),
         access_log,
         buffer_memory,
+        compress_memory,
     })
 }

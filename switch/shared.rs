@@ -46,6 +46,8 @@ pub struct Shared {
     pub access_log: std::sync::Arc<AccessLog>,
     /// What buffered request bodies hold now, within `buffer_memory` (buffering/).
     pub buffer_memory: crate::buffering::BufferMemory,
+    /// What response encoders hold now, within `compress_memory` (compress/).
+    pub compress_memory: crate::buffering::BufferMemory,
 }
 
 impl Shared {

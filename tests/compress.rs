@@ -477,8 +477,8 @@ default_pool = "p"
 types = ["text/html", "html"]
 algorithms = ["gzip", "deflate", "gzip"]
 gzip_level = 10
-br_level = -1
-zstd_level = 20
+br_level = 5
+zstd_level = 7
 min_size = "lots"
 level = 3
 [pool.p]
@@ -492,8 +492,8 @@ servers = [{ addr = "127.0.0.1:9" }]
         "t.toml:7:23: `algorithms`: unknown coding \"deflate\"",
         "t.toml:7:34: `algorithms`: \"gzip\" is listed twice",
         "t.toml:8:14: gzip_level = 10 is out of range 1..=9",
-        "t.toml:9:12: br_level = -1 is out of range 0..=11",
-        "t.toml:10:14: zstd_level = 20 is out of range 1..=19",
+        "t.toml:9:12: br_level = 5 is out of range 0..=4",
+        "t.toml:10:14: zstd_level = 7 is out of range 1..=6",
         "t.toml:11:12:",
         "t.toml:12:1: unknown field `level` in [virtual.web.compress]",
     ] {
@@ -525,4 +525,57 @@ servers = [{ addr = "127.0.0.1:9" }]
         warnings.contains("w.toml:8:12: `compress` has no effect"),
         "{warnings}"
     );
+}
+
+/// Encoders at work take at most `compress_memory` (each is charged its coding's bound, 512
+/// KiB for gzip): past it a response goes as it is, counted, and the room comes back as
+/// encoders finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_compress_memory_answers_go_uncompressed_until_encoders_finish() {
+    let (origin, go_on) = origin().await;
+    let rules = RULES.replace(
+        "access_log = false",
+        "access_log = false\ncompress_memory = \"1100KiB\"",
+    );
+    let switch = start_switch(&rules, &[("origin", origin.to_string())]).await;
+    let addr = switch.local_addr("web").unwrap();
+    let page = page();
+    // Two answers held open mid-body (the origin pauses): two gzip encoders, 1 MiB.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET /pause HTTP/1.0\r\nAccept-Encoding: gzip\r\n\r\n")
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        read_head(&mut stream, &mut got).await.expect("a head");
+        assert!(String::from_utf8_lossy(&got).contains("Content-Encoding: gzip"));
+        held.push((stream, got));
+    }
+    let mut client = Client::connect(addr).await;
+    let r = get(&mut client, "/page", "gzip").await;
+    assert_eq!(r.header("content-encoding"), None);
+    assert_eq!(r.body, page);
+    let snap = switch.stats();
+    assert_eq!(
+        (
+            snap.services[0].compressed,
+            snap.services[0].compress_skipped
+        ),
+        (2, 1)
+    );
+    // The held answers end; their encoders' room comes back.
+    for (mut stream, mut got) in held {
+        go_on.notify_one();
+        tokio::time::timeout(PATIENCE, stream.read_to_end(&mut got))
+            .await
+            .expect("the rest")
+            .unwrap();
+        let end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        assert_eq!(decode("gzip", &got[end..]), page);
+    }
+    let r = get(&mut client, "/page", "gzip").await;
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    assert_eq!(decode("gzip", &r.body), page);
 }

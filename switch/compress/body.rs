@@ -3,10 +3,12 @@
 //! them as it frames any body of unknown length (chunked for HTTP/1.1, DATA for HTTP/2); the
 //! server's trailers follow the compressed data.
 
-use super::encoder::Encoder;
-use super::{Coding, Levels};
+use super::encoder::{memory_bound, Encoder};
+use super::{Compression, Levels, Offer};
+use crate::buffering::BufferLease;
 use crate::exchange::server::{H1Wire, ResponseBody};
 use crate::http::part::{BodyPart, Trailers};
+use crate::http::rewrite::Recoded;
 use crate::relay::RelayError;
 use crate::state::stats::{self, ServiceStats};
 
@@ -23,6 +25,8 @@ pub(crate) struct Compressing<'c, R> {
     /// length: what the server sent must reach the client without waiting for more).
     flush_on_wait: bool,
     stats: &'c ServiceStats,
+    /// The encoder's share of `compress_memory`, given back when the body is dropped.
+    _memory: BufferLease<'c>,
 }
 
 /// What the next call gives.
@@ -41,29 +45,61 @@ enum Next {
 }
 
 /// How one response is compressed: its coding at the service's levels, the body's length
-/// when its head says it, and the service's counters.
-#[derive(Clone, Copy)]
+/// when its head says it, the service's counters, and the encoder's share of
+/// `compress_memory`, held until the body ends.
 pub(crate) struct Compressor<'c> {
-    pub coding: Coding,
-    pub levels: Levels,
-    pub length: Option<u64>,
-    pub stats: &'c ServiceStats,
+    compression: Compression,
+    levels: Levels,
+    length: Option<u64>,
+    stats: &'c ServiceStats,
+    memory: BufferLease<'c>,
 }
 
 impl<'c> Compressor<'c> {
+    /// A response decided compressed (decide.rs) with `offer`, whose body is `length` long if
+    /// known; `None` when `compress_memory` has no room for its encoder (the response then
+    /// goes as it is, counted as `compress_skipped`). Counted as `compressed` otherwise.
+    pub(crate) fn take(
+        offer: Offer<'c>,
+        compression: Compression,
+        length: Option<u64>,
+    ) -> Option<Self> {
+        let levels = offer.config.levels;
+        let mut memory = BufferLease::new(offer.memory);
+        if !memory.grow(memory_bound(compression.coding, levels)) {
+            stats::bump(&offer.stats.compress_skipped);
+            return None;
+        }
+        stats::bump(&offer.stats.compressed);
+        Some(Compressor {
+            compression,
+            levels,
+            length,
+            stats: offer.stats,
+            memory,
+        })
+    }
+
+    /// What the head says of it.
+    pub(crate) fn recoded(&self) -> Recoded {
+        self.compression.recoded()
+    }
+
     /// `inner`'s parts compressed.
     pub(crate) fn over<R: ResponseBody>(
         self,
         inner: &'c mut R,
     ) -> std::io::Result<Compressing<'c, R>> {
+        let coding = self.compression.coding;
         Ok(Compressing {
             inner,
-            encoder: Encoder::new(self.coding, self.levels, self.length)?,
+            encoder: Encoder::new(coding, self.levels, self.length)?,
             out: Vec::new(),
             trailers: Vec::new(),
             next: Next::Body,
             flush_on_wait: self.length.is_none(),
             stats: self.stats,
+            _memory: self.memory,
         })
     }
 }

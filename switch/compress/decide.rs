@@ -88,10 +88,12 @@ mod tests {
     fn decide(head: &str) -> Option<Compression> {
         let config = config();
         let stats = ServiceStats::default();
+        let memory = crate::buffering::BufferMemory::new(0);
         let offer = Offer {
             coding: Coding::Gzip,
             config: &config,
             stats: &stats,
+            memory: &memory,
         };
         let raw = head.as_bytes();
         let mut parsed = ResponseHead::default();

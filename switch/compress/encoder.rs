@@ -20,11 +20,12 @@ enum Kind {
 }
 
 /// The smallest and largest brotli window, in bits: a body known to be small gets a window
-/// its size (less memory), one of unknown length 1 MiB (ngx_brotli's default is 512 KiB).
-const BROTLI_WINDOW_BITS: (u32, u32) = (16, 20);
-/// zstd's window for a body of unknown length: 1 MiB, as brotli's (its level 3 default is 2
-/// MiB, which a response rarely needs).
-const ZSTD_WINDOW_BITS: u32 = 20;
+/// its size, one of unknown length 256 KiB (most pages are smaller). The window decides the
+/// encoder's memory: [`memory_bound`].
+const BROTLI_WINDOW_BITS: (u32, u32) = (16, 18);
+/// The same for zstd (its level 3 default is 2 MiB, which a response rarely needs, and which
+/// takes 0.75 MiB more per encoder).
+const ZSTD_WINDOW_BITS: (u32, u32) = (10, 18);
 /// brotli's staging buffer between its encoder and the output.
 const BROTLI_BUFFER: usize = 4096;
 
@@ -49,10 +50,12 @@ impl Encoder {
             }
             Coding::Zstd => {
                 let mut encoder = zstd::stream::write::Encoder::new(Vec::new(), levels.zstd)?;
-                match length {
-                    // Tables sized to the body (the length is then in the frame too).
-                    Some(n) => encoder.set_pledged_src_size(Some(n))?,
-                    None => encoder.window_log(ZSTD_WINDOW_BITS)?,
+                let (least, most) = ZSTD_WINDOW_BITS;
+                let bits = length.map_or(most, |n| bits_for(n).clamp(least, most));
+                encoder.window_log(bits)?;
+                if let Some(n) = length {
+                    // Tables sized to the body too (the length is then in the frame).
+                    encoder.set_pledged_src_size(Some(n))?;
                 }
                 Kind::Zstd(Some(encoder))
             }
@@ -113,6 +116,35 @@ impl Encoder {
             Kind::Brotli(None) | Kind::Zstd(None) => &mut self.ended,
         }
     }
+}
+
+/// The most memory one encoder of `coding` at `levels` takes, charged to `compress_memory`
+/// while it works: measured peaks (Rust allocations counted; zstd's own context size as
+/// libzstd reports it), with the largest window the encoder is given, rounded up, plus the
+/// output buffer. Levels past the table's are refused by the rule file (brotli 5 and more took
+/// 8 to 38 MiB, zstd 9 and more 11 to 84 MiB: BENCHMARKS.md).
+pub(crate) fn memory_bound(coding: Coding, levels: Levels) -> u64 {
+    const KIB: u64 = 1024;
+    let encoder = match coding {
+        // zlib-rs's state and flate2's staging buffer: 428 KiB at every level.
+        Coding::Gzip => 448 * KIB,
+        // Window 256 KiB: 176 KiB at 0, 192 at 1, 2029 at 2, 2106 at 3, 3000 at 4.
+        Coding::Brotli => match levels.brotli {
+            0 | 1 => 256 * KIB,
+            2 | 3 => 2176 * KIB,
+            _ => 3072 * KIB,
+        },
+        // Window 256 KiB: 1081 KiB at 1, 1273 at 2, 1785 at 3, 3065 at 4, 3577 at 5 and 6.
+        Coding::Zstd => match levels.zstd {
+            ..=1 => 1152 * KIB,
+            2 => 1344 * KIB,
+            3 => 1856 * KIB,
+            4 => 3136 * KIB,
+            _ => 3648 * KIB,
+        },
+    };
+    // The compressed output of one part, at most about the part's size.
+    encoder + 64 * KIB
 }
 
 fn ended() -> io::Error {

@@ -18,6 +18,7 @@ pub(crate) mod decide;
 pub(crate) mod encoder;
 pub(crate) mod negotiate;
 
+use crate::buffering::BufferMemory;
 use crate::http::rewrite::Recoded;
 use crate::http::RequestHead;
 use crate::state::stats::ServiceStats;
@@ -58,7 +59,8 @@ pub struct CompressConfig {
     pub min_size: u64,
     /// The codings the switch applies, its preference first (ties of the client's q-values).
     pub algorithms: Vec<Coding>,
-    /// Each coding's level: gzip 1..=9, brotli 0..=11, zstd 1..=19.
+    /// Each coding's level: gzip 1..=9, brotli 0..=4, zstd 1..=6 (past those an encoder takes
+    /// tens of MiB: encoder.rs).
     pub levels: Levels,
 }
 
@@ -71,12 +73,14 @@ pub struct Levels {
 }
 
 impl Default for Levels {
-    /// gzip 1, as nginx's `gzip_comp_level` and HAProxy's default; brotli 4 and zstd 3, the
-    /// fast end of each where it still compresses better than gzip 1 (BENCHMARKS.md).
+    /// gzip 2, brotli 2, zstd 3: the cheapest level of each at about the ratio of zlib's level
+    /// 1, nginx's default (BENCHMARKS.md, 100 KiB of HTML). zlib-rs's level 1 is deflate's
+    /// quick strategy (static codes): 0.83x the CPU of its level 2 but 30% more bytes; brotli's
+    /// 4 costs 1.6x its 2 for 2% fewer bytes.
     fn default() -> Self {
         Levels {
-            gzip: 1,
-            brotli: 4,
+            gzip: 2,
+            brotli: 2,
             zstd: 3,
         }
     }
@@ -109,6 +113,8 @@ pub(crate) struct Offer<'c> {
     pub coding: Coding,
     pub config: &'c CompressConfig,
     pub stats: &'c ServiceStats,
+    /// The switch's `compress_memory`, which each encoder is charged to.
+    pub memory: &'c BufferMemory,
 }
 
 impl<'c> Offer<'c> {
@@ -116,8 +122,11 @@ impl<'c> Offer<'c> {
     /// `HEAD` (no body to compress; design.md leaves its head as the server wrote it), or
     /// when the client's `Accept-Encoding` takes none of the service's codings.
     pub(crate) fn of(
-        config: Option<&'c CompressConfig>,
-        stats: &'c ServiceStats,
+        (config, stats, memory): (
+            Option<&'c CompressConfig>,
+            &'c ServiceStats,
+            &'c BufferMemory,
+        ),
         (head, buf): (&RequestHead, &[u8]),
     ) -> Option<Offer<'c>> {
         let config = config?;
@@ -134,6 +143,7 @@ impl<'c> Offer<'c> {
             coding,
             config,
             stats,
+            memory,
         })
     }
 }

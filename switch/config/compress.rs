@@ -30,8 +30,9 @@ pub(super) fn build_compress(
     };
     let defaults = Levels::default();
     let gzip = level(&raw.gzip_level, "gzip_level", 1..=9, sink);
-    let brotli = level(&raw.br_level, "br_level", 0..=11, sink);
-    let zstd = level(&raw.zstd_level, "zstd_level", 1..=19, sink);
+    // Past these, an encoder's memory grows to tens of MiB (compress/encoder.rs).
+    let brotli = level(&raw.br_level, "br_level", 0..=4, sink);
+    let zstd = level(&raw.zstd_level, "zstd_level", 1..=6, sink);
     Some(CompressConfig {
         types: types?,
         min_size: min_size?,

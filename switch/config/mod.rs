@@ -66,6 +66,9 @@ pub struct SwitchSettings {
     /// The most memory all request bodies buffered at once may take (`buffer_memory`); past
     /// it, bodies stream as without a buffer (counted as `buffer_fallbacks`).
     pub buffer_memory: u64,
+    /// The most memory all response encoders at once may take (`compress_memory`); past it,
+    /// responses go uncompressed (counted as `compress_skipped`).
+    pub compress_memory: u64,
     /// A request body that arrives slower than this on average (bytes a second), after a
     /// grace of 5 s, is the client's `408` (`min_body_rate`; 0: no floor).
     pub min_body_rate: u64,
@@ -91,6 +94,7 @@ impl Default for SwitchSettings {
             server_idle_timeout: Duration::from_secs(30),
             cpu_affinity: CpuAffinity::Off,
             buffer_memory: 256 << 20,
+            compress_memory: 256 << 20,
             min_body_rate: 0,
         }
     }
@@ -535,6 +539,9 @@ fn read_splice(raw: &RawSwitch, s: &mut SwitchSettings, sink: &mut ErrorSink<'_>
     }
     if let Some(n) = size_of(raw.buffer_memory.as_ref(), "buffer_memory", sink) {
         s.buffer_memory = n;
+    }
+    if let Some(n) = size_of(raw.compress_memory.as_ref(), "compress_memory", sink) {
+        s.compress_memory = n;
     }
 }
 

@@ -42,6 +42,7 @@ pub(crate) const SWITCH_KEYS: &[&str] = &[
     "cpu_affinity",
     "buffer_memory",
     "min_body_rate",
+    "compress_memory",
 ];
 const ADMIN_KEYS: &[&str] = &["listen", "token", "token_file", "mode"];
 const SERVICE_KEYS: &[&str] = &[
@@ -136,6 +137,8 @@ pub(crate) struct RawSwitch {
     pub buffer_memory: Option<Spanned<Scalar>>,
     /// Bytes a second, as a string like "1KiB/s".
     pub min_body_rate: Option<Spanned<String>>,
+    /// A number of bytes or a size string.
+    pub compress_memory: Option<Spanned<Scalar>>,
 }
 
 pub(crate) struct RawAdmin {
@@ -341,6 +344,7 @@ fn read_switch(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawSwitch {
         cpu_affinity: t.string("cpu_affinity", "\"off\" or \"auto\"", sink),
         buffer_memory: t.scalar("buffer_memory", sink),
         min_body_rate: t.string("min_body_rate", "a rate like \"1KiB/s\"", sink),
+        compress_memory: t.scalar("compress_memory", sink),
     }
 }
 

@@ -324,8 +324,9 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         self.grpc = self.client.grpc();
         let service = self.picker.cx.service;
         if service.compress.is_some() && !self.grpc && !self.edits.is_some_and(|e| e.uncompressed) {
-            let compress = service.compress.as_ref();
-            self.offer = Offer::of(compress, &service.stats, self.client.request());
+            let memory = &self.picker.cx.shared.compress_memory;
+            let of = (service.compress.as_ref(), &*service.stats, memory);
+            self.offer = Offer::of(of, self.client.request());
         }
         if self.picker.pool.config.protocol == ServerProtocol::Http1 && self.grpc {
             // Never mangled into HTTP/1.1 (its trailers, its framing): refused the gRPC way.

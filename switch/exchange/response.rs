@@ -11,7 +11,6 @@ use super::Exchange;
 use crate::buffering::read_ahead::{Drain, ReadAhead};
 use crate::buffering::BufferMemory;
 use crate::compress::body::Compressor;
-use crate::compress::{Compression, Offer};
 use crate::http::part::BodyPart;
 use crate::http::BodyFraming;
 use crate::relay::{Meter, RelayError};
@@ -33,12 +32,17 @@ impl<S: ResponseSink, R: ResponseSource> Attempt<'_, S, R> {
         meter: &Meter,
     ) -> (bool, u64, Result<(), RelayError>) {
         let (head, raw) = self.source.head();
-        // Compressed, if the request's offer and this head allow (compress/decide.rs).
-        let compression = self
-            .offer
-            .and_then(|offer| Some((offer, offer.decide(head, raw)?)));
+        // Compressed, if the request's offer, this head (compress/decide.rs) and
+        // `compress_memory` allow.
+        let compressing = self.offer.and_then(|offer| {
+            let length = match head.framing {
+                BodyFraming::Length(n) => Some(n),
+                _ => None,
+            };
+            Compressor::take(offer, offer.decide(head, raw)?, length)
+        });
         let edit = ResponseEdit {
-            recoded: compression.map(|(_, c)| c.recoded()),
+            recoded: compressing.as_ref().map(Compressor::recoded),
             ..self.response_edit
         };
         // Announced now, so an upload still running means the connection must close.
@@ -78,7 +82,6 @@ impl<S: ResponseSink, R: ResponseSource> Attempt<'_, S, R> {
                     .relay_body(&mut watch, self.out, &self.relay, meter));
             return (keep_client, head_bytes, relayed);
         }
-        let compressing = compression.map(|(offer, c)| self.compressing(offer, c));
         let relayed = match (self.reads_ahead(), compressing) {
             (None, None) => {
                 beside_upload!(self
@@ -214,22 +217,6 @@ impl<'x, S: ResponseSink, R: ResponseSource> Attempt<'x, S, R> {
             self.lease.let_go(status);
         }
         relay.await
-    }
-
-    /// How a response decided to be compressed is: its coding at the service's level, sized
-    /// to its length if known; counted in the service's `compressed`.
-    fn compressing(&self, offer: Offer<'x>, compression: Compression) -> Compressor<'x> {
-        stats::bump(&offer.stats.compressed);
-        let length = match self.source.head().0.framing {
-            BodyFraming::Length(n) => Some(n),
-            _ => None,
-        };
-        Compressor {
-            coding: compression.coding,
-            levels: offer.config.levels,
-            length,
-            stats: offer.stats,
-        }
     }
 
     /// The body compressed on its way to the client.

@@ -78,9 +78,18 @@ impl PartReader {
         matches!(self.reading, Reading::Length(0) | Reading::Done)
     }
 
-    /// Whether more of the body is already read (the next part comes without waiting).
+    /// Whether more of the body is already read (the next part comes without waiting): for
+    /// a chunked body, data or its end, not only framing (a sink that gathers parts while
+    /// more is here would otherwise hold the last data of a pausing stream).
     pub fn has_buffered(&self, buf: &IoBuf) -> bool {
-        buf.len() > self.lent || matches!(self.reading, Reading::Chunked { ended: true, .. })
+        match &self.reading {
+            Reading::Chunked { ended: true, .. } => true,
+            Reading::Chunked { decoder, .. } => buf
+                .filled()
+                .get(self.lent..)
+                .is_some_and(|rest| decoder.gives_at_once(rest)),
+            _ => buf.len() > self.lent,
+        }
     }
 
     /// The next part of the body, read from `src` into `buf` when what `buf` holds is not

@@ -157,6 +157,7 @@ fn changed_settings(running: &SwitchSettings, file: &SwitchSettings) -> Vec<Stri
         server_idle_timeout,
         cpu_affinity,
         buffer_memory,
+        compress_memory,
         min_body_rate
     );
     changed

@@ -158,6 +158,13 @@ macro_rules! service_counters {
                     json: "compressed",
                     metric: Counter "tcpvs_service_compressed" "Responses compressed on their way to the client",
                 }
+                /// Responses that would have been compressed but went as they were: the
+                /// encoders at work held all of `compress_memory`.
+                compress_skipped {
+                    json: "compress_skipped",
+                    metric: Counter "tcpvs_service_compress_skipped"
+                        "Responses sent uncompressed because compress_memory was spent",
+                }
                 /// Bytes of response bodies given to the encoder (before compression).
                 compress_bytes_in {
                     json: "compress_bytes_in",
