@@ -19,6 +19,7 @@ mod raw;
 pub mod scheduler;
 mod server_addr;
 pub use server_addr::is_resolvable_name;
+mod service_policy;
 mod services;
 pub mod units;
 mod walk;
@@ -162,6 +163,8 @@ pub struct ServiceConfig {
     /// `tls`: its certificates, read and checked; empty for a service without TLS.
     pub certificates: Vec<crate::edge::tls::Certificate>,
     pub rules: RuleSet,
+    /// `response_headers` and `error_pages` for the switch's own answers (policy/own_answers.rs).
+    pub own_answers: crate::policy::own_answers::OwnAnswers,
 }
 
 /// What a virtual service's connections carry, `mode`.

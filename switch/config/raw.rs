@@ -8,8 +8,8 @@ mod policy;
 mod pool_tls;
 mod rule;
 
-use policy::read_limit;
-pub(crate) use policy::{RawHeaderActions, RawLimit, RawRedirect, RawRespond};
+use policy::{read_error_pages, read_header_actions, read_limit};
+pub(crate) use policy::{RawErrorPages, RawHeaderActions, RawLimit, RawRedirect, RawRespond};
 use pool_tls::read_pool_tls;
 pub(crate) use pool_tls::RawPoolTls;
 use rule::read_rule;
@@ -51,6 +51,9 @@ const SERVICE_KEYS: &[&str] = &[
     "tls",
     "mode",
     "max_conns_per_source",
+    "request_headers",
+    "response_headers",
+    "error_pages",
     "rule",
 ];
 const CERTIFICATE_KEYS: &[&str] = &["cert", "key"];
@@ -158,6 +161,10 @@ pub(crate) struct RawService {
     pub mode: Option<Spanned<String>>,
     /// Client connections open at once per client address; 0: no cap.
     pub max_conns_per_source: Option<Spanned<i64>>,
+    /// The service's own policy: what its requests and answers all get, before a rule's.
+    pub request_headers: Option<Spanned<RawHeaderActions>>,
+    pub response_headers: Option<Spanned<RawHeaderActions>>,
+    pub error_pages: Option<Spanned<RawErrorPages>>,
     pub rule: Vec<Spanned<RawRule>>,
 }
 
@@ -407,6 +414,9 @@ fn read_service(name: &str, t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawS
         tls,
         mode: t.string("mode", "\"http\" or \"tls-passthrough\"", sink),
         max_conns_per_source: t.integer("max_conns_per_source", sink),
+        request_headers: read_header_actions(t, "request_headers", sink),
+        response_headers: read_header_actions(t, "response_headers", sink),
+        error_pages: read_error_pages(t, sink),
         rule: rules,
     }
 }
