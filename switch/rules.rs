@@ -3,7 +3,7 @@
 //! redirect, an answer). Requests no rule matches go to the default pool.
 
 use crate::policy::source::SourceList;
-use crate::policy::Action;
+use crate::policy::{Action, Edits};
 use regex::bytes::Regex;
 use regex_automata::meta;
 use regex_automata::nfa::thompson::WhichCaptures;
@@ -122,6 +122,15 @@ impl RuleSet {
             default: default_pool.map(|pool| Action::Pool { pool, edits: None }),
             paths,
         }
+    }
+
+    /// The default pool's action with `edits` (a service's own field actions:
+    /// config/service_policy.rs); `None` keeps the plain path.
+    pub fn with_default_edits(mut self, edits: Option<Box<Edits>>) -> RuleSet {
+        if let Some(Action::Pool { edits: default, .. }) = &mut self.default {
+            *default = edits;
+        }
+        self
     }
 
     pub fn rules(&self) -> &[Rule] {

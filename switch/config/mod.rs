@@ -20,6 +20,7 @@ mod raw;
 pub mod scheduler;
 mod server_addr;
 pub use server_addr::is_resolvable_name;
+mod service_policy;
 mod services;
 pub mod units;
 mod walk;
@@ -169,6 +170,8 @@ pub struct ServiceConfig {
     /// `[virtual.NAME.compress]`: its answers compressed for clients that accept it.
     pub compress: Option<crate::compress::CompressConfig>,
     pub rules: RuleSet,
+    /// `response_headers` and `error_pages` for the switch's own answers (policy/own_answers.rs).
+    pub own_answers: crate::policy::own_answers::OwnAnswers,
 }
 
 /// What a virtual service's connections carry, `mode`.

@@ -261,7 +261,7 @@ fn build_path_rewrite(
     Some(PathEdit::Rewrite(template))
 }
 
-fn build_header_actions(
+pub(super) fn build_header_actions(
     raw: &Spanned<RawHeaderActions>,
     key: &str,
     sink: &mut ErrorSink<'_>,

@@ -11,8 +11,8 @@ mod rule;
 
 use compress::read_compress;
 pub(crate) use compress::RawCompress;
-use policy::read_limit;
-pub(crate) use policy::{RawHeaderActions, RawLimit, RawRedirect, RawRespond};
+use policy::{read_error_pages, read_header_actions, read_limit};
+pub(crate) use policy::{RawErrorPages, RawHeaderActions, RawLimit, RawRedirect, RawRespond};
 use pool_tls::read_pool_tls;
 pub(crate) use pool_tls::RawPoolTls;
 use rule::read_rule;
@@ -56,6 +56,9 @@ const SERVICE_KEYS: &[&str] = &[
     "mode",
     "max_conns_per_source",
     "compress",
+    "request_headers",
+    "response_headers",
+    "error_pages",
     "rule",
 ];
 const CERTIFICATE_KEYS: &[&str] = &["cert", "key"];
@@ -167,6 +170,10 @@ pub(crate) struct RawService {
     pub max_conns_per_source: Option<Spanned<i64>>,
     /// `[virtual.NAME.compress]`, with where it is written.
     pub compress: Option<(std::ops::Range<usize>, RawCompress)>,
+    /// The service's own policy: what its requests and answers all get, before a rule's.
+    pub request_headers: Option<Spanned<RawHeaderActions>>,
+    pub response_headers: Option<Spanned<RawHeaderActions>>,
+    pub error_pages: Option<Spanned<RawErrorPages>>,
     pub rule: Vec<Spanned<RawRule>>,
 }
 
@@ -425,6 +432,9 @@ fn read_service(name: &str, t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawS
                 sink,
             )
             .map(|c| (c.span.clone(), read_compress(&c, sink))),
+        request_headers: read_header_actions(t, "request_headers", sink),
+        response_headers: read_header_actions(t, "response_headers", sink),
+        error_pages: read_error_pages(t, sink),
         rule: rules,
     }
 }

@@ -7,6 +7,7 @@ use super::health::CheckKind;
 use super::listen::{parse_listen, ListenRegistry};
 use super::policy::{build_action, build_source, Names};
 use super::raw::{RawHeaderCondition, RawRule, RawService};
+use super::service_policy::ServicePolicy;
 use super::{valid_name, PoolConfig, ServiceConfig, ServiceMode};
 use crate::rules::{HeaderCondition, Rule, RuleSet};
 use regex::bytes::{Regex, RegexBuilder};
@@ -67,10 +68,15 @@ pub(super) fn build_services(
             http: mode == ServiceMode::Http,
             sni: mode == ServiceMode::TlsPassthrough || service.tls.is_some(),
         };
+        let policy = ServicePolicy::build(service, mode, file, sink);
         let rules = service
             .rule
             .iter()
             .filter_map(|r| build_rule(r, names, sees, sink))
+            .map(|mut rule| {
+                policy.compose_into(&mut rule.action);
+                rule
+            })
             .collect();
         let max_conns_per_source =
             service
@@ -119,7 +125,8 @@ pub(super) fn build_services(
                 mode,
                 certificates,
                 compress,
-                rules: RuleSet::new(rules, default_pool),
+                rules: RuleSet::new(rules, default_pool).with_default_edits(policy.default_edits()),
+                own_answers: policy.own_answers,
             });
         }
     }

@@ -239,7 +239,9 @@ impl Connection {
     async fn refuse(&mut self, status: u16, why: &str) {
         self.unread_input = true;
         self.work.out.clear();
-        let answer = Answer::Error { status, why };
+        let (mut text, mut fields) = (Vec::new(), Vec::new());
+        let own = &self.generation.services[self.service].own_answers;
+        let answer = own.dress(&Answer::Error { status, why }, &mut text, &mut fields);
         write_answer(&mut self.work.out, &answer, ClientConnection::Close, true);
         stats::bump(&self.service().stats.local_errors);
         self.service().stats.classes.count(status);

@@ -317,7 +317,8 @@ impl Driver<'_> {
                 stats::bump(&service.stats.h2_streams_refused);
                 tracing::debug!(client = %self.link.peer, service = %service.name, ?refusal, "HTTP/2 stream refused: 503");
                 let is_head = request.method() == http::Method::HEAD;
-                response::refuse_at_once(&mut respond, is_head, refusal.why());
+                let own = &service.own_answers;
+                response::refuse_at_once(&mut respond, is_head, refusal.why(), own);
                 self.refusals.spend()
             }
         }

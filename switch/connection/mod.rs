@@ -288,6 +288,11 @@ impl Connection {
             status: 503,
             why: refusal.why(),
         };
+        // Sent before the request is read and within `SEND`: the service's fields, no page.
+        let (mut text, mut fields) = (Vec::new(), Vec::new());
+        let answer = service
+            .own_answers
+            .dress_short(&answer, &mut text, &mut fields);
         write_answer(&mut out, &answer, ClientConnection::Close, true);
         let mut scratch = IoBuf::with_capacity(4096);
         let mut received = false;

@@ -290,12 +290,25 @@ async fn answer_locally<C: ClientSide>(
 ) -> Outcome {
     stats::bump(&cx.service.stats.local_errors);
     let grpc = client.grpc();
+    // The service's page and fields (policy/own_answers.rs); a gRPC call keeps its form.
+    let (mut text, mut own_fields) = (Vec::new(), Vec::new());
     let (bytes_out, keep_client) = match grpc {
-        false => client.answer(out, &Answer::Error { status, why }).await,
+        false => {
+            let answer = Answer::Error { status, why };
+            let answer = cx
+                .service
+                .own_answers
+                .dress(&answer, &mut text, &mut own_fields);
+            client.answer(out, &answer).await
+        }
         true => {
             let grpc = GrpcAnswer::new(status, why);
             let mut fields = Default::default();
             let answer = Answer::Given(grpc.given(&mut fields));
+            let answer = cx
+                .service
+                .own_answers
+                .dress(&answer, &mut text, &mut own_fields);
             client.answer(out, &answer).await
         }
     };

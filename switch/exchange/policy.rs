@@ -88,6 +88,20 @@ pub(super) async fn apply<'a, C: ClientSide>(
     }
 }
 
+/// Sends what the rule says, as the service gives its answers (policy/own_answers.rs: its
+/// `response_headers`).
+async fn answer_own<C: ClientSide>(
+    cx: &Context<'_>,
+    client: &mut C,
+    out: &mut Vec<u8>,
+    answer: Given<'_>,
+) -> (u64, bool) {
+    let (mut text, mut fields) = (Vec::new(), Vec::new());
+    let own = &cx.service.own_answers;
+    let answer = own.dress(&Answer::Given(answer), &mut text, &mut fields);
+    client.answer(out, &answer).await
+}
+
 /// Sends `limiter`'s refusal of a request that would pass after `retry_after`.
 async fn refuse<C: ClientSide>(
     cx: &Context<'_>,
@@ -114,7 +128,7 @@ async fn refuse<C: ClientSide>(
         Some(grpc) => grpc.given(&mut grpc_fields),
         None => answer,
     };
-    let (bytes_out, keep_client) = client.answer(&mut work.out, &Answer::Given(answer)).await;
+    let (bytes_out, keep_client) = answer_own(cx, client, &mut work.out, answer).await;
     stats::bump(&cx.service.stats.local_errors);
     let mut outcome = Outcome::local(refusal.status, bytes_out, keep_client, None);
     outcome.grpc = grpc.map(|_| crate::http::grpc::status_for(refusal.status));
@@ -157,7 +171,7 @@ async fn answer_redirect<C: ClientSide>(
         body: b"",
     };
     client.release_head();
-    let (bytes_out, keep_client) = client.answer(&mut work.out, &Answer::Given(answer)).await;
+    let (bytes_out, keep_client) = answer_own(cx, client, &mut work.out, answer).await;
     stats::bump(&cx.service.stats.redirects);
     Outcome::local(redirect.code, bytes_out, keep_client, None)
 }
@@ -180,7 +194,7 @@ async fn answer_respond<C: ClientSide>(
         body: &respond.body,
     };
     client.release_head();
-    let (bytes_out, keep_client) = client.answer(&mut work.out, &Answer::Given(answer)).await;
+    let (bytes_out, keep_client) = answer_own(cx, client, &mut work.out, answer).await;
     stats::bump(&cx.service.stats.responds);
     Outcome::local(respond.status, bytes_out, keep_client, None)
 }

@@ -9,6 +9,7 @@
 //! without edits holds `None` and costs the plain path one branch.
 
 pub mod headers;
+pub mod own_answers;
 pub mod path;
 pub mod rate_limit;
 pub mod redirect;

@@ -7,6 +7,7 @@
 
 use crate::config::{ServiceConfig, ServiceMode};
 use crate::edge::tls;
+use crate::policy::own_answers::OwnAnswers;
 use crate::policy::rate_limit::Limiter;
 use crate::policy::source_conns::SourceConns;
 use crate::rules::RuleSet;
@@ -40,6 +41,8 @@ pub struct Service {
     pub rules: RuleSet,
     /// `[virtual.NAME.compress]` (switch/compress/).
     pub compress: Option<crate::compress::CompressConfig>,
+    /// What it does to the switch's own answers: `response_headers`, `error_pages`.
+    pub own_answers: OwnAnswers,
     /// Its counters, kept across reloads while the service keeps its name.
     pub stats: Arc<ServiceStats>,
     /// Its client connections by address (`max_conns_per_source`), kept as its counters are.
@@ -76,6 +79,7 @@ impl Service {
             tls,
             rules: config.rules,
             compress: config.compress,
+            own_answers: config.own_answers,
             stats: kept.stats,
             source_conns: kept.source_conns,
         })

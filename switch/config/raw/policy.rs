@@ -37,6 +37,9 @@ pub(crate) struct RawHeaderActions {
     pub remove: Vec<Spanned<String>>,
 }
 
+/// `error_pages = { 502 = "PATH", ... }`: each status as written (a key) and its file's path.
+pub(crate) type RawErrorPages = Vec<(Spanned<String>, Spanned<String>)>;
+
 /// `[limit.NAME]`.
 pub(crate) struct RawLimit {
     /// The table's span, for what it lacks.
@@ -157,6 +160,31 @@ pub(super) fn read_header_actions(
         }
     }
     Some(Spanned::new(table.span.clone(), actions))
+}
+
+/// `error_pages` of a service; the statuses and files are judged when it is built.
+pub(super) fn read_error_pages(
+    t: &Table<'_, '_>,
+    sink: &mut ErrorSink<'_>,
+) -> Option<Spanned<RawErrorPages>> {
+    let expected = "a table like { 502 = \"errors/502.html\", 503 = \"errors/503.html\" }";
+    let table = t.table("error_pages", expected, "`error_pages`", sink)?;
+    let mut pages = Vec::new();
+    for (status, path) in table.entries() {
+        match path.get_ref() {
+            toml::de::DeValue::String(p) => pages.push((
+                spanned_key(status),
+                Spanned::new(path.span(), p.to_string()),
+            )),
+            _ => walk::wrong_type(
+                status.get_ref(),
+                "an HTML file's path (a string)",
+                path,
+                sink,
+            ),
+        }
+    }
+    Some(Spanned::new(table.span.clone(), pages))
 }
 
 pub(super) fn read_limit(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawLimit {

@@ -18,6 +18,7 @@ use crate::http::part::{BodyPart, Trailers};
 use crate::http::rewrite::weakened_etag;
 use crate::http::status::{write_error_body, Answer, Given};
 use crate::http::{BodyFraming, ResponseHead};
+use crate::policy::own_answers::OwnAnswers;
 use crate::relay::{Meter, RelayError, RelaySettings};
 use crate::stream::{wait, TimeLimit};
 use bytes::Bytes;
@@ -90,13 +91,17 @@ fn given<'a>(answer: &Answer<'a>, out: &'a mut Vec<u8>) -> Given<'a> {
 /// Answers a stream the switch does not run (connection/h2/admission.rs): `503` and its text,
 /// queued at once without waiting for the client's window (a few dozen bytes, charged to the
 /// connection's budget of refusals), so that nothing waits for a client that does not read.
-pub(super) fn refuse_at_once(respond: &mut SendResponse<Bytes>, is_head: bool, why: &str) {
+/// The service's `response_headers` apply; its 503 page does not (`dress_short`).
+pub(super) fn refuse_at_once(
+    respond: &mut SendResponse<Bytes>,
+    is_head: bool,
+    why: &str,
+    own: &OwnAnswers,
+) {
     let mut out = Vec::new();
-    let send = start_answer(
-        respond,
-        &given(&Answer::Error { status: 503, why }, &mut out),
-        is_head,
-    );
+    let (mut text, mut fields) = (Vec::new(), Vec::new());
+    let answer = own.dress_short(&Answer::Error { status: 503, why }, &mut text, &mut fields);
+    let send = start_answer(respond, &given(&answer, &mut out), is_head);
     if let Some(mut send) = send {
         // The body is `out` itself: moved into the frame, not copied.
         let _ = send.send_data(Bytes::from(out), true);

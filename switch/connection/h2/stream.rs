@@ -190,7 +190,12 @@ async fn serve(
             log.refused_h2(&parts.method, &parts.uri);
             stats::bump(&stats.local_errors);
             let mut out = Vec::new();
+            let (mut text, mut fields) = (Vec::new(), Vec::new());
             let answer = Answer::Error { status, why };
+            let answer = cx
+                .service
+                .own_answers
+                .dress(&answer, &mut text, &mut fields);
             let sent = send_answer(&mut respond, &mut out, &answer, false, cx.relay.idle).await;
             Outcome::local(status, sent, true, None)
         }
