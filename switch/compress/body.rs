@@ -4,11 +4,10 @@
 //! server's trailers follow the compressed data.
 
 use super::encoder::{memory_bound, Encoder};
-use super::{Compression, Levels, Offer};
+use super::{Coding, Compression, Levels, Offer};
 use crate::buffering::BufferLease;
 use crate::exchange::server::{H1Wire, ResponseBody};
 use crate::http::part::{BodyPart, Trailers};
-use crate::http::rewrite::Recoded;
 use crate::relay::RelayError;
 use crate::state::stats::{self, ServiceStats};
 
@@ -48,7 +47,7 @@ enum Next {
 /// when its head says it, the service's counters, and the encoder's share of
 /// `compress_memory`, held until the body ends.
 pub(crate) struct Compressor<'c> {
-    compression: Compression,
+    coding: Coding,
     levels: Levels,
     length: Option<u64>,
     stats: &'c ServiceStats,
@@ -56,23 +55,25 @@ pub(crate) struct Compressor<'c> {
 }
 
 impl<'c> Compressor<'c> {
-    /// A response decided compressed (decide.rs) with `offer`, whose body is `length` long if
-    /// known; `None` when `compress_memory` has no room for its encoder (the response then
-    /// goes as it is, counted as `compress_skipped`). Counted as `compressed` otherwise.
+    /// The encoder for a response decided compressible (decide.rs) with `offer`, whose body
+    /// is `length` long if known; `None` when the client takes no coding, or when
+    /// `compress_memory` has no room for the encoder (counted as `compress_skipped`): the
+    /// response then goes as it is. Counted as `compressed` otherwise.
     pub(crate) fn take(
         offer: Offer<'c>,
         compression: Compression,
         length: Option<u64>,
     ) -> Option<Self> {
+        let coding = compression.coding?;
         let levels = offer.config.levels;
         let mut memory = BufferLease::new(offer.memory);
-        if !memory.grow(memory_bound(compression.coding, levels)) {
+        if !memory.grow(memory_bound(coding, levels)) {
             stats::bump(&offer.stats.compress_skipped);
             return None;
         }
         stats::bump(&offer.stats.compressed);
         Some(Compressor {
-            compression,
+            coding,
             levels,
             length,
             stats: offer.stats,
@@ -80,20 +81,14 @@ impl<'c> Compressor<'c> {
         })
     }
 
-    /// What the head says of it.
-    pub(crate) fn recoded(&self) -> Recoded {
-        self.compression.recoded()
-    }
-
     /// `inner`'s parts compressed.
     pub(crate) fn over<R: ResponseBody>(
         self,
         inner: &'c mut R,
     ) -> std::io::Result<Compressing<'c, R>> {
-        let coding = self.compression.coding;
         Ok(Compressing {
             inner,
-            encoder: Encoder::new(coding, self.levels, self.length)?,
+            encoder: Encoder::new(self.coding, self.levels, self.length)?,
             out: Vec::new(),
             trailers: Vec::new(),
             next: Next::Body,

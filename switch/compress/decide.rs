@@ -90,7 +90,7 @@ mod tests {
         let stats = ServiceStats::default();
         let memory = crate::buffering::BufferMemory::new(0);
         let offer = Offer {
-            coding: Coding::Gzip,
+            coding: Some(Coding::Gzip),
             config: &config,
             stats: &stats,
             memory: &memory,
@@ -106,7 +106,7 @@ mod tests {
     }
 
     const GZIP: Option<Compression> = Some(Compression {
-        coding: Coding::Gzip,
+        coding: Some(Coding::Gzip),
         add_vary: true,
     });
 

@@ -106,11 +106,12 @@ impl CompressConfig {
     pub const DEFAULT_ALGORITHMS: &'static [Coding] = &[Coding::Zstd, Coding::Brotli, Coding::Gzip];
 }
 
-/// What a request may get, decided while its head was here: the coding the client takes best,
-/// the service's table and its counters.
+/// What a request may get, decided while its head was here: the coding the client takes best
+/// (`None`: none, though its answer still varies with `Accept-Encoding`), the service's table
+/// and its counters.
 #[derive(Clone, Copy)]
 pub(crate) struct Offer<'c> {
-    pub coding: Coding,
+    pub coding: Option<Coding>,
     pub config: &'c CompressConfig,
     pub stats: &'c ServiceStats,
     /// The switch's `compress_memory`, which each encoder is charged to.
@@ -118,9 +119,9 @@ pub(crate) struct Offer<'c> {
 }
 
 impl<'c> Offer<'c> {
-    /// What a request to a service with `config` may get: `None` without the table, for a
-    /// `HEAD` (no body to compress; design.md leaves its head as the server wrote it), or
-    /// when the client's `Accept-Encoding` takes none of the service's codings.
+    /// What a request to a service with `config` may get: `None` without the table, or for a
+    /// `HEAD` (no body to compress; design.md leaves its head as the server wrote it, as
+    /// nginx does).
     pub(crate) fn of(
         (config, stats, memory): (
             Option<&'c CompressConfig>,
@@ -138,7 +139,7 @@ impl<'c> Offer<'c> {
             .iter()
             .filter(|f| f.name.get(buf).eq_ignore_ascii_case(b"accept-encoding"))
             .map(|f| f.value.get(buf));
-        let coding = negotiate::negotiate(fields, &config.algorithms)?;
+        let coding = negotiate::negotiate(fields, &config.algorithms);
         Some(Offer {
             coding,
             config,
@@ -148,20 +149,32 @@ impl<'c> Offer<'c> {
     }
 }
 
-/// A response to compress, as its head is rewritten: the coding, and whether `Vary:
-/// Accept-Encoding` is added (not when the server's `Vary` already names it, or is `*`).
+/// A response the service compresses for clients that accept it, as its head is rewritten:
+/// the coding this client gets (`None`: none it accepts, or no room in `compress_memory`),
+/// and whether `Vary: Accept-Encoding` is added (not when the server's `Vary` already names it,
+/// or is `*`). The answer varies with `Accept-Encoding` either way, so a cache must be told
+/// even when this one goes as it is (nginx's `gzip_vary` does the same).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Compression {
-    pub coding: Coding,
+    pub coding: Option<Coding>,
     pub add_vary: bool,
 }
 
 impl Compression {
-    /// What the head writers change for it.
-    pub fn recoded(self) -> Recoded {
-        Recoded {
-            content_encoding: self.coding.token(),
+    /// What the head writers change for it; `None`: nothing.
+    pub fn recoded(self) -> Option<Recoded> {
+        let content_encoding = self.coding.map(Coding::token);
+        (content_encoding.is_some() || self.add_vary).then_some(Recoded {
+            content_encoding,
             add_vary: self.add_vary,
+        })
+    }
+
+    /// The same response sent as it is.
+    pub fn as_it_is(self) -> Compression {
+        Compression {
+            coding: None,
+            ..self
         }
     }
 }

@@ -33,16 +33,23 @@ impl<S: ResponseSink, R: ResponseSource> Attempt<'_, S, R> {
     ) -> (bool, u64, Result<(), RelayError>) {
         let (head, raw) = self.source.head();
         // Compressed, if the request's offer, this head (compress/decide.rs) and
-        // `compress_memory` allow.
-        let compressing = self.offer.and_then(|offer| {
+        // `compress_memory` allow; a compressible answer says it varies either way.
+        let compression = self
+            .offer
+            .and_then(|offer| Some((offer, offer.decide(head, raw)?)));
+        let compressing = compression.and_then(|(offer, compression)| {
             let length = match head.framing {
                 BodyFraming::Length(n) => Some(n),
                 _ => None,
             };
-            Compressor::take(offer, offer.decide(head, raw)?, length)
+            Compressor::take(offer, compression, length)
+        });
+        let recoded = compression.and_then(|(_, compression)| match compressing {
+            Some(_) => compression.recoded(),
+            None => compression.as_it_is().recoded(),
         });
         let edit = ResponseEdit {
-            recoded: compressing.as_ref().map(Compressor::recoded),
+            recoded,
             ..self.response_edit
         };
         // Announced now, so an upload still running means the connection must close.

@@ -301,23 +301,31 @@ pub struct ResponseFieldEdit<'e> {
     pub recoded: Option<Recoded>,
 }
 
-/// A body whose bytes the switch changes on the way (compression: switch/compress/): the head
-/// loses its length (the body goes chunked, or by HTTP/2 framing) and its strong validator
-/// (RFC 9110 section 8.8.3: `ETag: "x"` becomes `W/"x"`), and says the coding.
+/// An answer the switch may recode on the way (compression: switch/compress/). When it does
+/// (`content_encoding`), the head loses its length (the body goes chunked, or by HTTP/2
+/// framing) and its strong validator (RFC 9110 section 8.8.3: `ETag: "x"` becomes `W/"x"`),
+/// and says the coding; either way it may say that it varies with `Accept-Encoding`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Recoded {
-    /// The `Content-Encoding` token.
-    pub content_encoding: &'static str,
+    /// The `Content-Encoding` token; `None`: the body goes as it is.
+    pub content_encoding: Option<&'static str>,
     /// `Vary: Accept-Encoding` is added (the server's `Vary` does not already say it).
     pub add_vary: bool,
 }
 
 impl Recoded {
-    /// The fields a recoded response gets after its own.
+    /// Whether the body's bytes change.
+    pub fn changes_body(self) -> bool {
+        self.content_encoding.is_some()
+    }
+
+    /// The fields the response gets after its own.
     pub fn fields(self) -> impl Iterator<Item = (&'static [u8], &'static [u8])> {
-        let encoding = (&b"Content-Encoding"[..], self.content_encoding.as_bytes());
+        let encoding = self
+            .content_encoding
+            .map(|coding| (&b"Content-Encoding"[..], coding.as_bytes()));
         let vary = (&b"Vary"[..], &b"Accept-Encoding"[..]);
-        std::iter::once(encoding).chain(self.add_vary.then_some(vary))
+        encoding.into_iter().chain(self.add_vary.then_some(vary))
     }
 }
 
@@ -343,6 +351,7 @@ pub fn write_response_head_with(
 ) {
     let headers = edit.headers;
     let recoded = edit.recoded;
+    let body_recoded = recoded.is_some_and(Recoded::changes_body);
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(itoa::Buffer::new().format(head.status).as_bytes());
     out.push(b' ');
@@ -363,14 +372,14 @@ pub fn write_response_head_with(
             continue;
         }
         match field.role {
-            FieldRole::Forward if recoded.is_some() => put_recoded_field(out, name, value),
+            FieldRole::Forward if body_recoded => put_recoded_field(out, name, value),
             FieldRole::Forward
             | FieldRole::Host
             | FieldRole::ForwardedFor
             | FieldRole::ForwardedProto => put_field(out, name, value),
             FieldRole::Drop => {}
             FieldRole::TransferEncoding => {
-                if codings_to_client && !wrote_coding && recoded.is_none() {
+                if codings_to_client && !wrote_coding && !body_recoded {
                     wrote_coding = true;
                     put_codings(out, head, buf);
                 }
@@ -381,7 +390,7 @@ pub fn write_response_head_with(
                 }
             }
             FieldRole::ContentLength => {
-                if !wrote_length && frames_content && recoded.is_none() {
+                if !wrote_length && frames_content && !body_recoded {
                     wrote_length = true;
                     put_length(out, name, head.content_length.unwrap_or(0));
                 }
@@ -390,7 +399,7 @@ pub fn write_response_head_with(
     }
     if let Some(recoded) = recoded {
         // Chunked to an HTTP/1.1 client; an HTTP/1.0 one reads it to the close.
-        if client == Version::Http11 {
+        if body_recoded && client == Version::Http11 {
             out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
         }
         for (name, value) in recoded.fields() {

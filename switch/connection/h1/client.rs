@@ -415,8 +415,8 @@ impl ResponseSink for H1Sink<'_> {
     ) -> bool {
         // A recoded body's length is unknown until it ends: chunked (or to the close).
         let framing = match edit.recoded {
-            Some(_) => BodyFraming::Chunked,
-            None => response.framing,
+            Some(recoded) if recoded.changes_body() => BodyFraming::Chunked,
+            _ => response.framing,
         };
         let dechunk = self.version == Version::Http10 && framing == BodyFraming::Chunked;
         // Announced now, so an upload still running means the connection must close.

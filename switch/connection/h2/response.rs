@@ -250,7 +250,7 @@ fn response_head(response: &ResponseHead, raw: &[u8], edit: ResponseEdit<'_>) ->
                 // space here: the http crate refuses it, and the field keeps its meaning.
                 let value = with_controls_as_spaces(f.value.get(raw));
                 let name = f.name.get(raw);
-                let weak = edit.recoded.and_then(|_| {
+                let weak = edit.recoded.filter(|r| r.changes_body()).and_then(|_| {
                     name.eq_ignore_ascii_case(b"etag")
                         .then(|| weakened_etag(&value[..]))
                         .flatten()
@@ -261,18 +261,16 @@ fn response_head(response: &ResponseHead, raw: &[u8], edit: ResponseEdit<'_>) ->
             FieldRole::ContentLength => {}
         }
     }
-    match (frames_content, response.content_length, edit.recoded) {
-        // A recoded body's length is unknown until it ends; its coding is said instead.
-        (_, _, Some(recoded)) => {
-            for (name, value) in recoded.fields() {
-                append(fields, name, value);
-            }
-        }
+    // A recoded body's length is unknown until it ends; its coding is said instead.
+    let body_recoded = edit.recoded.is_some_and(|r| r.changes_body());
+    if let (true, Some(length), false) = (frames_content, response.content_length, body_recoded) {
         // The length in its canonical form (`0100`, `100, 100` go on as `100`).
-        (true, Some(length), None) => {
-            fields.insert(http::header::CONTENT_LENGTH, HeaderValue::from(length));
+        fields.insert(http::header::CONTENT_LENGTH, HeaderValue::from(length));
+    }
+    if let Some(recoded) = edit.recoded {
+        for (name, value) in recoded.fields() {
+            append(fields, name, value);
         }
-        _ => {}
     }
     if let Some(headers) = edit.headers {
         for (name, value) in headers.appended() {
