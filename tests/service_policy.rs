@@ -457,3 +457,43 @@ fn check_reads_the_pages_and_their_statuses() {
     assert!(stderr.contains(&status), "{stderr}\nwants {status}");
     assert!(!stderr.contains("503.html"), "{stderr}");
 }
+
+/// An HTTP/2 stream refused at once (over `max_conns_per_source`) carries the service's
+/// fields and the body its `content-length` announces: a client would otherwise reset the
+/// stream as malformed (the body was left out once, when the answer was dressed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_stream_refused_at_once_is_whole_with_the_services_fields() {
+    let app = backend().await;
+    let switch = start_switch(
+        r#"
+[switch]
+access_log = false
+[virtual.web]
+listen = "127.0.0.1:0"
+default_pool = "app"
+max_conns_per_source = 1
+response_headers = { add = { "X-Svc" = "1" } }
+[pool.app]
+servers = [{ addr = "{app}" }]
+"#,
+        &[("app", app.addr.to_string())],
+    )
+    .await;
+    let addr = switch.local_addr("web").unwrap();
+    let h2 = h2c::H2::plain(addr).await;
+    // One stream held at the server takes the address's one place.
+    let held = {
+        let streams = h2.streams();
+        tokio::spawn(async move { streams.get("test", "/hold").await })
+    };
+    app.wait_for_requests(1).await;
+    let refused = h2.get("test", "/next").await;
+    assert_eq!(refused.status, 503);
+    assert_eq!(h2_values(&refused, "x-svc"), ["1"]);
+    let length: usize = h2_values(&refused, "content-length")[0].parse().unwrap();
+    assert!(length > 0);
+    assert_eq!(refused.body.len(), length, "{:?}", refused.text());
+    app.release(1);
+    let held = held.await.unwrap();
+    assert_eq!((held.status, held.text().as_str()), (200, "0123456789"));
+}

@@ -101,10 +101,11 @@ pub(super) fn refuse_at_once(
     let mut out = Vec::new();
     let (mut text, mut fields) = (Vec::new(), Vec::new());
     let answer = own.dress_short(&Answer::Error { status: 503, why }, &mut text, &mut fields);
-    let send = start_answer(respond, &given(&answer, &mut out), is_head);
-    if let Some(mut send) = send {
-        // The body is `out` itself: moved into the frame, not copied.
-        let _ = send.send_data(Bytes::from(out), true);
+    let given = given(&answer, &mut out);
+    if let Some(mut send) = start_answer(respond, &given, is_head) {
+        // The answer's own body (the error's text in `out`, or the dressed answer's): a few
+        // dozen bytes, the length `start_answer` announced.
+        let _ = send.send_data(Bytes::copy_from_slice(given.body), true);
     }
 }
 
@@ -122,13 +123,29 @@ pub(super) async fn send_answer(
     let Some(mut send) = start_answer(respond, &answer, is_head) else {
         return 0;
     };
-    let body = Bytes::copy_from_slice(answer.body);
-    let n = body.len() as u64;
-    match send_data(&mut send, body, true, TimeLimit::Idle(idle)).await {
-        Ok(()) => n,
-        Err(_) => 0,
+    // Copied a piece at a time, as the client's window takes it: a stream that does not read
+    // holds one piece, not a copy of the whole body (an error page of up to 1 MiB, the same
+    // for every stream).
+    let mut sent = 0;
+    let pieces = answer.body.chunks(ANSWER_PIECE);
+    let last = pieces.len().saturating_sub(1);
+    for (i, piece) in pieces.enumerate() {
+        let piece = Bytes::copy_from_slice(piece);
+        let n = piece.len() as u64;
+        if send_data(&mut send, piece, i == last, TimeLimit::Idle(idle))
+            .await
+            .is_err()
+        {
+            return sent;
+        }
+        sent += n;
     }
+    sent
 }
+
+/// The largest piece of the switch's own answer copied for the stream at once: one DATA
+/// frame of the default size.
+const ANSWER_PIECE: usize = 16 * 1024;
 
 /// Sends `answer`'s head; the stream to send its body on, if it has one.
 fn start_answer(
