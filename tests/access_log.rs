@@ -236,23 +236,24 @@ async fn a_file_gets_one_timed_line_per_request_and_stderr_none() {
     assert_eq!(lines.len(), 4, "{lines:#?}");
     let (client, [page, missing, nowhere, refused]) = (sent.client, sent.bytes);
     let server = server.addr;
-    // time, service, client, "METHOD target", status, bytes sent, pool/server, duration
+    // time, service, client, "METHOD target PROTOCOL", status, bytes sent, pool/server,
+    // duration
     assert_text_line(
-        the_line(&lines, "\"GET /page?x=1\""),
-        &format!("web {client} \"GET /page?x=1\" 200 {page} web/{server} "),
+        the_line(&lines, "\"GET /page?x=1 HTTP/1.1\""),
+        &format!("web {client} \"GET /page?x=1 HTTP/1.1\" 200 {page} web/{server} "),
         from,
         to,
     );
     assert_text_line(
-        the_line(&lines, "\"GET /status/404\""),
-        &format!("web {client} \"GET /status/404\" 404 {missing} web/{server} "),
+        the_line(&lines, "\"GET /status/404 HTTP/1.1\""),
+        &format!("web {client} \"GET /status/404 HTTP/1.1\" 404 {missing} web/{server} "),
         from,
         to,
     );
     // The switch's own answer: no pool, no server.
     assert_text_line(
-        the_line(&lines, "\"GET /nowhere\""),
-        &format!("web {client} \"GET /nowhere\" 503 {nowhere} -/- "),
+        the_line(&lines, "\"GET /nowhere HTTP/1.1\""),
+        &format!("web {client} \"GET /nowhere HTTP/1.1\" 503 {nowhere} -/- "),
         from,
         to,
     );
@@ -287,7 +288,7 @@ fn page_numbers(lines: &[String]) -> Vec<usize> {
         .map(|line| {
             let target = line
                 .split_once("\"GET /page/")
-                .and_then(|(_, rest)| rest.split_once("\" 200 "))
+                .and_then(|(_, rest)| rest.split_once(" HTTP/1.1\" 200 "))
                 .unwrap_or_else(|| panic!("not a 200 for /page/N: {line:?}"))
                 .0;
             target.parse().unwrap()
@@ -418,7 +419,7 @@ async fn sigusr1_without_a_file_is_logged_and_ends_nothing() {
             assert_eq!(access.len(), 2, "{keys}: {log:#?}");
             for line in access {
                 assert!(
-                    line.contains(r#" "GET /q?a=\x22b\x5Cc\x22" 200 "#),
+                    line.contains(r#" "GET /q?a=\x22b\x5Cc\x22 HTTP/1.1" 200 "#),
                     "{keys}: {line}"
                 );
             }
@@ -481,22 +482,25 @@ async fn json_lines_parse_with_every_field_and_escaped_targets() {
     assert_eq!(
         find(json!("GET"), json!("/page?x=1")),
         json!({"service": "web", "client": client, "method": "GET", "target": "/page?x=1",
-               "status": 200, "bytes": page, "pool": "web", "server": server})
+               "protocol": "HTTP/1.1", "status": 200, "bytes": page, "pool": "web",
+               "server": server})
     );
     assert_eq!(
         find(json!("GET"), json!(tricky)),
         json!({"service": "web", "client": client, "method": "GET", "target": tricky,
-               "status": 200, "bytes": second, "pool": "web", "server": server})
+               "protocol": "HTTP/1.1", "status": 200, "bytes": second, "pool": "web",
+               "server": server})
     );
     assert_eq!(
         find(json!("GET"), json!("/nowhere")),
         json!({"service": "web", "client": client, "method": "GET", "target": "/nowhere",
-               "status": 503, "bytes": nowhere, "pool": null, "server": null})
+               "protocol": "HTTP/1.1", "status": 503, "bytes": nowhere, "pool": null,
+               "server": null})
     );
     assert_eq!(
         find(Value::Null, Value::Null),
         json!({"service": "web", "client": sent.refused_client.to_string(), "method": null,
-               "target": null, "status": 400, "bytes": refused, "pool": null,
+               "target": null, "protocol": null, "status": 400, "bytes": refused, "pool": null,
                "server": null, "error": "fragment in request target"})
     );
     // The raw line escapes the quote and the backslash.
@@ -594,13 +598,15 @@ async fn text_lines_escape_every_byte_from_0x80() {
     let server = server.addr;
     assert_text_line(
         &lines[0],
-        &format!(r#"web {client} "GET /q?\xE2\x80\xAEgpj.exe\x22" 200 {first} web/{server} "#),
+        &format!(
+            r#"web {client} "GET /q?\xE2\x80\xAEgpj.exe\x22 HTTP/1.1" 200 {first} web/{server} "#
+        ),
         from,
         to,
     );
     assert_text_line(
         &lines[1],
-        &format!(r#"web {client} "GET /nowhere\xC3\xA9\xE2\x80\xA8x" 503 {second} -/- "#),
+        &format!(r#"web {client} "GET /nowhere\xC3\xA9\xE2\x80\xA8x HTTP/1.1" 503 {second} -/- "#),
         from,
         to,
     );

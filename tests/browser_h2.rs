@@ -209,7 +209,7 @@ fn check_access_log(
             let line = &log[next];
             next += 1;
             for path in pictures.keys() {
-                if line.contains(&format!("\"GET {path}\" 200 ")) {
+                if line.contains(&format!("\"GET {path} HTTP/2.0\" 200 ")) {
                     let pool_server = line
                         .split(' ')
                         .find(|field| field.starts_with("images/"))

@@ -1199,3 +1199,63 @@ async fn a_reload_that_removes_the_service_sends_goaway_to_its_connections() {
     assert!(kept.goaways().is_empty(), "{:?}", kept.goaways());
     assert_eq!(switch.stats().generation, 2);
 }
+
+/// One answer logs alike over HTTP/1.1 and HTTP/2 (issue 45): the text line names the
+/// protocol, and its bytes count the head on both (an HTTP/2 head as its HTTP/1.1 text would
+/// be): a proxied answer, a redirect and an error of the switch's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_answer_logs_the_same_bytes_over_http1_and_http2() {
+    let web = backend().await;
+    let scratch = Scratch::new("h2-log-parity");
+    let log = scratch.0.join("access.log");
+    let rules = r#"
+[switch]
+access_log = "{log}"
+[virtual.web]
+listen = "127.0.0.1:0"
+[[virtual.web.rule]]
+path = "^/old"
+redirect = { host = "www.test", path = "/new", code = 301 }
+[[virtual.web.rule]]
+path = "^/bytes/"
+pool = "web"
+[pool.web]
+servers = [{ addr = "{web}" }]
+"#;
+    let vars = [
+        ("log", log.to_str().expect("a UTF-8 path").to_string()),
+        ("web", web.addr.to_string()),
+    ];
+    let switch = start_switch(rules, &vars).await;
+    let addr = switch.local_addr("web").unwrap();
+    let paths = ["/bytes/100", "/old", "/nowhere"];
+    let mut h1 = Client::connect(addr).await;
+    for path in paths {
+        h1.send(format!("GET {path} HTTP/1.1\r\nHost: www.test\r\n\r\n").as_bytes())
+            .await;
+        h1.response(false).await;
+    }
+    let h2 = H2::plain(addr).await;
+    for path in paths {
+        h2.get("www.test", path).await;
+    }
+    let lines = log_lines(&log, 6).await;
+    // The bytes field: after the quoted request and the status.
+    let bytes_of = |request: &str| -> (String, u64) {
+        let line = lines
+            .iter()
+            .find(|l| l.contains(request))
+            .unwrap_or_else(|| panic!("no {request} in {lines:#?}"));
+        let after = line.split_once(&format!("{request} ")).unwrap().1;
+        let mut fields = after.split(' ');
+        let status = fields.next().unwrap().to_string();
+        (status, fields.next().unwrap().parse().unwrap())
+    };
+    for (path, status) in [("/bytes/100", "200"), ("/old", "301"), ("/nowhere", "503")] {
+        let over_h1 = bytes_of(&format!("\"GET {path} HTTP/1.1\""));
+        let over_h2 = bytes_of(&format!("\"GET {path} HTTP/2.0\""));
+        assert_eq!(over_h1.0, status, "{path}");
+        assert_eq!(over_h1, over_h2, "{path}: {lines:#?}");
+        assert!(over_h1.1 > 50, "{path}: the head counts: {lines:#?}");
+    }
+}

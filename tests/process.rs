@@ -462,11 +462,12 @@ async fn the_access_log_has_one_line_per_request() {
     } = logged;
     let page = access_lines(&log, "GET /page?x=1");
     assert_eq!(page.len(), 1, "{log:#?}");
-    // service, client, "METHOD target", status, bytes sent to the client, pool/server, duration
+    // service, client, "METHOD target PROTOCOL", status, bytes sent to the client,
+    // pool/server, duration
     assert_access_line(
         page[0],
         &format!(
-            "web {client} \"GET /page?x=1\" 200 {page_bytes} web/{} ",
+            "web {client} \"GET /page?x=1 HTTP/1.1\" 200 {page_bytes} web/{} ",
             server.addr
         ),
     );
@@ -475,7 +476,7 @@ async fn the_access_log_has_one_line_per_request() {
     assert_eq!(dead.len(), 1, "{log:#?}");
     assert_access_line(
         dead[0],
-        &format!("web {client} \"GET /dead\" 502 {dead_bytes} dead/- "),
+        &format!("web {client} \"GET /dead HTTP/1.1\" 502 {dead_bytes} dead/- "),
     );
 }
 

@@ -641,11 +641,11 @@ async fn the_access_log_says_each_calls_grpc_status() {
             .clone()
     };
     assert!(
-        line_of("\"POST /trailers\"").ends_with(" grpc=0"),
+        line_of("\"POST /trailers HTTP/2.0\"").ends_with(" grpc=0"),
         "{lines:#?}"
     );
     assert!(
-        line_of("\"POST /dead/call\"").ends_with(" grpc=14"),
+        line_of("\"POST /dead/call HTTP/2.0\"").ends_with(" grpc=14"),
         "{lines:#?}"
     );
 }

@@ -7,11 +7,12 @@ use std::fmt;
 use std::io::Write;
 use std::time::SystemTime;
 
-/// The text line after its time: `service client "METHOD target" status bytes pool/server
-/// duration`, with `-` for what is missing, and the reason instead of the duration for a
-/// refusal; then `limit=NAME` when a rate limit refused the request (or would have, under
+/// The text line after its time: `service client "METHOD target PROTOCOL" status bytes
+/// pool/server duration`, with `-` for what is missing, and the reason instead of the duration
+/// for a refusal; then `limit=NAME` when a rate limit refused the request (or would have, under
 /// `dry_run`), and `grpc=N` when a gRPC call's status came back. The request is escaped
-/// ([`Quoted`]).
+/// ([`Quoted`]); its protocol (`HTTP/1.1`, `HTTP/2.0`) follows it inside the quotes, as
+/// nginx's `$request` and HAProxy's `%r` write it.
 pub(super) struct Text<'a, 'e>(pub(super) &'a Entry<'e>);
 
 impl fmt::Display for Text<'_, '_> {
@@ -19,10 +20,17 @@ impl fmt::Display for Text<'_, '_> {
         let e = self.0;
         write!(
             f,
-            "{} {} \"{}\" {} {} {}/{} ",
+            "{} {} \"{}",
             e.service,
             e.client,
             Quoted(e.request.map_or(b"-", |r| &r.line)),
+        )?;
+        if let Some(protocol) = e.request.and_then(|r| r.protocol) {
+            write!(f, " {protocol}")?;
+        }
+        write!(
+            f,
+            "\" {} {} {}/{} ",
             e.status,
             e.bytes,
             e.pool.unwrap_or("-"),
@@ -116,6 +124,8 @@ pub(super) fn write_json(out: &mut Vec<u8>, e: &Entry<'_>, now: SystemTime) {
     json_option(out, method);
     out.extend_from_slice(b",\"target\":");
     json_option(out, target);
+    out.extend_from_slice(b",\"protocol\":");
+    json_option(out, e.request.and_then(|r| r.protocol).map(str::as_bytes));
     out.extend_from_slice(b",\"status\":");
     out.extend_from_slice(number.format(e.status).as_bytes());
     out.extend_from_slice(b",\"bytes\":");

@@ -2,12 +2,17 @@
 //! JSON lines or in the NCSA Combined Log Format.
 //!
 //! - **stderr, text**: through `tracing` (target `tcpvs::access`), after its time and level, as
-//!   always: `web 127.0.0.1:50312 "GET /page?x=1" 200 148 web/127.0.0.1:9001 312us`.
+//!   always: `web 127.0.0.1:50312 "GET /page?x=1 HTTP/1.1" 200 148 web/127.0.0.1:9001 312us`.
 //! - **a file, text**: the same fields after an RFC 3339 UTC time with milliseconds, as nginx
-//!   writes them: `2025-01-31T12:00:00.123Z web 127.0.0.1:50312 "GET /page?x=1" 200 ...`.
+//!   writes them: `2025-01-31T12:00:00.123Z web 127.0.0.1:50312 "GET /page?x=1 HTTP/1.1" 200 ...`.
 //! - **JSON** (file or stderr): one object per line with `time`, `service`, `client`,
-//!   `method`, `target`, `status`, `bytes`, `pool`, `server`, `duration_us` (`null` where the
-//!   text line has `-`); a request refused before it was read whole adds `error`, its reason.
+//!   `method`, `target`, `protocol`, `status`, `bytes`, `pool`, `server`, `duration_us`
+//!   (`null` where the text line has `-`); a request refused before it was read whole adds
+//!   `error`, its reason.
+//!
+//! Bytes are what the client was sent, the head included, over every protocol: an HTTP/2
+//! head counts as its HTTP/1.1 text would (`http/status.rs` `head_size_as_http1`), so that one
+//! answer logs alike over both.
 //! - **combined** (file or stderr): `host ident authuser [date] "request" status bytes
 //!   "referer" "user-agent"`, the shape Apache's and nginx's `combined` write and goaccess
 //!   (`--log-format=COMBINED`) and awstats (`LogFormat=1`) read: the client's address, `- -`

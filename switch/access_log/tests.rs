@@ -112,7 +112,7 @@ fn a_limit_is_named_after_the_other_fields() {
     limited.limit = Some("per-client");
     assert_eq!(
         Text(&limited).to_string(),
-        "web 127.0.0.1:5000 \"GET /api\" 429 120 images/10.0.0.1:80 12us limit=per-client"
+        "web 127.0.0.1:5000 \"GET /api HTTP/1.1\" 429 120 images/10.0.0.1:80 12us limit=per-client"
     );
     let mut json = Vec::new();
     write_json(&mut json, &limited, std::time::SystemTime::UNIX_EPOCH);
@@ -130,7 +130,7 @@ fn a_grpc_status_comes_last_in_both_formats() {
     answered.grpc = Some(14);
     assert_eq!(
         Text(&answered).to_string(),
-        "web 127.0.0.1:5000 \"POST /pkg.Svc/Method\" 200 120 images/10.0.0.1:80 7us grpc=14"
+        "web 127.0.0.1:5000 \"POST /pkg.Svc/Method HTTP/1.1\" 200 120 images/10.0.0.1:80 7us grpc=14"
     );
     answered.limit = Some("per-client");
     let mut json = Vec::new();
@@ -148,13 +148,31 @@ fn text_lines_name_every_field_and_a_dash_for_what_is_missing() {
     let served = entry(Some(&get), End::Took(Duration::from_micros(345)));
     assert_eq!(
         Text(&served).to_string(),
-        "web 127.0.0.1:5000 \"GET /x\" 200 120 images/10.0.0.1:80 345us"
+        "web 127.0.0.1:5000 \"GET /x HTTP/1.1\" 200 120 images/10.0.0.1:80 345us"
     );
     let mut refused = entry(None, End::Refused("malformed request head"));
     (refused.status, refused.pool, refused.server) = (400, None, None);
     assert_eq!(
         Text(&refused).to_string(),
         "web 127.0.0.1:5000 \"-\" 400 120 -/- malformed request head"
+    );
+}
+
+#[test]
+fn the_protocol_is_named_in_the_text_and_json_lines() {
+    let mut stream = request(b"GET /x");
+    stream.protocol = Some("HTTP/2.0");
+    let served = entry(Some(&stream), End::Took(Duration::from_micros(9)));
+    assert_eq!(
+        Text(&served).to_string(),
+        "web 127.0.0.1:5000 \"GET /x HTTP/2.0\" 200 120 images/10.0.0.1:80 9us"
+    );
+    let mut json = Vec::new();
+    write_json(&mut json, &served, std::time::SystemTime::UNIX_EPOCH);
+    let text = String::from_utf8(json).unwrap();
+    assert!(
+        text.contains(",\"target\":\"/x\",\"protocol\":\"HTTP/2.0\","),
+        "{text}"
     );
 }
 
@@ -177,7 +195,7 @@ fn text_lines_escape_quotes_backslashes_and_control_bytes_in_the_request() {
     let line = Text(&entry(Some(&forged), End::Took(Duration::from_micros(7)))).to_string();
     assert_eq!(
         line,
-        r#"web 127.0.0.1:5000 "GET /x\x22 200 1 web/10.0.0.9:80 1us\x0Aweb 10.6.6.6:1 \x22GET /" 200 120 images/10.0.0.1:80 7us"#
+        r#"web 127.0.0.1:5000 "GET /x\x22 200 1 web/10.0.0.9:80 1us\x0Aweb 10.6.6.6:1 \x22GET / HTTP/1.1" 200 120 images/10.0.0.1:80 7us"#
     );
     assert_eq!(line.matches('"').count(), 2, "{line}");
 }
@@ -278,7 +296,7 @@ fn json_lines_hold_every_field() {
     write_json(&mut out, &served, at);
     assert_eq!(
         String::from_utf8(out).unwrap(),
-        r#"{"time":"2024-03-01T00:00:00.040Z","service":"web","client":"127.0.0.1:5000","method":"GET","target":"/a\"b","status":200,"bytes":120,"pool":"images","server":"10.0.0.1:80","duration_us":345}"#
+        r#"{"time":"2024-03-01T00:00:00.040Z","service":"web","client":"127.0.0.1:5000","method":"GET","target":"/a\"b","protocol":"HTTP/1.1","status":200,"bytes":120,"pool":"images","server":"10.0.0.1:80","duration_us":345}"#
     );
     let mut out = Vec::new();
     let mut refused = entry(None, End::Refused("request head \"too\" large"));
@@ -286,6 +304,6 @@ fn json_lines_hold_every_field() {
     write_json(&mut out, &refused, at);
     assert_eq!(
         String::from_utf8(out).unwrap(),
-        r#"{"time":"2024-03-01T00:00:00.040Z","service":"web","client":"127.0.0.1:5000","method":null,"target":null,"status":431,"bytes":120,"pool":null,"server":null,"duration_us":null,"error":"request head \"too\" large"}"#
+        r#"{"time":"2024-03-01T00:00:00.040Z","service":"web","client":"127.0.0.1:5000","method":null,"target":null,"protocol":null,"status":431,"bytes":120,"pool":null,"server":null,"duration_us":null,"error":"request head \"too\" large"}"#
     );
 }

@@ -182,6 +182,12 @@ pub(crate) trait ResponseSink {
         upload_complete: bool,
     ) -> bool;
 
+    /// The size of the head [`ResponseSink::start_response`] wrote (in `out`, for a protocol
+    /// that writes heads as text), as the access log and `bytes_out` count it.
+    fn head_size(&self, out: &[u8]) -> u64 {
+        out.len() as u64
+    }
+
     /// Sends the head in `out` and then the body from the server side `from`; the body bytes
     /// count in `meter`.
     fn relay_body<R: ResponseBody>(

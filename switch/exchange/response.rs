@@ -12,6 +12,7 @@ use crate::buffering::read_ahead::{Drain, ReadAhead};
 use crate::buffering::BufferMemory;
 use crate::compress::body::Compressor;
 use crate::http::part::BodyPart;
+use crate::http::rewrite::Recoded;
 use crate::http::BodyFraming;
 use crate::relay::{Meter, RelayError};
 use crate::state::pool::Lease;
@@ -31,32 +32,17 @@ impl<S: ResponseSink, R: ResponseSource> Attempt<'_, S, R> {
         upload: &mut Upload<'_, F>,
         meter: &Meter,
     ) -> (bool, u64, Result<(), RelayError>) {
-        let (head, raw) = self.source.head();
-        // Compressed, if the request's offer, this head (compress/decide.rs) and
-        // `compress_memory` allow; a compressible answer says it varies either way.
-        let compression = self
-            .offer
-            .and_then(|offer| Some((offer, offer.decide(head, raw)?)));
-        let compressing = compression.and_then(|(offer, compression)| {
-            let length = match head.framing {
-                BodyFraming::Length(n) => Some(n),
-                _ => None,
-            };
-            Compressor::take(offer, compression, length)
-        });
-        let recoded = compression.and_then(|(_, compression)| match compressing {
-            Some(_) => compression.recoded(),
-            None => compression.as_it_is().recoded(),
-        });
+        let (compressing, recoded) = self.compression();
         let edit = ResponseEdit {
             recoded,
             ..self.response_edit
         };
+        let (head, raw) = self.source.head();
         // Announced now, so an upload still running means the connection must close.
         let keep_client = self
             .sink
             .start_response(self.out, head, raw, edit, upload.complete);
-        let head_bytes = self.out.len() as u64;
+        let head_bytes = self.sink.head_size(self.out);
         // The answer comes down at the client's pace, holding the server.
         let _download_mark = self.backend.stats.relaying();
         // The download beside the upload, polled directly (no extra layer on the plain path).
@@ -156,6 +142,27 @@ impl<R: ResponseBody> ResponseBody for GrpcWatch<'_, R> {
 }
 
 impl<'x, S: ResponseSink, R: ResponseSource> Attempt<'x, S, R> {
+    /// Whether the answer is compressed: if the request's offer, its head (compress/decide.rs)
+    /// and `compress_memory` allow. The encoder, and what its head says (a compressible answer
+    /// says it varies with `Accept-Encoding` even when it goes as it is).
+    fn compression(&self) -> (Option<Compressor<'x>>, Option<Recoded>) {
+        let (head, raw) = self.source.head();
+        let Some((offer, compression)) = self
+            .offer
+            .and_then(|offer| Some((offer, offer.decide(head, raw)?)))
+        else {
+            return (None, None);
+        };
+        let length = match head.framing {
+            BodyFraming::Length(n) => Some(n),
+            _ => None,
+        };
+        match Compressor::take(offer, compression, length) {
+            Some(compressor) => (Some(compressor), compression.recoded()),
+            None => (None, compression.as_it_is().recoded()),
+        }
+    }
+
     /// Whether the body is read ahead of the client, up to the pool's `response_buffer`
     /// (buffering/read_ahead.rs): when it fits in it or its length is unknown, and is not all
     /// here with the head already (the server is done with a small answer). A larger body

@@ -150,6 +150,18 @@ fn status_body_len(status: u16, reason: &str, detail: &str) -> usize {
     digits + 1 + reason.len() + detail_len + 1
 }
 
+/// The size of a head as HTTP/1.1 writes it: the status line with a reason of `reason` bytes,
+/// each field as `name: value` and its line end, and the empty line. What an HTTP/2 answer's
+/// head counts in the access log's bytes and the server's `bytes_out`, so that one answer
+/// counts alike over both protocols (the HPACK size is the h2 crate's, and changes with the
+/// connection's table).
+pub fn head_size_as_http1(reason: usize, fields: impl Iterator<Item = (usize, usize)>) -> u64 {
+    // "HTTP/1.1 200 " and the line end; the empty line.
+    let status_line = 9 + 3 + 1 + reason + 2;
+    let fields: usize = fields.map(|(name, value)| name + 2 + value + 2).sum();
+    (status_line + fields + 2) as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,7 @@ use crate::http::chunked::may_be_trailer;
 use crate::http::fields::{with_controls_as_spaces, FieldRole};
 use crate::http::part::{BodyPart, Trailers};
 use crate::http::rewrite::weakened_etag;
-use crate::http::status::{write_error_body, Answer, Given};
+use crate::http::status::{head_size_as_http1, reason_phrase, write_error_body, Answer, Given};
 use crate::http::{BodyFraming, ResponseHead};
 use crate::policy::own_answers::OwnAnswers;
 use crate::relay::{Meter, RelayError, RelaySettings};
@@ -38,6 +38,8 @@ pub(super) struct H2Sink {
     respond: SendResponse<Bytes>,
     /// The response head, built by `start_response`, sent by `relay_body`.
     head: Option<Response<()>>,
+    /// Its size as HTTP/1.1 would write it (`head_size_as_http1`).
+    head_size: u64,
     framing: BodyFraming,
     /// The request was HEAD: the response's fields describe a body that is not sent.
     is_head: bool,
@@ -48,13 +50,14 @@ impl H2Sink {
         H2Sink {
             respond,
             head: None,
+            head_size: 0,
             framing: BodyFraming::Empty,
             is_head,
         }
     }
 
     /// Answers with what the switch says itself (its own error, a rule's answer); returns the
-    /// body bytes sent.
+    /// bytes sent: the body, and the head as HTTP/1.1 counts it.
     pub(super) async fn answer(
         &mut self,
         out: &mut Vec<u8>,
@@ -102,7 +105,7 @@ pub(super) fn refuse_at_once(
     let (mut text, mut fields) = (Vec::new(), Vec::new());
     let answer = own.dress_short(&Answer::Error { status: 503, why }, &mut text, &mut fields);
     let given = given(&answer, &mut out);
-    if let Some(mut send) = start_answer(respond, &given, is_head) {
+    if let (Some(mut send), _) = start_answer(respond, &given, is_head) {
         // The answer's own body (the error's text in `out`, or the dressed answer's): a few
         // dozen bytes, the length `start_answer` announced.
         let _ = send.send_data(Bytes::copy_from_slice(given.body), true);
@@ -120,13 +123,14 @@ pub(super) async fn send_answer(
     idle: Duration,
 ) -> u64 {
     let answer = given(answer, out);
-    let Some(mut send) = start_answer(respond, &answer, is_head) else {
-        return 0;
+    let (send, head_size) = start_answer(respond, &answer, is_head);
+    let Some(mut send) = send else {
+        return head_size;
     };
     // Copied a piece at a time, as the client's window takes it: a stream that does not read
     // holds one piece, not a copy of the whole body (an error page of up to 1 MiB, the same
     // for every stream).
-    let mut sent = 0;
+    let mut sent = head_size;
     let pieces = answer.body.chunks(ANSWER_PIECE);
     let last = pieces.len().saturating_sub(1);
     for (i, piece) in pieces.enumerate() {
@@ -147,12 +151,13 @@ pub(super) async fn send_answer(
 /// frame of the default size.
 const ANSWER_PIECE: usize = 16 * 1024;
 
-/// Sends `answer`'s head; the stream to send its body on, if it has one.
+/// Sends `answer`'s head; the stream to send its body on, if it has one, and the head's size
+/// as HTTP/1.1 counts it (0 when it could not be sent).
 fn start_answer(
     respond: &mut SendResponse<Bytes>,
     answer: &Given<'_>,
     is_head: bool,
-) -> Option<SendStream<Bytes>> {
+) -> (Option<SendStream<Bytes>>, u64) {
     let mut head = Response::new(());
     *head.status_mut() =
         StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -168,8 +173,19 @@ fn start_answer(
         );
     }
     let no_body = is_head || !frames_content || answer.body.is_empty();
-    let send = respond.send_response(head, no_body).ok()?;
-    (!no_body).then_some(send)
+    let size = head_size(reason_phrase(answer.status).len(), head.headers());
+    match respond.send_response(head, no_body) {
+        Ok(send) => ((!no_body).then_some(send), size),
+        Err(_) => (None, 0),
+    }
+}
+
+/// The size of an HTTP/2 head as HTTP/1.1 would write it (`head_size_as_http1`).
+fn head_size(reason: usize, fields: &HeaderMap) -> u64 {
+    head_size_as_http1(
+        reason,
+        fields.iter().map(|(n, v)| (n.as_str().len(), v.len())),
+    )
 }
 
 impl ResponseSink for H2Sink {
@@ -193,9 +209,16 @@ impl ResponseSink for H2Sink {
         upload_complete: bool,
     ) -> bool {
         out.clear();
-        self.head = Some(response_head(response, raw, edit));
+        let head = response_head(response, raw, edit);
+        self.head_size = head_size(response.reason.get(raw).len(), head.headers());
+        self.head = Some(head);
         self.framing = response.framing;
         upload_complete
+    }
+
+    /// HTTP/1.1's size of the head, not HPACK's: one answer counts alike over both protocols.
+    fn head_size(&self, _out: &[u8]) -> u64 {
+        self.head_size
     }
 
     /// Sends the head, then the body part by part: data gathered up to
