@@ -976,7 +976,7 @@ async fn four_workers_write_whole_lines_one_per_request() {
         let body = format!("path /page/{c}/{i}\n");
         let tail = rest
             .strip_prefix(&pad)
-            .and_then(|rest| rest.strip_prefix("\" 200 "))
+            .and_then(|rest| rest.strip_prefix(" HTTP/1.1\" 200 "))
             .and_then(|rest| rest.split_once(' '))
             .and_then(|(bytes, rest)| Some((bytes.parse::<usize>().ok()?, rest)))
             .unwrap_or_else(|| panic!("malformed line {line:?}"));

@@ -141,10 +141,10 @@ async fn pipes(pid: u32) -> usize {
     .unwrap()
 }
 
-/// The access-log lines (INFO, after the timestamp and level) of a request line
-/// `"METHOD target"`.
+/// The access-log lines (INFO, after the timestamp and level) of an HTTP/1.1 request line
+/// `"METHOD target HTTP/1.1"`.
 fn access_lines<'l>(log: &'l [String], request: &str) -> Vec<&'l str> {
-    let quoted = format!(" \"{request}\" ");
+    let quoted = format!(" \"{request} HTTP/1.1\" ");
     log.iter()
         .filter(|line| line.contains(&quoted))
         .map(|line| {

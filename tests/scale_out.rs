@@ -422,11 +422,11 @@ struct Access {
 }
 
 impl Logs {
-    /// The access line of `request` ("METHOD target") from `client`, in whichever instance's
-    /// log it is. A connection reaches one instance, and its line is written right after its
-    /// response: it is waited for, up to [`LOG_PATIENCE`].
+    /// The access line of the HTTP/1.1 `request` ("METHOD target") from `client`, in
+    /// whichever instance's log it is. A connection reaches one instance, and its line is
+    /// written right after its response: it is waited for, up to [`LOG_PATIENCE`].
     async fn access(&mut self, client: SocketAddr, request: &str) -> Access {
-        let needle = format!(" INFO web {client} \"{request}\" ");
+        let needle = format!(" INFO web {client} \"{request} HTTP/1.1\" ");
         let deadline = Instant::now() + LOG_PATIENCE;
         let mut next = 0;
         loop {
