@@ -159,6 +159,15 @@ struct Malformed {
     frames: Vec<u8>,
 }
 
+/// A POST to `/bad/PATH` with three bytes of body, then `trailers`, which end the stream.
+fn posted_with_trailers(path: &str, trailers: Block) -> Vec<u8> {
+    let post = Block::request("POST", &format!("/bad/{path}"), "h2.test");
+    let mut frames = headers(1, post.bytes(), false);
+    frames.extend(data(1, b"abc", false));
+    frames.extend(headers(1, trailers.bytes(), true));
+    frames
+}
+
 fn malformed_cases() -> Vec<Malformed> {
     let get = |path: &str| Block::get(&format!("/bad/{path}"));
     let one = |name, block: Block| Malformed {
@@ -204,6 +213,21 @@ fn malformed_cases() -> Vec<Malformed> {
         Malformed {
             name: "pseudo-header in trailers",
             frames: trailers,
+        },
+        // A trailer section that begins with a pseudo-header: the h2 crate once read it as
+        // the section's pseudo-headers and dropped them silently (vendor/README.md).
+        Malformed {
+            name: "pseudo-header leading the trailers",
+            frames: posted_with_trailers(
+                "trailers-first",
+                Block::new()
+                    .field(":path", "/bad/x")
+                    .field("x-trailer", "1"),
+            ),
+        },
+        Malformed {
+            name: "only a pseudo-header in the trailers",
+            frames: posted_with_trailers("trailers-only", Block::new().field(":status", "200")),
         },
         one(
             "missing :method",
