@@ -20,7 +20,7 @@ pub(crate) mod negotiate;
 
 use crate::buffering::BufferMemory;
 use crate::http::rewrite::Recoded;
-use crate::http::RequestHead;
+use crate::http::{RequestHead, Version};
 use crate::state::stats::ServiceStats;
 
 /// A content coding the switch can apply (RFC 9110 section 8.4.1; brotli: RFC 7932, zstd: RFC
@@ -139,7 +139,13 @@ impl<'c> Offer<'c> {
             .iter()
             .filter(|f| f.name.get(buf).eq_ignore_ascii_case(b"accept-encoding"))
             .map(|f| f.value.get(buf));
-        let coding = negotiate::negotiate(fields, &config.algorithms);
+        // An HTTP/1.0 request gets no coding, as from nginx (`gzip_http_version 1.1`) and
+        // HAProxy: its answer would lose its length and the connection with it, and old
+        // clients and caches may not decode (the answer still says it varies).
+        let coding = match head.version {
+            Version::Http10 => None,
+            Version::Http11 => negotiate::negotiate(fields, &config.algorithms),
+        };
         Some(Offer {
             coding,
             config,
