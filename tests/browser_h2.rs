@@ -71,6 +71,8 @@ const REPORT: &str = r#"(() => {
     url: location.href,
     navigation: navigation.type,
     protocol: navigation.nextHopProtocol,
+    encoded: navigation.encodedBodySize,
+    decoded: navigation.decodedBodySize,
     text: document.body.innerText,
     pictures,
   };
@@ -300,6 +302,16 @@ async fn chromium_loads_the_demo_over_http2_and_its_pictures_from_the_lard_pool(
         web["h2_connections"].as_u64() >= Some(1)
             && web["h2_streams"].as_u64() >= Some(1 + PICTURES as u64),
         "the service counted no HTTP/2 connection or too few streams: {web:#}"
+    );
+    // The page came compressed (rules/demo.toml compresses pages), in whichever coding the
+    // browser asked for best, and the browser decoded it.
+    assert!(
+        web["compressed"].as_u64() >= Some(1),
+        "the page was not compressed: {web:#}"
+    );
+    assert!(
+        first["decoded"].as_u64() > first["encoded"].as_u64(),
+        "the browser got the page uncompressed: {first:#}"
     );
     tokio::task::block_in_place(|| check_access_log(&demo, &pictures, &servers, &mut log));
 
