@@ -10,6 +10,10 @@ use std::ops::Range;
 /// The largest trailer section accepted.
 pub const MAX_TRAILER_BYTES: usize = 16 * 1024;
 
+/// The most fields a trailer section read from HTTP/1 may hold (HAProxy's `tune.http.maxhdr`
+/// is 101); more is a malformed body.
+pub const MAX_TRAILER_FIELDS: usize = 128;
+
 /// The longest chunk extension accepted (the bytes between a chunk size and its CRLF).
 /// Extensions are dropped when the body is re-framed, so nothing legitimate needs many; without
 /// a bound, a client could send one endless extension and hold the exchange without ever
@@ -297,21 +301,22 @@ pub fn put_trailers(out: &mut Vec<u8>, section: &[u8]) {
 /// Calls `field` with the name and value of each field of a trailer section (as
 /// [`ChunkedDecoder::trailers`] holds it) that may go on as a trailer ([`may_be_trailer`]): for
 /// HTTP/1 ([`put_trailers`]) and for HTTP/2 trailers alike.
+///
+/// The section is read line by line, with no bound on the number of fields: it was either
+/// checked as it came ([`validate_trailers`]: field lines, at most [`MAX_TRAILER_FIELDS`]) or
+/// written by the switch from an HTTP/2 trailer block, whose size the connection bounds. (A
+/// parse into a fixed array once gave back nothing for a block of more fields than the array:
+/// a gRPC answer lost its `grpc-status` silently.)
 pub fn for_each_trailer(section: &[u8], mut field: impl FnMut(&[u8], &[u8])) {
-    if section.is_empty() {
-        return;
-    }
-    let mut terminated = Vec::with_capacity(section.len() + 2);
-    terminated.extend_from_slice(section);
-    terminated.extend_from_slice(b"\r\n");
-    let mut fields = [httparse::EMPTY_HEADER; 64];
-    let Ok(httparse::Status::Complete(_)) = httparse::parse_headers(&terminated, &mut fields)
-    else {
-        return;
-    };
-    for f in fields.iter().take_while(|f| !f.name.is_empty()) {
-        if may_be_trailer(f.name.as_bytes()) {
-            field(f.name.as_bytes(), f.value);
+    for line in section.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let name = &line[..colon];
+        let is_token = !name.is_empty() && name.iter().all(|&b| b.is_ascii_graphic());
+        if is_token && may_be_trailer(name) {
+            field(name, super::fields::trim_ows(&line[colon + 1..]));
         }
     }
 }
@@ -358,7 +363,7 @@ fn validate_trailers(section: &[u8]) -> Result<(), ChunkError> {
     let mut terminated = Vec::with_capacity(section.len() + 2);
     terminated.extend_from_slice(section);
     terminated.extend_from_slice(b"\r\n");
-    let mut fields = [httparse::EMPTY_HEADER; 64];
+    let mut fields = [httparse::EMPTY_HEADER; MAX_TRAILER_FIELDS];
     match httparse::parse_headers(&terminated, &mut fields) {
         Ok(httparse::Status::Complete((len, _))) if len == terminated.len() => Ok(()),
         _ => Err(ChunkError("malformed trailer field")),
@@ -368,6 +373,30 @@ fn validate_trailers(section: &[u8]) -> Result<(), ChunkError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trailer_section_of_many_fields_is_read_whole() {
+        let mut section = Vec::new();
+        for i in 0..200 {
+            section.extend_from_slice(format!("x-t{i}: v{i} \r\n").as_bytes());
+        }
+        section.extend_from_slice(b"grpc-status: 0\r\nset-cookie: no");
+        let mut seen = Vec::new();
+        for_each_trailer(&section, |n, v| seen.push((n.to_vec(), v.to_vec())));
+        assert_eq!(
+            seen.len(),
+            201,
+            "every field but the one that may not be a trailer"
+        );
+        assert_eq!(seen[7], (b"x-t7".to_vec(), b"v7".to_vec()));
+        assert_eq!(seen[200], (b"grpc-status".to_vec(), b"0".to_vec()));
+        // From HTTP/1, at most MAX_TRAILER_FIELDS fields.
+        let lines = |n: usize| (0..n).map(|i| format!("x-t{i}: v\r\n")).collect::<String>();
+        let at_most = lines(MAX_TRAILER_FIELDS);
+        assert!(validate_trailers(at_most.as_bytes()).is_ok());
+        let over = lines(MAX_TRAILER_FIELDS + 1);
+        assert!(validate_trailers(over.as_bytes()).is_err());
+    }
 
     #[test]
     fn only_data_or_the_end_gives_at_once() {
