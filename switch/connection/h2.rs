@@ -68,6 +68,12 @@ const MAX_PENDING_ACCEPT_RESETS: usize = 20;
 const MAX_LOCAL_ERROR_RESETS: usize = 200;
 /// How long a connection that said GOAWAY waits for its streams to end.
 const GOING_AWAY_GRACE: Duration = Duration::from_secs(5);
+/// How long a connection runs no stream before the h2 crate gives back its stream store, frame
+/// queues and HPACK buffers (about 5 KiB, taken again by the next request: the vendored
+/// crate's `release_idle_memory`; its read and write buffers go back to their pool as soon as
+/// the last stream ends). Not at once: a busy connection would free and take them between
+/// requests, 2.6% of an HTTP/2 request's instructions (BENCHMARKS.md).
+const RELEASE_IDLE_AFTER_MS: u64 = 200;
 
 /// What wakes the driver.
 enum Event {
@@ -115,6 +121,9 @@ struct Driver<'c> {
     /// Coarse-clock deadline of the current wait: idle, or the grace after GOAWAY.
     deadline_ms: u64,
     keepalive_ms: u64,
+    /// Coarse-clock time at which the idle connection's memory goes back
+    /// ([`RELEASE_IDLE_AFTER_MS`] without a stream); `u64::MAX` once it has.
+    release_at_ms: u64,
 }
 
 impl Connection {
@@ -169,20 +178,9 @@ impl Connection {
     ) -> Preface {
         let alarm = Alarm::default();
         let io = H2Io::new(&self.client, early, &alarm, stats);
-        let handshake = builder().handshake::<_, Bytes>(io);
-        let handshaken = wait(async { Ok(handshake.await) }, TimeLimit::Until(deadline)).await;
-        let conn = match handshaken {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => {
-                tracing::debug!(client = %self.peer, "HTTP/2 handshake failed: {e}");
-                // The one GOAWAY error of the handshake: the h2 crate read a preface that is
-                // not HTTP/2's, after it sent its SETTINGS, and leaves the GOAWAY to us.
-                if e.is_go_away() && e.reason() == Some(Reason::PROTOCOL_ERROR) {
-                    return Preface::Invalid;
-                }
-                return Preface::Ended;
-            }
-            Err(_) => return Preface::Ended,
+        let conn = match self.handshake(io, deadline).await {
+            Ok(conn) => conn,
+            Err(preface) => return preface,
         };
         let keepalive_ms = self.shared.settings.keepalive_timeout.as_millis() as u64;
         let mut driver = Driver {
@@ -196,11 +194,37 @@ impl Connection {
             refusals: frames::Budget::new(),
             deadline_ms: self.timer.now_ms().saturating_add(keepalive_ms),
             keepalive_ms,
+            release_at_ms: self.timer.now_ms().saturating_add(RELEASE_IDLE_AFTER_MS),
         };
         driver.run().await;
         match alarm.raised() {
             Some(io::PROTOCOL_ERROR) => Preface::NoSettings,
             _ => Preface::Ended,
+        }
+    }
+
+    /// The h2 crate's handshake (the client's preface and SETTINGS, ours sent), due by
+    /// `deadline`. Its future (about 6 KB, the codec inside) is boxed and freed once it is
+    /// done: held inline, it would size the connection's future for its whole life (7.6 KB
+    /// where the served connection needs 1.7).
+    async fn handshake<'c>(
+        &self,
+        io: H2Io<'c>,
+        deadline: Instant,
+    ) -> Result<h2::server::Connection<H2Io<'c>, Bytes>, Preface> {
+        let handshake = Box::pin(builder().handshake::<_, Bytes>(io));
+        match wait(async { Ok(handshake.await) }, TimeLimit::Until(deadline)).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(e)) => {
+                tracing::debug!(client = %self.peer, "HTTP/2 handshake failed: {e}");
+                // The one GOAWAY error of the handshake: the h2 crate read a preface that is
+                // not HTTP/2's, after it sent its SETTINGS, and leaves the GOAWAY to us.
+                if e.is_go_away() && e.reason() == Some(Reason::PROTOCOL_ERROR) {
+                    return Err(Preface::Invalid);
+                }
+                Err(Preface::Ended)
+            }
+            Err(_) => Err(Preface::Ended),
         }
     }
 
@@ -369,24 +393,46 @@ impl Driver<'_> {
     }
 
     /// The idle timeout (no stream running), or the grace after GOAWAY; the slot also wakes the
-    /// driver when the switch stops or a reload removes services.
+    /// driver when the switch stops or a reload removes services. An idle connection gives its
+    /// memory back on the way ([`RELEASE_IDLE_AFTER_MS`]).
     fn poll_deadline(&mut self, cx: &mut Context<'_>, running: usize) -> Poll<Event> {
         let timer = &self.link.timer;
         if !self.going_away && running > 0 {
-            self.deadline_ms = timer.now_ms().saturating_add(self.keepalive_ms);
+            let now = timer.now_ms();
+            self.deadline_ms = now.saturating_add(self.keepalive_ms);
+            self.release_at_ms = now.saturating_add(RELEASE_IDLE_AFTER_MS);
             let _ = timer.poll_expired(u64::MAX, cx);
             if self.should_leave() {
                 return Poll::Ready(Event::Leave);
             }
             return Poll::Pending;
         }
-        match timer.poll_expired(self.deadline_ms, cx) {
-            // Checked again now that the waker is registered: a stop that came after the
-            // first check found no waker to wake.
-            Poll::Pending if !self.going_away && self.should_leave() => Poll::Ready(Event::Leave),
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(()) if self.going_away => Poll::Ready(Event::GraceOver),
-            Poll::Ready(()) => Poll::Ready(Event::Idle),
+        loop {
+            let release = !self.going_away && self.release_at_ms < self.deadline_ms;
+            let wake_at = if release {
+                self.release_at_ms
+            } else {
+                self.deadline_ms
+            };
+            return match timer.poll_expired(wake_at, cx) {
+                // Checked again now that the waker is registered: a stop that came after the
+                // first check found no waker to wake.
+                Poll::Pending if !self.going_away && self.should_leave() => {
+                    Poll::Ready(Event::Leave)
+                }
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(()) if release => {
+                    // A stream still in the h2 crate (its last frames on their way): later.
+                    self.release_at_ms = if self.conn.release_idle_memory() {
+                        u64::MAX
+                    } else {
+                        timer.now_ms().saturating_add(RELEASE_IDLE_AFTER_MS)
+                    };
+                    continue;
+                }
+                Poll::Ready(()) if self.going_away => Poll::Ready(Event::GraceOver),
+                Poll::Ready(()) => Poll::Ready(Event::Idle),
+            };
         }
     }
 }

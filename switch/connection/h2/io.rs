@@ -170,7 +170,10 @@ impl AsyncRead for H2Io<'_> {
             let pass = this.received(piece);
             buf.put_slice(&piece[..pass]);
             this.early_at += n;
-            this.early = early;
+            // Handed over whole: freed, not kept for the connection's life.
+            if this.early_at < early.len() {
+                this.early = early;
+            }
             if pass == 0 {
                 return this.read_no_more(cx);
             }

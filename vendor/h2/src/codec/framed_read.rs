@@ -1,3 +1,4 @@
+use crate::codec::buffer_pool;
 use crate::frame::{self, Frame, Kind, Reason};
 use crate::frame::{
     DEFAULT_MAX_FRAME_SIZE, DEFAULT_SETTINGS_HEADER_TABLE_SIZE, MAX_MAX_FRAME_SIZE,
@@ -94,6 +95,21 @@ impl<T> FramedRead<T> {
     pub fn set_max_header_list_size(&mut self, val: usize) {
         self.decoder
             .set_max_header_list_size(val, self.max_frame_size());
+    }
+
+    /// tcpvs: gives the read buffer back to the thread's pool when it holds nothing. Called
+    /// by the connection whenever it has no stream open; `poll_next` takes one again when the
+    /// connection is next polled.
+    pub(crate) fn release_idle_buffers(&mut self) {
+        let read = self.inner.read_buffer_mut();
+        if read.is_empty() && read.capacity() != 0 && self.decoder.partial.is_none() {
+            buffer_pool::give_back(buffer_pool::Kind::Read, std::mem::take(read));
+        }
+    }
+
+    /// tcpvs: gives the HPACK decoder's string buffer back (a connection idle for a while).
+    pub(crate) fn release_hpack_buffer(&mut self) {
+        self.decoder.hpack.release_idle_buffer();
     }
 
     /// Update the header table size setting.
@@ -421,6 +437,12 @@ where
         let _e = span.enter();
         loop {
             tracing::trace!("poll");
+            // tcpvs: a read buffer given back while idle (`release_idle_buffers`) is
+            // taken again whole: tokio-util would otherwise grow it from 8 bytes, a read
+            // each.
+            if self.inner.read_buffer().capacity() == 0 {
+                *self.inner.read_buffer_mut() = buffer_pool::take(buffer_pool::Kind::Read);
+            }
             let bytes = match ready!(Pin::new(&mut self.inner).poll_next(cx)) {
                 Some(Ok(bytes)) => bytes,
                 Some(Err(e)) => return Poll::Ready(Some(Err(map_err(e)))),

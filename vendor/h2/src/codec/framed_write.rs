@@ -1,3 +1,4 @@
+use crate::codec::buffer_pool;
 use crate::codec::UserError;
 use crate::codec::UserError::*;
 use crate::frame::{self, Frame, FrameSize};
@@ -60,11 +61,8 @@ enum Next<B> {
     Continuation(frame::Continuation),
 }
 
-/// Initialize the connection with this amount of write buffer.
-///
-/// The minimum MAX_FRAME_SIZE is 16kb, so always be able to send a HEADERS
-/// frame that big.
-const DEFAULT_BUFFER_CAPACITY: usize = 16 * 1_024;
+// tcpvs: the write buffer (16 KiB: the minimum MAX_FRAME_SIZE is 16kb, so always be able to
+// send a HEADERS frame that big) comes from `buffer_pool::Kind::Write`.
 
 /// Chain payloads bigger than this when vectored I/O is enabled. The remote
 /// will never advertise a max frame size less than this (well, the spec says
@@ -93,7 +91,10 @@ where
             final_flush_done: false,
             encoder: Encoder {
                 hpack: hpack::Encoder::default(),
-                buf: Cursor::new(BytesMut::with_capacity(DEFAULT_BUFFER_CAPACITY)),
+                // tcpvs: the write buffer is taken when the first frame is buffered
+                // (`Encoder::buffer`) and given back when the connection idles
+                // (`release_idle_buffers`), as HAProxy's mux_h2 takes its buffers.
+                buf: Cursor::new(BytesMut::new()),
                 next: None,
                 last_data_frame: None,
                 max_frame_size: frame::DEFAULT_MAX_FRAME_SIZE,
@@ -176,6 +177,25 @@ where
         Poll::Ready(Ok(()))
     }
 
+    /// tcpvs: gives the write buffer back to the thread's pool when nothing waits in it.
+    /// Called by the connection whenever it has no stream open; the next frame takes one.
+    pub(crate) fn release_idle_buffers(&mut self) {
+        let encoder = &mut self.encoder;
+        if encoder.next.is_none()
+            && !encoder.buf.has_remaining()
+            && encoder.buf.get_ref().capacity() != 0
+        {
+            let buf = std::mem::replace(&mut encoder.buf, Cursor::new(BytesMut::new()));
+            buffer_pool::give_back(buffer_pool::Kind::Write, buf.into_inner());
+        }
+    }
+
+    /// tcpvs: gives the HPACK encoder's header-block buffer back (a connection idle for a
+    /// while).
+    pub(crate) fn release_hpack_buffer(&mut self) {
+        self.encoder.hpack.release_idle_buffer();
+    }
+
     /// Close the codec
     pub fn shutdown(&mut self, cx: &mut Context) -> Poll<io::Result<()>> {
         if !self.final_flush_done {
@@ -223,6 +243,10 @@ where
     fn buffer(&mut self, item: Frame<B>) -> Result<(), UserError> {
         // Ensure that we have enough capacity to accept the write.
         assert!(self.has_capacity());
+        // tcpvs: a buffer given back while idle is taken again here.
+        if self.buf.get_ref().capacity() == 0 {
+            self.buf = Cursor::new(buffer_pool::take(buffer_pool::Kind::Write));
+        }
         let span = tracing::trace_span!("FramedWrite::buffer", frame = ?item);
         let _e = span.enter();
 
@@ -307,9 +331,11 @@ where
     }
 
     fn has_capacity(&self) -> bool {
+        // tcpvs: a buffer given back (capacity 0) is taken again in `buffer`.
         self.next.is_none()
-            && (self.buf.get_ref().capacity() - self.buf.get_ref().len()
-                >= self.min_buffer_capacity)
+            && (self.buf.get_ref().capacity() == 0
+                || self.buf.get_ref().capacity() - self.buf.get_ref().len()
+                    >= self.min_buffer_capacity)
     }
 
     fn is_empty(&self) -> bool {

@@ -158,7 +158,16 @@ impl Decoder {
             max_size_update: None,
             last_max_update: size,
             table: Table::new(size),
-            buffer: BytesMut::with_capacity(4096),
+            // tcpvs: taken at the first Huffman-coded string (`try_decode_string`).
+            buffer: BytesMut::new(),
+        }
+    }
+
+    /// tcpvs: gives the Huffman string buffer back while the connection idles; strings
+    /// decoded from it keep their part alive on their own. Taken again in `try_decode_string`.
+    pub fn release_idle_buffer(&mut self) {
+        if self.buffer.capacity() != 0 {
+            self.buffer = BytesMut::new();
         }
     }
 
@@ -333,6 +342,11 @@ impl Decoder {
 
         let offset = (buf.position() - old_pos) as usize;
         if huff {
+            // tcpvs: taken again whole after `release_idle_buffer`, so that strings keep
+            // sharing one block rather than one allocation each.
+            if self.buffer.capacity() == 0 {
+                self.buffer = BytesMut::with_capacity(4096);
+            }
             let ret = {
                 let raw = &buf.chunk()[..len];
                 huffman::decode(raw, &mut self.buffer).map(|buf| StringMarker {

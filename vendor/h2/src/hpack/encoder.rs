@@ -57,6 +57,13 @@ impl Encoder {
         std::mem::take(&mut self.scratch)
     }
 
+    /// tcpvs: gives the reusable header-block buffer back while the connection idles.
+    pub(crate) fn release_idle_buffer(&mut self) {
+        if self.scratch.capacity() != 0 {
+            self.scratch = BytesMut::new();
+        }
+    }
+
     /// Returns a fully-written header block buffer for reuse.
     pub(crate) fn return_scratch(&mut self, scratch: BytesMut) {
         self.scratch = scratch;

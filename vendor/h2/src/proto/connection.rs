@@ -298,6 +298,18 @@ where
         self.inner.ping_pong.take_user_pings()
     }
 
+    /// tcpvs: when no stream is open, gives back the memory the connection's buffers, stream
+    /// store and frame queues grew to (each taken again when next needed), and says whether
+    /// it did. For the user to call on a connection idle for a while: doing it each time the
+    /// last stream ends cost 3% of an HTTP/2 request's instructions in allocations.
+    pub fn release_idle_memory(&mut self) -> bool {
+        if !self.inner.streams.release_idle_memory() {
+            return false;
+        }
+        self.codec.release_idle_memory();
+        true
+    }
+
     /// Advances the internal state of the connection.
     pub fn poll(&mut self, cx: &mut Context) -> Poll<Result<(), Error>> {
         // XXX(eliza): cloning the span is unfortunately necessary here in
@@ -330,6 +342,14 @@ where
                             {
                                 self.inner.as_dyn().go_away_now(Reason::NO_ERROR);
                                 continue;
+                            }
+
+                            // tcpvs: everything is flushed; with no stream open, the read and
+                            // write buffers go back to the thread's pool until needed. The
+                            // stream store and queues go later (`release_idle_memory`): freed
+                            // and taken again between requests, they cost 2% of a request.
+                            if !self.inner.streams.has_streams() {
+                                self.codec.release_idle_buffers();
                             }
 
                             return Poll::Pending;

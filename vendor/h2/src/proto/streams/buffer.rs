@@ -33,6 +33,20 @@ impl<T> Buffer<T> {
     pub fn is_empty(&self) -> bool {
         self.slab.is_empty()
     }
+
+    /// tcpvs: room for one frame first (a `Vec` grows to four at once, about 1.2 KB).
+    fn reserve_first(&mut self) {
+        if self.slab.capacity() == 0 {
+            self.slab.reserve_exact(1);
+        }
+    }
+
+    /// tcpvs: gives the slab's memory back when it holds no frame (an idle connection).
+    pub fn release_idle_memory(&mut self) {
+        if self.slab.is_empty() && self.slab.capacity() != 0 {
+            self.slab = Slab::new();
+        }
+    }
 }
 
 impl Deque {
@@ -45,6 +59,7 @@ impl Deque {
     }
 
     pub fn push_back<T>(&mut self, buf: &mut Buffer<T>, value: T) {
+        buf.reserve_first();
         let key = buf.slab.insert(Slot { value, next: None });
 
         match self.indices {
@@ -62,6 +77,7 @@ impl Deque {
     }
 
     pub fn push_front<T>(&mut self, buf: &mut Buffer<T>, value: T) {
+        buf.reserve_first();
         let key = buf.slab.insert(Slot { value, next: None });
 
         match self.indices {

@@ -85,6 +85,11 @@ pub(crate) enum Open {
 }
 
 impl Recv {
+    /// tcpvs: gives the receive buffer's memory back when it holds no frame.
+    pub fn release_idle_memory(&mut self) {
+        self.buffer.release_idle_memory();
+    }
+
     pub fn new(peer: peer::Dyn, config: &Config) -> Self {
         let next_stream_id = if peer.is_server() { 1 } else { 2 };
 

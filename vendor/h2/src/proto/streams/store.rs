@@ -86,6 +86,19 @@ impl Store {
         }
     }
 
+    /// tcpvs: gives the stream slab's and the id map's memory back when no stream is stored
+    /// (an idle connection): no key into the slab is alive then.
+    pub fn release_idle_memory(&mut self) {
+        if self.slab.is_empty() && self.ids.is_empty() {
+            if self.slab.capacity() != 0 {
+                self.slab = slab::Slab::new();
+            }
+            if self.ids.capacity() != 0 {
+                self.ids = IndexMap::new();
+            }
+        }
+    }
+
     pub fn find_mut(&mut self, id: &StreamId) -> Option<Ptr<'_>> {
         let index = {
             let key = self.ids.get(id)?;
@@ -102,6 +115,10 @@ impl Store {
     }
 
     pub fn insert(&mut self, id: StreamId, val: Stream) -> Ptr<'_> {
+        // tcpvs: room for one stream first (a `Vec` grows to four at once, 1.3 KB).
+        if self.slab.capacity() == 0 {
+            self.slab.reserve_exact(1);
+        }
         let index = SlabIndex(self.slab.insert(val) as u32);
         assert!(self.ids.insert(id, index).is_none());
 
@@ -464,6 +481,10 @@ impl<'a> VacantEntry<'a> {
     pub fn insert(self, value: Stream) -> Key {
         // Insert the value in the slab
         let stream_id = value.id;
+        // tcpvs: room for one stream first (a `Vec` grows to four at once, 1.3 KB).
+        if self.slab.capacity() == 0 {
+            self.slab.reserve_exact(1);
+        }
         let index = SlabIndex(self.slab.insert(value) as u32);
 
         // Insert the handle in the ID map
