@@ -4,6 +4,11 @@
 //! mux_h2 takes its buffers on demand. Before that change one idle connection over h2c held
 //! 27.5 KiB of the switch's resident memory; with it, 4.5 KiB (benches/h2_idle_memory.sh).
 //!
+//! The HPACK decoder's table keeps its strings in allocations of their own: a request path the
+//! client indexes (a few bytes) no longer holds the whole read buffer it was decoded from, one
+//! per request once those buffers are given back (an attacker's review of the change above:
+//! 674 KiB per connection after 100 requests).
+//!
 //! The switch runs as its own process (the test's memory is not in its resident set), with
 //! one worker. Every connection has one request answered, byte for byte, before the next
 //! opens; then all stay open and idle while the switch's resident memory is read. Verdicts
@@ -55,26 +60,35 @@ async fn served_connection(addr: std::net::SocketAddr) -> Conn {
     conn
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_idle_connection_gives_its_buffers_back() {
-    let backend = common::backend().await;
-    let scratch = Scratch::new("h2_memory");
+/// Starts `tcpvs run` with one h2c service in front of `backend`; returns the process and the
+/// service's address.
+async fn start(
+    backend: std::net::SocketAddr,
+    scratch: &Scratch,
+) -> (Process, std::net::SocketAddr) {
     let rules = scratch.file(
         "rules.toml",
         &format!(
             "[switch]\nworkers = 1\naccess_log = false\nkeepalive_timeout = \"300s\"\n\n\
              [virtual.h2c]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"web\"\n\n\
              [pool.web]\nservers = [{{ addr = \"{}\" }}]\n",
-            backend.addr
+            backend
         ),
     );
-    let (switch, addr) = tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         let switch = Process::start(&["run".as_ref(), "-c".as_ref(), rules.as_os_str()]);
         let (addr, _) = switch.address_after("listening on ");
         (switch, addr)
     })
     .await
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_gives_its_buffers_back() {
+    let backend = common::backend().await;
+    let scratch = Scratch::new("h2_memory");
+    let (switch, addr) = start(backend.addr, &scratch).await;
     let pid = switch.id();
 
     for _ in 0..WARM_UP {
@@ -111,5 +125,104 @@ async fn an_idle_connection_gives_its_buffers_back() {
         assert_eq!(response.status, 200, "{response:?}");
         assert_eq!(response.body, pattern(BODY, BODY as u64));
     }
+    drop(switch);
+}
+
+/// Connections that each index distinct request paths (literal with incremental indexing), one
+/// request after the other: each ends with no stream open, so its read buffer goes back, while
+/// the decoder's table keeps the paths.
+const INDEXING_CONNECTIONS: u64 = 50;
+const INDEXED_REQUESTS: u32 = 60;
+/// KiB of the switch's memory per such connection: the HPACK table's own bound (4 KiB of
+/// entries) and its overhead; with the paths pinning their read buffers, about 490.
+const INDEXING_BOUND_KIB: u64 = 150;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn indexed_request_fields_pin_no_buffer() {
+    let backend = common::backend().await;
+    let scratch = Scratch::new("h2_memory_indexed");
+    let (switch, addr) = start(backend.addr, &scratch).await;
+    let pid = switch.id();
+    for _ in 0..WARM_UP {
+        drop(served_connection(addr).await);
+    }
+    let before = rss_kib(pid);
+    let mut held = Vec::new();
+    for c in 0..INDEXING_CONNECTIONS {
+        let mut conn = Conn::open(addr).await;
+        for r in 0..INDEXED_REQUESTS {
+            let path = format!("/pin/{c}/{r}/abcdefghij");
+            let block = Block::new()
+                .field(":method", "GET")
+                .field(":scheme", "http")
+                .indexed_field(":path", &path)
+                .field(":authority", "h2.test");
+            let stream = 1 + 2 * r;
+            conn.send(&headers(stream, block.bytes(), true)).await;
+            let response = conn.response(stream).await;
+            assert_eq!(response.status, 200, "{response:?}");
+            assert!(
+                String::from_utf8_lossy(&response.body).contains(&path),
+                "the backend names the path it got: {response:?}"
+            );
+        }
+        held.push(conn);
+    }
+    let per_connection = rss_kib(pid).saturating_sub(before) as f64 / INDEXING_CONNECTIONS as f64;
+    assert!(
+        per_connection <= INDEXING_BOUND_KIB as f64,
+        "a connection of {INDEXED_REQUESTS} requests with indexed paths holds {per_connection:.1} \
+         KiB of the switch's memory, more than {INDEXING_BOUND_KIB}"
+    );
+    drop(switch);
+}
+
+/// Connections that index a Huffman-coded `:authority` of their own, with a pause longer than
+/// the switch's 200 ms release between requests: the decoder's Huffman buffer is given back
+/// in each pause, and a table entry cut from it held it (225 KiB per connection after 40
+/// requests in the attacker's review). A slow machine that releases later only makes this
+/// pass more easily.
+const PAUSED_CONNECTIONS: u64 = 20;
+const PAUSED_REQUESTS: u32 = 8;
+const PAUSE: Duration = Duration::from_millis(300);
+/// KiB per such connection: about 8 measured; with each pause's buffer pinned, about 37.
+const PAUSED_BOUND_KIB: u64 = 24;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huffman_coded_fields_pin_no_buffer_across_pauses() {
+    let backend = common::backend().await;
+    let scratch = Scratch::new("h2_memory_huffman");
+    let (switch, addr) = start(backend.addr, &scratch).await;
+    let pid = switch.id();
+    for _ in 0..WARM_UP {
+        drop(served_connection(addr).await);
+    }
+    let mut conns = Vec::new();
+    for _ in 0..PAUSED_CONNECTIONS {
+        conns.push(Conn::open(addr).await);
+    }
+    let before = rss_kib(pid);
+    for r in 0..PAUSED_REQUESTS {
+        for (c, conn) in conns.iter_mut().enumerate() {
+            let authority = format!("host-{c}-{r}.h2.test");
+            let block = Block::new()
+                .field(":method", "GET")
+                .field(":scheme", "http")
+                .field(":path", "/huffman")
+                .indexed_field_huffman(":authority", &authority);
+            let stream = 1 + 2 * r;
+            conn.send(&headers(stream, block.bytes(), true)).await;
+            let response = conn.response(stream).await;
+            assert_eq!(response.status, 200, "{response:?}");
+        }
+        tokio::time::sleep(PAUSE).await;
+    }
+    let per_connection = rss_kib(pid).saturating_sub(before) as f64 / PAUSED_CONNECTIONS as f64;
+    assert!(
+        per_connection <= PAUSED_BOUND_KIB as f64,
+        "a connection of {PAUSED_REQUESTS} requests with indexed Huffman-coded authorities, \
+         paused between them, holds {per_connection:.1} KiB of the switch's memory, more than \
+         {PAUSED_BOUND_KIB}"
+    );
     drop(switch);
 }

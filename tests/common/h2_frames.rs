@@ -160,6 +160,21 @@ impl Block {
         self
     }
 
+    /// [`Block::indexed_field`] with the value Huffman-coded (RFC 7541 section 5.2), as
+    /// browsers send theirs: the decoder writes such a value into a buffer of its own.
+    pub fn indexed_field_huffman(
+        mut self,
+        name: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+    ) -> Block {
+        put_int(&mut self.0, 0x40, 6, 0);
+        put_string(&mut self.0, name.as_ref());
+        let coded = huffman_encode(value.as_ref());
+        put_int(&mut self.0, 0x80, 7, coded.len());
+        self.0.extend_from_slice(&coded);
+        self
+    }
+
     fn literal(mut self, first: u8, prefix_bits: u8, name: &[u8], value: &[u8]) -> Block {
         put_int(&mut self.0, first, prefix_bits, 0);
         put_string(&mut self.0, name);
@@ -710,6 +725,30 @@ pub fn huffman_codes() -> HashMap<(u8, u32), u8> {
         code += 1;
     }
     codes
+}
+
+/// Huffman-codes `bytes`, padded with the most significant bits of EOS (all ones).
+pub fn huffman_encode(bytes: &[u8]) -> Vec<u8> {
+    let mut code_of = [(0u8, 0u32); 256];
+    for ((length, code), byte) in huffman_codes() {
+        code_of[byte as usize] = (length, code);
+    }
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u64, 0u32);
+    for &byte in bytes {
+        let (length, code) = code_of[byte as usize];
+        acc = (acc << length) | u64::from(code);
+        bits += u32::from(length);
+        while bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    if bits > 0 {
+        let pad = 8 - bits;
+        out.push(((acc << pad) as u8) | ((1u8 << pad) - 1));
+    }
+    out
 }
 
 /// Decodes a Huffman-coded string; panics on an invalid code or padding.

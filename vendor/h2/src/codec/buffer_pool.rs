@@ -52,12 +52,13 @@ pub(crate) fn take(kind: Kind) -> BytesMut {
         .unwrap_or_else(|| BytesMut::with_capacity(kind.size()))
 }
 
-/// Gives `buffer` back, emptied. It is kept only whole and unshared (frames split off a read
-/// buffer may still hold part of it: then it is freed when they are), not grown past twice its
-/// size (a large header block to a peer with large frames), and while the pool has room.
+/// Gives `buffer` back, emptied. It is kept only with its size free (`try_reclaim`: made
+/// whole again when no frame split off it is alive; one that is, with less room, is freed when
+/// they are), not grown past twice its size (a large header block to a peer with large
+/// frames), and while the pool has room.
 pub(crate) fn give_back(kind: Kind, mut buffer: BytesMut) {
     buffer.clear();
-    if buffer.capacity() > 2 * kind.size() || !buffer.try_reclaim(kind.size()) {
+    if !buffer.try_reclaim(kind.size()) || buffer.capacity() > 2 * kind.size() {
         return;
     }
     let _ = POOL.try_with(|pool| {

@@ -102,7 +102,13 @@ impl<T> FramedRead<T> {
     /// connection is next polled.
     pub(crate) fn release_idle_buffers(&mut self) {
         let read = self.inner.read_buffer_mut();
-        if read.is_empty() && read.capacity() != 0 && self.decoder.partial.is_none() {
+        // Only a buffer no frame still shares (`try_reclaim` makes it whole again): one that
+        // is shared stays, to be tried again, rather than freed and taken anew.
+        if read.is_empty()
+            && read.capacity() != 0
+            && self.decoder.partial.is_none()
+            && read.try_reclaim(buffer_pool::Kind::Read.size())
+        {
             buffer_pool::give_back(buffer_pool::Kind::Read, std::mem::take(read));
         }
     }

@@ -223,8 +223,9 @@ impl Decoder {
                     can_resize = false;
                     let entry = self.decode_literal(src, true)?;
 
-                    // Insert the header into the table
-                    self.table.insert(entry.clone());
+                    // Insert the header into the table (tcpvs: its strings copied, not
+                    // slices of the buffers they were decoded from: `Header::detached`).
+                    self.table.insert(entry.detached());
                     consume(src);
 
                     if f(entry).is_break() {

@@ -61,6 +61,23 @@ impl Header<Option<HeaderName>> {
 }
 
 impl Header {
+    /// tcpvs: the same header with its strings in allocations of their own, for the decoder's
+    /// dynamic table. Decoded pseudo-header values are slices of the buffer they were read
+    /// from (the connection's read buffer, or the Huffman buffer); kept in the table, a slice
+    /// of a few bytes held that whole buffer for as long as the entry lived, and buffers
+    /// released while idle (`release_idle_buffers`) were pinned one per indexed request (an
+    /// attacker's review: 657 KiB per connection from 30-byte paths). Other fields are
+    /// copied when decoded (`Header::new`).
+    pub fn detached(&self) -> Header {
+        match self {
+            Header::Authority(v) => Header::Authority(BytesStr::from(v.as_str())),
+            Header::Scheme(v) => Header::Scheme(BytesStr::from(v.as_str())),
+            Header::Path(v) => Header::Path(BytesStr::from(v.as_str())),
+            Header::Protocol(v) => Header::Protocol(Protocol::from(v.as_str())),
+            other => other.clone(),
+        }
+    }
+
     pub fn new(name: Bytes, value: Bytes) -> Result<Header, DecoderError> {
         if name.is_empty() {
             return Err(DecoderError::NeedMore(NeedMore::UnexpectedEndOfStream));
