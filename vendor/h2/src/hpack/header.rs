@@ -66,7 +66,7 @@ impl Header {
     /// from (the connection's read buffer, or the Huffman buffer); kept in the table, a slice
     /// of a few bytes held that whole buffer for as long as the entry lived, and buffers
     /// released while idle (`release_idle_buffers`) were pinned one per indexed request (an
-    /// attacker's review: 657 KiB per connection from 30-byte paths). Other fields are
+    /// attacker's review: 674 KiB per connection from 30-byte paths). Other fields are
     /// copied when decoded (`Header::new`).
     pub fn detached(&self) -> Header {
         match self {

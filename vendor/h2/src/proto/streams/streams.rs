@@ -1162,7 +1162,7 @@ where
 
     /// tcpvs: when the connection holds no stream, gives back the memory its stream store
     /// and frame buffers grew to (about 3.5 KiB after one request) and says so; the next
-    /// stream takes it again. Called by the connection when it idles.
+    /// stream takes it again. Called through `Connection::release_idle_memory`.
     pub fn release_idle_memory(&self) -> bool {
         {
             let mut guard = self.inner.lock().unwrap();
