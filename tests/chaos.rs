@@ -40,7 +40,7 @@
 
 mod common;
 
-use common::{pattern, sha256_hex, stop, Process, Scratch};
+use common::{pattern, rss_kib, sha256_hex, stop, Process, Scratch};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -1402,15 +1402,6 @@ fn descriptors(pid: u32) -> Fds {
         pipe_pairs: pipes.values().filter(|&&n| n == 2).count(),
         kinds,
     }
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/PID/status")
 }
 
 /// Alive: /proc/PID exists and is not a zombie.

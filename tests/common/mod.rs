@@ -1132,6 +1132,16 @@ pub fn position_of(text: &str, needle: &str) -> (usize, usize) {
     (line, col)
 }
 
+/// The resident memory (VmRSS) of process `pid`, in KiB: what a test bounds a process's memory by.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/PID/status")
+}
+
 /// A `tcpvs` process started by a test, with its log lines (stderr) as they come. Killed when
 /// dropped, so a failed assertion leaves no process behind.
 pub struct Process {
