@@ -79,6 +79,8 @@ impl Switch {
             Placement::Threads(count) => count,
         };
         let builder = Builder::new(workers);
+        let mut config = config;
+        crate::discovery::once::fill(&mut config.pools, &Generation::empty());
         let plan = builder
             .plan(
                 &Generation::empty(),

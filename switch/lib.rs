@@ -19,6 +19,7 @@ pub mod capacity;
 pub mod compress;
 pub mod config;
 mod connection;
+pub mod discovery;
 pub mod edge;
 mod exchange;
 pub mod gateway;

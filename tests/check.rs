@@ -1246,3 +1246,57 @@ servers = [{ addr = "127.0.0.1:9001" }]
     let got: Vec<&str> = c.stderr.lines().collect();
     assert_eq!(got, expected, "\n{}", c.stderr);
 }
+
+/// `discover`, `interval` and `resolvers`: every mistake at its place in one run.
+#[test]
+fn discovery_mistakes_are_each_pinned_to_their_place() {
+    let text = r#"[virtual.web]
+listen = "127.0.0.1:18561"
+default_pool = "a"
+
+[pool.a]
+discover = { dns = "10.0.0.1:80" }
+interval = "500ms"
+
+[pool.b]
+discover = { dns = "api.internal" }
+resolvers = ["127.0.0.1:8600", "dns.internal", "127.0.0.1:8600" ]
+
+[pool.c]
+discover = { srv = "_http._tcp.api:80", dsn = "x" }
+
+[pool.d]
+discover = {}
+
+[pool.e]
+servers = [{ addr = "127.0.0.1:9001" }]
+interval = "5s"
+
+[pool.f]
+discover = { dns = "api.internal:80", srv = "_http._tcp.api" }
+resolvers = []
+"#;
+    let c = check("discovery-mistakes.toml", text);
+    assert_eq!(c.code, 1, "{}", c.stderr);
+    let f = c.file.as_str();
+    let expected = [
+        at(f, text, "\"10.0.0.1:80\"", 0, "`discover.dns` takes a name to look up; 10.0.0.1:80 is an address: list it in `servers`"),
+        at(f, text, "\"500ms\"", 0, "`interval` must be 1s to 24h"),
+        at(f, text, "\"api.internal\" }", 0, "`discover.dns`: invalid server address \"api.internal\": a port is required, like \"api.internal:8080\""),
+        at(f, text, "\"dns.internal\"", 0, "invalid resolver \"dns.internal\": expected IP or IP:PORT like \"127.0.0.1:8600\" (port 53 when left out)"),
+        at(f, text, "\"127.0.0.1:8600\" ]", 0, "resolver 127.0.0.1:8600 is listed twice"),
+        at(f, text, "\"_http._tcp.api:80\"", 0, "`discover.srv`: \"_http._tcp.api:80\" is not a DNS name like \"_http._tcp.api.service.consul\" (no port: the records give it)"),
+        at(f, text, "dsn", 0, "unknown field `dsn` in `discover` of [pool.c]: did you mean `dns`?"),
+        at(f, text, "{}", 0, "`discover` needs `dns = \"NAME:PORT\"` or `srv = \"NAME\"`"),
+        at(f, text, "\"5s\"", 0, "`interval` is read only beside `discover = { dns = ... }` or `{ srv = ... }`"),
+        at(f, text, "\"_http._tcp.api\" }", 0, "`discover` takes `dns` or `srv`, not both"),
+        at(f, text, "[]\n", 0, "`resolvers` is empty: leave it out to ask those of /etc/resolv.conf"),
+    ];
+    // Only pool `a` is used: the others' warnings say so, and are not what this checks.
+    let got: Vec<&str> = c
+        .stderr
+        .lines()
+        .filter(|l| !l.contains(": warning: pool"))
+        .collect();
+    assert_eq!(got, expected, "\n{}", c.stderr);
+}

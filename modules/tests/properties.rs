@@ -228,3 +228,24 @@ fn check_remapping(weights: &[u32], v: usize) -> Result<(), TestCaseError> {
     );
     Ok(())
 }
+
+/// A pool may have no server at all (one that finds its servers by DNS, before any answer):
+/// every module builds over it, picks nothing and takes the events of an empty pool.
+#[test]
+fn an_empty_pool_builds_and_picks_nothing() {
+    let servers: Vec<ServerState> = Vec::new();
+    let headers = Headers(vec![("cookie", b"TCPVS=0123456789abcdef".to_vec())]);
+    for &name in MODULE_NAMES {
+        let m = module(name, &[], &servers, &[]);
+        let pool = PoolView { servers: &servers };
+        m.servers_changed(&pool);
+        for client in 0..4 {
+            let r = request(b"/a/b", &headers, client);
+            assert_eq!(
+                m.pick_with_ticket(&r, &pool, &[]).map(|(s, _)| s),
+                None,
+                "{name}"
+            );
+        }
+    }
+}

@@ -86,6 +86,8 @@ pub struct PoolJson {
     pub queued: usize,
     /// Below its `panic_threshold`: health does not decide (requests go to down servers too).
     pub panic: bool,
+    /// What its servers are found by (`dns NAME:PORT`, `srv NAME`); `null`: listed only.
+    pub discover: Option<String>,
     pub servers: Vec<ServerJson>,
 }
 
@@ -111,6 +113,8 @@ macro_rules! declare_server_json {
             pub reason: String,
             pub since_s: f64,
             pub backup: bool,
+            /// Found by the pool's `discover` (DNS), not listed in the rule file.
+            pub discovered: bool,
             pub offered: bool,
             pub weight: u32,
             pub weight_configured: u32,
@@ -237,6 +241,7 @@ pub fn stats_json(
                 active: servers.iter().map(|s| u64::from(s.active)).sum(),
                 queued: pool.queued,
                 panic: pool.panic,
+                discover: pool.discover.clone(),
                 servers: servers.into_iter().map(|s| server_json(s, rates)).collect(),
             }
         })
@@ -297,6 +302,7 @@ pub fn server_json(s: &ServerSnapshot, rates: &Rates) -> ServerJson {
             reason: s.reason.clone(),
             since_s: seconds(s.since),
             backup: s.backup,
+            discovered: s.discovered,
             offered: s.offered,
             weight: s.admin_weight.unwrap_or(s.configured_weight),
             weight_configured: s.configured_weight,

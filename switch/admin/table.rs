@@ -64,12 +64,16 @@ pub fn render(stats: &StatsJson) -> String {
     for pool in &stats.pools {
         out.push('\n');
         out.push_str(&format!(
-            "Pool {} ({}): requests {}, active {}, queued {}{}\n",
+            "Pool {} ({}): requests {}, active {}, queued {}{}{}\n",
             pool.name,
             pool.scheduler,
             pool.requests,
             pool.active,
             pool.queued,
+            match &pool.discover {
+                Some(lookup) => format!(", servers found by {lookup}"),
+                None => String::new(),
+            },
             if pool.panic {
                 ", PANIC: too few servers up, health ignored"
             } else {
@@ -177,6 +181,9 @@ fn note(s: &ServerJson) -> String {
     let mut parts = Vec::new();
     if s.backup {
         parts.push("backup".to_string());
+    }
+    if s.discovered {
+        parts.push("discovered".to_string());
     }
     if s.state != "up" && !s.state.is_empty() {
         let mut why = format!("for {}", duration(s.since_s));

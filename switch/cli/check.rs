@@ -23,7 +23,10 @@ pub fn check(files: &[PathBuf], strict: bool) -> ExitCode {
         // Errors and warnings of one file, in file order (errors first at one place).
         let mut lines: Vec<(usize, usize, String)> = Vec::new();
         match &checked.config {
-            Ok(config) if !refused => println!("{}", config.summary()),
+            Ok(config) if !refused => {
+                println!("{}", config.summary());
+                say_found(config);
+            }
             Ok(_) => {}
             Err(errors) => lines.extend(errors.0.iter().map(|e| (e.line, e.column, e.to_string()))),
         }
@@ -42,5 +45,37 @@ pub fn check(files: &[PathBuf], strict: bool) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// Each discovering pool asked once, and what it found: on stdout, or why not on stderr (a DNS
+/// server that does not answer now is no mistake of the file).
+fn say_found(config: &Config) {
+    let pools: Vec<_> = config
+        .pools
+        .iter()
+        .filter_map(|p| Some((p, p.discover.clone()?)))
+        .collect();
+    let discovers = pools.iter().map(|(_, d)| d.clone()).collect();
+    let answers = tcpvs::discovery::once::ask_all(discovers);
+    for ((pool, discover), answer) in pools.into_iter().zip(answers) {
+        match answer {
+            Ok(answer) if !answer.servers.is_empty() => println!(
+                "  pool `{}`: {} found {} server{}: {}",
+                pool.name,
+                discover.lookup,
+                answer.servers.len(),
+                if answer.servers.len() == 1 { "" } else { "s" },
+                tcpvs::discovery::once::list(&answer.servers)
+            ),
+            Ok(_) => eprintln!(
+                "warning: pool `{}`: {} found no server now",
+                pool.name, discover.lookup
+            ),
+            Err(why) => eprintln!(
+                "warning: pool `{}`: {} failed now: {why}",
+                pool.name, discover.lookup
+            ),
+        }
     }
 }

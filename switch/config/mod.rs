@@ -8,6 +8,7 @@
 pub mod admin;
 mod certificates;
 mod compress;
+pub mod discover;
 mod error;
 pub mod health;
 mod lint;
@@ -206,6 +207,7 @@ pub struct ServerConfig {
     pub max_conns: u32,
     /// Used only while no other server of the pool is usable.
     pub backup: bool,
+    pub discovered: bool, // found by the pool's `discover` (discovery/), not listed
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -228,6 +230,8 @@ pub struct PoolConfig {
     pub tls: Option<std::sync::Arc<crate::upstream::tls::PoolTls>>,
     /// What the servers are spoken to in (`protocol`).
     pub protocol: ServerProtocol,
+    /// `discover` (DNS): `servers` holds its last answer after the listed servers.
+    pub discover: Option<discover::Discover>,
 }
 
 /// A pool's `protocol`: what its servers are spoken to in.
@@ -436,10 +440,9 @@ fn report_syntax_errors(syntax: Vec<toml::de::Error>, text: &str, sink: &mut Err
 }
 
 fn plural(n: usize) -> &'static str {
-    if n == 1 {
-        ""
-    } else {
-        "s"
+    match n {
+        1 => "",
+        _ => "s",
     }
 }
 

@@ -33,6 +33,7 @@ pub(super) fn build_pools(
             .scheduler
             .as_ref()
             .map_or_else(|| "wlc".to_string(), |s| s.get_ref().clone());
+        let discover = super::discover::build_discover(pool, sink);
         let servers = build_servers(name, pool, sink);
         let options = build_options(pool, sink);
         let pool_health = health::build_pool_health(pool, sink);
@@ -53,6 +54,7 @@ pub(super) fn build_pools(
             response_buffer: size_or_zero(pool.response_buffer.as_ref(), "response_buffer", sink),
             tls,
             protocol,
+            discover,
         };
         // Build the module once now, so an unknown name or a bad option is refused at load.
         let states = crate::config::scheduler::server_states(&config);
@@ -117,7 +119,7 @@ fn build_servers(pool_name: &str, pool: &RawPool, sink: &mut ErrorSink<'_>) -> V
     let Some(list) = &pool.servers else {
         return Vec::new();
     };
-    if list.get_ref().is_empty() {
+    if list.get_ref().is_empty() && pool.discover.is_none() {
         sink.at(
             list.span(),
             format!("pool `{pool_name}` is empty: list at least one server"),
@@ -184,6 +186,7 @@ fn build_servers(pool_name: &str, pool: &RawPool, sink: &mut ErrorSink<'_>) -> V
             weight,
             max_conns,
             backup: raw.backup.unwrap_or(false),
+            discovered: false,
         });
     }
     servers

@@ -5,12 +5,14 @@
 //! Module options (any other key beside `scheduler` in a pool) are kept for the module to judge.
 
 mod compress;
+mod discover;
 mod policy;
 mod pool_tls;
 mod rule;
 
 use compress::read_compress;
 pub(crate) use compress::RawCompress;
+pub(crate) use discover::RawDiscover;
 use policy::{read_error_pages, read_header_actions, read_limit};
 pub(crate) use policy::{RawErrorPages, RawHeaderActions, RawLimit, RawRedirect, RawRespond};
 use pool_tls::read_pool_tls;
@@ -75,6 +77,9 @@ pub(crate) const POOL_KEYS: &[&str] = &[
     "health",
     "protocol",
     "tls",
+    "discover",
+    "interval",
+    "resolvers",
 ];
 const HEALTH_KEYS: &[&str] = &[
     "check",
@@ -229,6 +234,10 @@ pub(crate) struct RawPool {
     pub protocol: Option<Spanned<String>>,
     /// `[pool.NAME.tls]`: TLS to the servers.
     pub tls: Option<RawPoolTls>,
+    /// Servers found by DNS (`discover`), asked every `interval` of `resolvers`.
+    pub discover: Option<RawDiscover>,
+    pub interval: Option<Spanned<String>>,
+    pub resolvers: Option<Spanned<Vec<Spanned<String>>>>,
     /// In name order, as the module sees them.
     pub options: Vec<(Spanned<String>, Spanned<Scalar>)>,
 }
@@ -487,6 +496,7 @@ fn read_pool(name: &str, t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawPool
             .map(|tls| read_pool_tls(&tls, sink)),
         ..RawPool::default()
     };
+    discover::read_discovery(name, t, &mut pool, sink);
     match t.array("servers", SERVERS, sink) {
         Some((list, span)) => {
             let place = format!("a server of [pool.{name}]");
@@ -499,9 +509,10 @@ fn read_pool(name: &str, t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawPool
                 .collect();
             pool.servers = Some(Spanned::new(span, servers));
         }
-        None if t.get("servers").is_none() => sink.at(
+        // A pool may have its servers from DNS alone.
+        None if t.get("servers").is_none() && pool.discover.is_none() => sink.at(
             t.span.clone(),
-            format!("pool `{name}` has no `servers`: list them like servers = [{{ addr = \"127.0.0.1:9001\" }}]"),
+            format!("pool `{name}` has no `servers`: list them like servers = [{{ addr = \"127.0.0.1:9001\" }}], or find them with discover = {{ dns = \"NAME:PORT\" }}"),
         ),
         None => {}
     }

@@ -62,11 +62,6 @@ impl Builder {
         let services = self.services(current, services)?;
         let pools = self.pools(current, pools)?;
         let (limits, fresh_limits) = Self::limits(current, limits);
-        let fresh: Vec<Arc<Pool>> = pools
-            .iter()
-            .filter(|pool| !current.pools.iter().any(|old| Arc::ptr_eq(old, pool)))
-            .cloned()
-            .collect();
         let listen = (0..services.len())
             .filter(|&index| services[index].bound.get().is_none())
             .collect();
@@ -76,23 +71,67 @@ impl Builder {
             .filter_map(|old| old.bound.get().copied())
             .filter(|addr| !services.iter().any(|s| s.bound.get() == Some(addr)))
             .collect();
+        let generation = Generation {
+            number: current.number + 1,
+            services,
+            pools,
+            limits,
+        };
+        Ok(Self::finish(
+            current,
+            generation,
+            listen,
+            unlisten,
+            fresh_limits,
+        ))
+    }
+
+    /// Plans the generation after `current` in which only the pools' configurations change:
+    /// a discovery's answer (discovery/), which changes a pool's servers and nothing else. The
+    /// services and limits are the running ones, shared.
+    pub fn plan_found(&self, current: &Generation, pools: &[PoolConfig]) -> Result<Plan, String> {
+        let generation = Generation {
+            number: current.number + 1,
+            services: current.services.clone(),
+            pools: self.pools(current, pools)?,
+            limits: current.limits.clone(),
+        };
+        Ok(Self::finish(
+            current,
+            generation,
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+        ))
+    }
+
+    /// The plan of `generation` after `current`: which pools are built anew and which kept
+    /// servers take a new line.
+    fn finish(
+        current: &Generation,
+        generation: Generation,
+        listen: Vec<usize>,
+        unlisten: Vec<SocketAddr>,
+        fresh_limits: Vec<Arc<Limiter>>,
+    ) -> Plan {
+        let fresh: Vec<Arc<Pool>> = generation
+            .pools
+            .iter()
+            .filter(|pool| !current.pools.iter().any(|old| Arc::ptr_eq(old, pool)))
+            .cloned()
+            .collect();
         let lines_changed = fresh
             .iter()
             .flat_map(|pool| pool.lines_changed().map(|index| (Arc::clone(pool), index)))
             .collect();
-        Ok(Plan {
-            generation: Generation {
-                number: current.number + 1,
-                services,
-                pools,
-                limits,
-            },
+        Plan {
+            generation,
             listen,
             unlisten,
             fresh,
             lines_changed,
             fresh_limits,
-        })
+        }
     }
 
     /// A limit whose buckets mean the same (name, key, rate, burst, bound, store) keeps them,
@@ -126,7 +165,7 @@ impl Builder {
         &self,
         current: &Generation,
         services: Vec<ServiceConfig>,
-    ) -> Result<Box<[Service]>, String> {
+    ) -> Result<Box<[Arc<Service>]>, String> {
         services
             .into_iter()
             .map(|s| {
@@ -147,7 +186,7 @@ impl Builder {
                     .map(|o| Arc::clone(&o.bound))
                     .unwrap_or_default();
                 let resumes = self.resumption.of(&s.name);
-                Service::new(s, kept, bound, &resumes)
+                Service::new(s, kept, bound, &resumes).map(Arc::new)
             })
             .collect()
     }

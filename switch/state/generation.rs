@@ -97,7 +97,9 @@ pub struct Kept {
 pub struct Generation {
     /// 1 for the configuration the switch started with, one more per reload.
     pub number: u64,
-    pub services: Box<[Service]>,
+    /// Shared with the next generation when only pools change (a discovery's answer:
+    /// discovery/).
+    pub services: Box<[Arc<Service>]>,
     /// Shared with the next generation when the pool's configuration did not change.
     pub pools: Box<[Arc<Pool>]>,
     /// `[limit.NAME]` in name order (rules name them by index); a limit whose buckets stay
@@ -123,6 +125,7 @@ impl Generation {
             .iter()
             .enumerate()
             .find(|(_, s)| s.name == name)
+            .map(|(index, service)| (index, &**service))
     }
 
     /// The service whose listener is bound to `bound` (port 0 in the file: the port the kernel

@@ -22,7 +22,11 @@ use tcpvs_modules::ServerState;
 /// `clients` is read last: a connection is counted in it before its service counts it
 /// `accepted` (listener.rs), so a snapshot that shows a connection accepted shows it open too.
 pub fn take(generation: &Generation, clients: &AtomicUsize, buffers: &BufferMemory) -> Snapshot {
-    let services = generation.services.iter().map(service_snapshot).collect();
+    let services = generation
+        .services
+        .iter()
+        .map(|s| service_snapshot(s))
+        .collect();
     let mut pools = Vec::with_capacity(generation.pools.len());
     let mut servers = Vec::new();
     for pool in generation.pools.iter() {
@@ -31,6 +35,7 @@ pub fn take(generation: &Generation, clients: &AtomicUsize, buffers: &BufferMemo
             scheduler: pool.scheduler.name().to_string(),
             queued: pool.waiting(),
             panic: pool.in_panic(),
+            discover: pool.config.discover.as_ref().map(|d| d.lookup.to_string()),
         });
         for (state, backend) in pool.servers.iter().zip(pool.backends.iter()) {
             servers.push(server_snapshot(pool, state, backend));
@@ -112,6 +117,11 @@ fn server_snapshot(pool: &Pool, state: &ServerState, backend: &Backend) -> Serve
             state: shown,
             reason,
             backup: backend.is_backup(),
+            discovered: pool
+                .config
+                .servers
+                .iter()
+                .any(|line| line.addr == backend.addr && line.discovered),
             protocol: match pool.config.protocol {
                 ServerProtocol::Http1 => "http/1.1",
                 ServerProtocol::H2 => "h2",
@@ -148,6 +158,8 @@ server_counters!(
         pub state: crate::state::status::State,
         pub reason: String,
         pub backup: bool,
+        /// Found by the pool's `discover`, not listed in the file.
+        pub discovered: bool,
         /// New requests may go to it now (a backup only while no primary is usable).
         pub offered: bool,
         /// The effective weight (admin, agent and slow start applied).
@@ -240,6 +252,8 @@ pub struct PoolSnapshot {
     pub queued: usize,
     /// Below its `panic_threshold`: requests go to its down servers too.
     pub panic: bool,
+    /// What its servers are found by (`dns NAME:PORT`, `srv NAME`), if anything.
+    pub discover: Option<String>,
 }
 
 impl Snapshot {

@@ -37,7 +37,7 @@ pub struct Bound {
 /// process listens there); with port 0 the others then join the port the kernel chose. Sockets
 /// in `adopted` for an address are taken instead of binding it anew.
 pub fn bind(
-    services: &[Service],
+    services: &[Arc<Service>],
     wanted: &[usize],
     workers: &Workers,
     reuse_port: bool,

@@ -18,6 +18,9 @@ pub mod workers;
 
 use crate::admin::listener::Handover;
 use crate::config::admin::AdminConfig;
+use crate::config::discover::Discover;
+use crate::config::ServerConfig;
+use crate::discovery::{self, watch::Watchers};
 use crate::reload::{self, Builder, Plan, ReloadError, Reloaded};
 use crate::shared::Shared;
 use listeners::{Adopted, Listeners};
@@ -57,6 +60,8 @@ struct Running {
     workers: Workers,
     listeners: Listeners,
     admin_socket: Option<Handover>,
+    /// A task per pool that finds its servers by DNS (discovery/).
+    watchers: Watchers,
 }
 
 impl fmt::Debug for Supervisor {
@@ -95,15 +100,73 @@ impl Supervisor {
             workers,
             listeners: Listeners::default(),
             admin_socket: settings.admin_socket,
+            watchers: Watchers::default(),
         };
         let checks = running.commit(&shared, plan, bound);
         running
             .workers
             .keep(checks.iter().map(|task| task.abort_handle()));
-        Ok(Arc::new(Supervisor {
+        let supervisor = Arc::new(Supervisor {
             shared,
             running: Mutex::new(Some(running)),
-        }))
+        });
+        if let Some(running) = supervisor.lock().as_mut() {
+            supervisor.follow_discovery(running);
+        }
+        Ok(supervisor)
+    }
+
+    /// A watcher for each discovering pool of the running generation (discovery/watch.rs),
+    /// whose answers come back through [`Supervisor::apply_found`].
+    fn follow_discovery(self: &Arc<Self>, running: &mut Running) {
+        let supervisor = Arc::downgrade(self);
+        let apply: discovery::watch::Apply = Arc::new(move |pool, discover, servers| {
+            if let Some(supervisor) = supervisor.upgrade() {
+                supervisor.apply_found(pool, discover, servers);
+            }
+        });
+        let generation = self.shared.generation.load_full();
+        let _entered = running.workers.first().runtime.enter();
+        running.watchers.follow(&generation, &self.shared, &apply);
+    }
+
+    /// A discovery's answer for pool `pool`: the pool's servers as a reload would make them,
+    /// planned and committed as a reload is (one reload or answer at a time). Nothing when a
+    /// reload changed the pool's question since it was asked, or the answer changes nothing.
+    fn apply_found(&self, pool: &str, discover: &Discover, answer: Vec<ServerConfig>) {
+        let mut guard = self.lock();
+        let Some(running) = guard.as_mut() else {
+            return;
+        };
+        if *self.shared.shutdown.borrow() {
+            return;
+        }
+        let current = self.shared.generation.load_full();
+        if !discovery::watch::changes_running(&current, pool, discover, &answer) {
+            return;
+        }
+        let configs: Vec<_> = current
+            .pools
+            .iter()
+            .map(|p| match p.name == pool {
+                true => discovery::found::with_found(&p.config, &answer),
+                false => p.config.clone(),
+            })
+            .collect();
+        let plan = match running.builder.plan_found(&current, &configs) {
+            Ok(plan) => plan,
+            Err(why) => {
+                tracing::error!("discovery: pool `{pool}`: the answer cannot be used: {why}");
+                return;
+            }
+        };
+        let generation = plan.generation.number;
+        drop(running.commit(&self.shared, plan, Vec::new()));
+        tracing::info!(
+            "discovery: pool `{pool}`: {} now finds {} (generation {generation})",
+            discover.lookup,
+            discovery::once::list(&answer)
+        );
     }
 
     fn lock(&self) -> MutexGuard<'_, Option<Running>> {
@@ -121,17 +184,18 @@ impl Supervisor {
     }
 
     /// Reads the rule file again and commits it: plan, bind, commit.
-    fn reload(&self) -> Result<Reloaded, ReloadError> {
+    fn reload(self: &Arc<Self>) -> Result<Reloaded, ReloadError> {
         let mut guard = self.lock();
         let running = guard.as_mut().ok_or(ReloadError::NotRunning)?;
         if *self.shared.shutdown.borrow() {
             return Err(ReloadError::NotRunning);
         }
         let file = running.file.clone().ok_or(ReloadError::NoFile)?;
-        let config = reload::load(&file)?;
+        let mut config = reload::load(&file)?;
         let settings = &self.shared.settings;
         let restart_needed = reload::restart_needed(settings, running.admin.as_ref(), &config);
         let current = self.shared.generation.load_full();
+        discovery::once::fill(&mut config.pools, &current);
         let plan = running
             .builder
             .plan(&current, config.services, &config.pools, config.limits)
@@ -149,6 +213,7 @@ impl Supervisor {
         let generation = plan.generation.number;
         // The checks of a reload's pools end with their pool (health/mod.rs `Place`).
         drop(running.commit(&self.shared, plan, bound));
+        self.follow_discovery(running);
         Ok(Reloaded {
             generation,
             restart_needed,

@@ -1090,6 +1090,7 @@ pub async fn wait_until(
     }
 }
 
+pub mod dns;
 pub mod grpc_origin;
 pub mod h2_origin;
 pub mod tls;
