@@ -36,6 +36,9 @@ pub struct Plan {
     pub fresh: Vec<Arc<Pool>>,
     /// Kept servers whose line in the rule file changed: the new pool and the server's index.
     pub lines_changed: Vec<(Arc<Pool>, usize)>,
+    /// Servers new to a pool that was running (added to the file, or found by DNS): the new
+    /// pool and the server's index. They ramp in over the pool's `slow_start`.
+    pub joined: Vec<(Arc<Pool>, usize)>,
     /// Limits built anew: their shared stores (Redis) start at the commit.
     pub fresh_limits: Vec<Arc<Limiter>>,
 }
@@ -124,12 +127,24 @@ impl Builder {
             .iter()
             .flat_map(|pool| pool.lines_changed().map(|index| (Arc::clone(pool), index)))
             .collect();
+        let joined = fresh
+            .iter()
+            .filter_map(|pool| Some((pool, current.pool(&pool.name)?)))
+            .flat_map(|(pool, previous)| {
+                let new = |(_, b): &(usize, &Arc<_>)| {
+                    !previous.backends.iter().any(|old| Arc::ptr_eq(old, b))
+                };
+                let indexes = pool.backends.iter().enumerate().filter(new);
+                indexes.map(|(index, _)| (Arc::clone(pool), index))
+            })
+            .collect();
         Plan {
             generation,
             listen,
             unlisten,
             fresh,
             lines_changed,
+            joined,
             fresh_limits,
         }
     }
@@ -210,5 +225,47 @@ impl Builder {
                 }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn config(servers: &str) -> Config {
+        let text = format!(
+            "[virtual.v]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"p\"\n\
+             [pool.p]\nslow_start = \"1h\"\nservers = [{servers}]\n"
+        );
+        Config::parse("t.toml", &text).unwrap()
+    }
+
+    #[test]
+    fn a_server_new_to_a_running_pool_joins_and_one_kept_does_not() {
+        let builder = Builder::new(1);
+        let first = config("{ addr = \"127.0.0.1:9001\" }");
+        let started = builder
+            .plan(
+                &Generation::empty(),
+                first.services,
+                &first.pools,
+                first.limits,
+            )
+            .unwrap();
+        assert!(started.joined.is_empty(), "nothing joins at the start");
+        let current = started.generation;
+        let next = config("{ addr = \"127.0.0.1:9001\" }, { addr = \"127.0.0.1:9002\" }");
+        let found = builder.plan_found(&current, &next.pools).unwrap();
+        let joined: Vec<_> = found
+            .joined
+            .iter()
+            .map(|(pool, index)| pool.backends[*index].addr.to_string())
+            .collect();
+        assert_eq!(joined, ["127.0.0.1:9002"]);
+        assert!(
+            Arc::ptr_eq(&found.generation.services[0], &current.services[0]),
+            "an answer shares the services"
+        );
     }
 }

@@ -101,6 +101,10 @@ pub enum Change {
     Tick,
     /// A reload changed the server's line in the rule file: the admin's runtime changes end.
     LineChanged,
+    /// A reload, or a discovery's answer, added the server to a pool that was running: it
+    /// ramps in over `slow_start` as a server coming back up does (HAProxy's slow start after
+    /// maintenance), rather than taking its whole share of a busy pool at once.
+    Joined,
 }
 
 /// Applies `change` to `server` of `pool` as `generation` holds it: a writer that found the
@@ -198,6 +202,8 @@ pub fn apply(pool: &Pool, index: usize, change: Change) {
             }
             Change::Admin { state, weight } => admin(&mut status, state, weight),
             Change::Tick => {}
+            Change::Joined if !pool.health.slow_start.is_zero() => status.ramp_from = Some(now),
+            Change::Joined => {}
             Change::LineChanged => {
                 // The pool of the new generation says what the line is now.
                 if let Some(line) = pool.config.servers.get(index) {
@@ -679,6 +685,21 @@ mod tests {
         assert_eq!((state, offered), (State::Up, true));
         assert_eq!(weight, 1, "a second into an hour-long ramp");
         assert_eq!(shown(&p)[1].2, 10);
+    }
+
+    #[test]
+    fn a_server_that_joins_a_running_pool_ramps_in_over_slow_start() {
+        let p = pool("slow_start = \"1h\"\n");
+        apply(&p, 1, Change::Joined);
+        assert_eq!(
+            shown(&p)[1],
+            (State::Up, true, 1),
+            "a second into an hour-long ramp"
+        );
+        assert_eq!(shown(&p)[0].2, 10, "the others keep their weight");
+        let p = pool("");
+        apply(&p, 1, Change::Joined);
+        assert_eq!(shown(&p)[1].2, 10, "without slow_start, its weight at once");
     }
 
     #[test]

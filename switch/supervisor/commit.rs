@@ -27,10 +27,14 @@ impl Running {
             unlisten,
             fresh,
             lines_changed,
+            joined,
             fresh_limits,
         } = plan;
         for (pool, server) in &lines_changed {
             control::apply(pool, *server, Change::LineChanged);
+        }
+        for (pool, server) in &joined {
+            control::apply(pool, *server, Change::Joined);
         }
         for pool in &fresh {
             control::apply(pool, 0, Change::Tick);
