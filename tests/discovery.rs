@@ -232,7 +232,7 @@ async fn a_dns_server_that_stops_changes_nothing() {
         .iter()
         .find(|l| l.contains("discovery: pool `api`"))
         .unwrap_or_else(|| panic!("no discovery line: {seen:#?}"));
-    assert!(line.contains("found 127.0.0.7"), "{line}");
+    assert!(line.contains("found 2 servers (+127.0.0.7:"), "{line}");
 
     dns.stop();
     let (process, line, _) = common::line_with(process, "failed").await;

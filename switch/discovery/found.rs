@@ -22,6 +22,55 @@ pub fn with_found(config: &PoolConfig, answer: &[ServerConfig]) -> PoolConfig {
     next
 }
 
+/// What `answer` changes in what `config` has found, for the log: `3 servers (+10.0.0.4:80;
+/// -10.0.0.1:80)`, at most eight addresses each way named.
+pub fn described_change(config: &PoolConfig, answer: &[ServerConfig]) -> String {
+    const NAMED: usize = 8;
+    let before: Vec<_> = found(config).map(|s| s.addr).collect();
+    // An address the file lists stays the file's server: not one found.
+    let listed =
+        |a: &std::net::SocketAddr| config.servers.iter().any(|s| !s.discovered && s.addr == *a);
+    let added: Vec<_> = answer
+        .iter()
+        .map(|s| s.addr)
+        .filter(|a| !before.contains(a) && !listed(a))
+        .collect();
+    let removed: Vec<_> = before
+        .iter()
+        .filter(|a| !answer.iter().any(|s| s.addr == **a))
+        .collect();
+    let named = |sign: char, list: Vec<String>| {
+        let mut text: Vec<String> = list
+            .iter()
+            .take(NAMED)
+            .map(|a| format!("{sign}{a}"))
+            .collect();
+        if list.len() > NAMED {
+            text.push(format!("{sign}{} more", list.len() - NAMED));
+        }
+        text.join(", ")
+    };
+    let mut parts = Vec::new();
+    if !added.is_empty() {
+        parts.push(named('+', added.iter().map(ToString::to_string).collect()));
+    }
+    if !removed.is_empty() {
+        parts.push(named(
+            '-',
+            removed.iter().map(ToString::to_string).collect(),
+        ));
+    }
+    if parts.is_empty() {
+        parts.push("weights or priorities changed".to_string());
+    }
+    let count = answer.len();
+    format!(
+        "{count} server{} ({})",
+        if count == 1 { "" } else { "s" },
+        parts.join("; ")
+    )
+}
+
 /// Whether `answer` would change what `config` has found.
 pub fn changes(config: &PoolConfig, answer: &[ServerConfig]) -> bool {
     with_found(config, answer).servers != config.servers
@@ -77,6 +126,28 @@ mod tests {
         let after = with_found(&before, &[server("10.0.0.1:80", true, 1)]);
         assert_eq!(after.servers, before.servers);
         assert!(!changes(&before, &[server("10.0.0.1:80", true, 1)]));
+    }
+
+    #[test]
+    fn a_change_is_described_by_what_joins_and_what_leaves() {
+        let before = with_found(&pool(Vec::new()), &[server("10.0.0.1:80", true, 1)]);
+        let answer = [
+            server("10.0.0.2:80", true, 1),
+            server("10.0.0.3:80", true, 1),
+        ];
+        assert_eq!(
+            described_change(&before, &answer),
+            "2 servers (+10.0.0.2:80, +10.0.0.3:80; -10.0.0.1:80)"
+        );
+        let many: Vec<_> = (2..14)
+            .map(|i| server(&format!("10.0.0.{i}:80"), true, 1))
+            .collect();
+        let text = described_change(&before, &many);
+        assert!(text.starts_with("12 servers (+10.0.0.2:80, "), "{text}");
+        assert!(
+            text.ends_with("+10.0.0.9:80, +4 more; -10.0.0.1:80)"),
+            "{text}"
+        );
     }
 
     #[test]

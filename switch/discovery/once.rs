@@ -87,7 +87,7 @@ pub fn fill(pools: &mut [PoolConfig], current: &Generation) {
                     "discovery: pool `{}`: {} found {}",
                     pool.name,
                     discover.lookup,
-                    list(&answer.servers)
+                    found::described_change(pool, &answer.servers)
                 );
                 *pool = found::with_found(pool, &answer.servers);
             }

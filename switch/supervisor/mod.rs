@@ -145,11 +145,15 @@ impl Supervisor {
         if !discovery::watch::changes_running(&current, pool, discover, &answer) {
             return;
         }
+        let mut described = String::new();
         let configs: Vec<_> = current
             .pools
             .iter()
             .map(|p| match p.name == pool {
-                true => discovery::found::with_found(&p.config, &answer),
+                true => {
+                    described = discovery::found::described_change(&p.config, &answer);
+                    discovery::found::with_found(&p.config, &answer)
+                }
                 false => p.config.clone(),
             })
             .collect();
@@ -163,9 +167,8 @@ impl Supervisor {
         let generation = plan.generation.number;
         drop(running.commit(&self.shared, plan, Vec::new()));
         tracing::info!(
-            "discovery: pool `{pool}`: {} now finds {} (generation {generation})",
-            discover.lookup,
-            discovery::once::list(&answer)
+            "discovery: pool `{pool}`: {} now finds {described} (generation {generation})",
+            discover.lookup
         );
     }
 
