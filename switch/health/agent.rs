@@ -12,7 +12,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 /// Asks the agent every `agent_interval` until the switch goes.
-pub async fn run(place: Place) {
+pub async fn run(mut place: Place) {
     loop {
         let Some(pool) = place.get() else { return };
         let config = &pool.health.health;
@@ -33,7 +33,9 @@ pub async fn run(place: Place) {
             }
             Err(why) => tracing::debug!(%agent, "agent not reached: {why}"),
         }
-        tokio::time::sleep(interval).await;
+        if !place.sleep(interval).await {
+            return;
+        }
     }
 }
 

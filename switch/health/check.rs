@@ -32,8 +32,10 @@ pub struct CheckWay {
 }
 
 /// Checks one server every `interval`, after `offset`, until the switch goes.
-pub async fn run(place: Place, offset: Duration) {
-    tokio::time::sleep(offset).await;
+pub async fn run(mut place: Place, offset: Duration) {
+    if !place.sleep(offset).await {
+        return;
+    }
     loop {
         let Some(pool) = place.get() else { return };
         let server = &pool.backends[place.server];
@@ -86,7 +88,9 @@ pub async fn run(place: Place, offset: Duration) {
                 }
             }
         }
-        tokio::time::sleep(config.interval).await;
+        if !place.sleep(config.interval).await {
+            return;
+        }
     }
 }
 

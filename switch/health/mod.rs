@@ -43,11 +43,16 @@ pub fn spawn(shared: &Arc<Shared>, pools: &[Arc<Pool>]) -> Vec<JoinHandle<()>> {
                 shared: Arc::downgrade(shared),
                 pool: Arc::downgrade(pool),
                 server,
+                retired: pool.retirement(),
             };
             if config.check != CheckKind::None {
                 let spread = FIRST_ROUND.min(config.interval);
                 let offset = spread.mul_f64(nth as f64 / checked.max(1) as f64);
                 nth += 1;
+                // A server kept from the pool this one replaces goes on in its own phase: a
+                // pool that changes every second (a discovery's answers) must not check all
+                // its servers every second.
+                let offset = next_check(&pool.backends[server], config.interval).unwrap_or(offset);
                 tasks.push(tokio::spawn(check::run(place.clone(), offset)));
             }
             if config.agent_port != 0 {
@@ -56,6 +61,13 @@ pub fn spawn(shared: &Arc<Shared>, pools: &[Arc<Pool>]) -> Vec<JoinHandle<()>> {
         }
     }
     tasks
+}
+
+/// When a server checked before is due again: `interval` after its last check.
+fn next_check(server: &crate::state::server::Backend, interval: Duration) -> Option<Duration> {
+    let status = server.status.lock().ok()?;
+    let (_, _, at) = status.last_check.as_ref()?;
+    Some(interval.saturating_sub(at.elapsed()))
 }
 
 /// Starts the one task of trials and slow starts (once per switch) on the current runtime.
@@ -71,6 +83,8 @@ pub struct Place {
     shared: Weak<Shared>,
     pool: Weak<Pool>,
     server: usize,
+    /// `true` once the pool is retired (state/pool.rs `retire`).
+    retired: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Place {
@@ -82,6 +96,15 @@ impl Place {
         }
         let pool = self.pool.upgrade()?;
         shared.generation.load().has_pool(&pool).then_some(pool)
+    }
+
+    /// Waits `duration`; `false` if the pool was retired meanwhile (or is gone): the task is
+    /// over at once, not at its next turn.
+    async fn sleep(&mut self, duration: Duration) -> bool {
+        tokio::select! {
+            () = tokio::time::sleep(duration) => true,
+            _ = self.retired.wait_for(|&retired| retired) => false,
+        }
     }
 
     /// Records what the task found, on the server as the running generation holds it (a

@@ -702,6 +702,18 @@ mod tests {
         assert_eq!(shown(&p)[1].2, 10, "without slow_start, its weight at once");
     }
 
+    #[tokio::test]
+    async fn a_request_queued_under_one_generation_is_woken_by_the_next() {
+        let old = pool("");
+        let next = Pool::with_servers_of(&config(20, ""), clock(), 1, Some(&old)).unwrap();
+        let ticket = old.queued();
+        assert_eq!(next.waiting(), 1, "one queue for the pools of one name");
+        let woken = ticket.notified();
+        next.wake_queue();
+        let waited = tokio::time::timeout(Duration::from_secs(5), woken).await;
+        assert!(waited.is_ok(), "a request ending in the next pool wakes it");
+    }
+
     #[test]
     fn building_the_next_pool_changes_no_server_and_a_changed_line_ends_the_admins_changes() {
         let old = pool("");

@@ -35,9 +35,14 @@ pub struct Pool {
     /// (`control::apply`), never while holding this one.
     offering: Arc<Mutex<()>>,
     /// Requests waiting for a slot (every usable server at `max_conns`), woken in arrival
-    /// order when a request of the pool ends.
-    queue: tokio::sync::Notify,
-    waiting: AtomicUsize,
+    /// order when a request of the pool ends. Shared with the pools of the same name in
+    /// earlier and later generations, as their servers' slots are: a request queued under one
+    /// generation must wake when a request of the next ends (an attacker's review found queued
+    /// requests stranded until `queue_timeout` by each change a discovery made).
+    queue: Arc<Queue>,
+    /// Told once a reload or a discovery's answer retires the pool: its health tasks end then,
+    /// not at their next turn (each change would otherwise leave a task per server asleep).
+    retired: tokio::sync::watch::Sender<bool>,
     /// Too few servers are up: health does not decide who gets requests (`panic_threshold`);
     /// written by `control::apply`.
     panic: AtomicBool,
@@ -104,8 +109,8 @@ impl Pool {
             servers,
             scheduler,
             offering: previous.map_or_else(Arc::default, |p| Arc::clone(&p.offering)),
-            queue: tokio::sync::Notify::new(),
-            waiting: AtomicUsize::new(0),
+            queue: previous.map_or_else(Arc::default, |p| Arc::clone(&p.queue)),
+            retired: tokio::sync::watch::Sender::new(false),
             panic: AtomicBool::new(false),
         })
     }
@@ -133,20 +138,30 @@ impl Pool {
 
     /// Requests waiting in the queue now.
     pub fn waiting(&self) -> usize {
-        self.waiting.load(Ordering::Relaxed)
+        self.queue.waiting.load(Ordering::Relaxed)
     }
 
     /// A request of the pool ended or a server changed: the first queued request looks again.
     pub(crate) fn wake_queue(&self) {
-        if self.waiting.load(Ordering::Relaxed) > 0 {
-            self.queue.notify_one();
+        if self.queue.waiting.load(Ordering::Relaxed) > 0 {
+            self.queue.notify.notify_one();
         }
+    }
+
+    /// The running generation no longer has this pool (the commit): its health tasks end.
+    pub(crate) fn retire(&self) {
+        self.retired.send_replace(true);
+    }
+
+    /// What a health task of the pool waits on beside its timer: `true` once retired.
+    pub(crate) fn retirement(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.retired.subscribe()
     }
 
     /// A place in the pool's queue: while it lives, each request of the pool that ends (and
     /// each change of a server) wakes the longest waiting holder, which then looks again.
     pub(crate) fn queued(&self) -> QueueTicket<'_> {
-        self.waiting.fetch_add(1, Ordering::Relaxed);
+        self.queue.waiting.fetch_add(1, Ordering::Relaxed);
         QueueTicket { pool: self }
     }
 
@@ -270,6 +285,13 @@ fn served(status: u16) -> bool {
     (200..400).contains(&status)
 }
 
+/// The queue of the pools of one name across generations.
+#[derive(Debug, Default)]
+struct Queue {
+    notify: tokio::sync::Notify,
+    waiting: AtomicUsize,
+}
+
 /// A request's place in its pool's queue; leaving it (drop) ends the wait.
 pub(crate) struct QueueTicket<'a> {
     pool: &'a Pool,
@@ -278,13 +300,13 @@ pub(crate) struct QueueTicket<'a> {
 impl<'a> QueueTicket<'a> {
     /// A wake-up to wait for, registered before the caller looks for a slot again.
     pub fn notified(&self) -> tokio::sync::futures::Notified<'a> {
-        self.pool.queue.notified()
+        self.pool.queue.notify.notified()
     }
 }
 
 impl Drop for QueueTicket<'_> {
     fn drop(&mut self) {
-        self.pool.waiting.fetch_sub(1, Ordering::Relaxed);
+        self.pool.queue.waiting.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

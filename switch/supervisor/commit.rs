@@ -46,7 +46,12 @@ impl Running {
                 .set(listener.addr);
         }
         let reloading = generation.number > 1;
-        shared.generation.store(Arc::new(generation));
+        let retired = shared.generation.swap(Arc::new(generation));
+        let now = shared.generation.load();
+        for pool in retired.pools.iter().filter(|pool| !now.has_pool(pool)) {
+            // Its health tasks end now (the new pool's have started in their place).
+            pool.retire();
+        }
         let removed_services = !unlisten.is_empty();
         for addr in unlisten {
             self.listeners.stop(addr);
