@@ -80,7 +80,11 @@ impl Switch {
         };
         let builder = Builder::new(workers);
         let mut config = config;
-        crate::discovery::once::fill(&mut config.pools, &Generation::empty());
+        let own = crate::discovery::found::own_addresses(
+            config.services.iter().map(|s| s.listen),
+            config.admin.as_ref(),
+        );
+        crate::discovery::once::fill(&mut config.pools, &Generation::empty(), &own);
         let plan = builder
             .plan(
                 &Generation::empty(),

@@ -250,6 +250,21 @@ async fn a_dns_server_that_stops_changes_nothing() {
         .output()
         .unwrap();
     assert!(reload.status.success(), "{reload:?}");
+    // A reload that changes the question's settings asks again; DNS down, the servers found
+    // before stay (an attacker's review: the pool was emptied and every request got 503).
+    std::fs::write(
+        &file,
+        text.replace("interval = \"1s\"", "interval = \"2s\""),
+    )
+    .unwrap();
+    let reload = std::process::Command::new(env!("CARGO_BIN_EXE_tcpvs"))
+        .args(["reload", "-c"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(reload.status.success(), "{reload:?}");
+    let by = served(service, "/", 10).await;
+    assert_eq!(by.len(), 2, "{by:?}");
     let list = std::process::Command::new(env!("CARGO_BIN_EXE_tcpvs"))
         .args(["list", "-c"])
         .arg(&file)
@@ -415,5 +430,28 @@ async fn kept_servers_are_not_checked_again_at_each_change() {
         "{:?}",
         servers[1].record.heads.lock().unwrap()
     );
+    switch.shutdown(std::time::Duration::from_secs(1)).await;
+}
+
+/// A record that names the switch itself (its own listener) would loop every request back
+/// into it: such an address is left out of the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_switchs_own_address_is_never_a_server() {
+    let scratch = Scratch::new("discovery-self");
+    let listen = common::reserved_address();
+    let port = listen.addr.port();
+    let servers = backends(&["127.0.0.17"], port).await;
+    let dns = Dnsmasq::start(
+        &scratch.0,
+        &hosts("api.test", &["127.0.0.1", "127.0.0.17"]),
+        &[],
+    );
+    let text = rules(&format!("dns = \"api.test:{port}\""), dns.addr, "wlc")
+        .replace("127.0.0.1:0", &listen.addr.to_string());
+    let config = tcpvs::Config::parse("t.toml", &text).unwrap();
+    let switch = tcpvs::Switch::start(config).await.unwrap();
+    assert_eq!(pool_servers(&switch.stats(), "api"), [servers[0].addr]);
+    let by = served(listen.addr, "/", 3).await;
+    assert_eq!(by.get(&servers[0].addr.to_string()), Some(&3), "{by:?}");
     switch.shutdown(std::time::Duration::from_secs(1)).await;
 }

@@ -3,6 +3,36 @@
 //! file's server (its weight, `max_conns` and `backup` as written).
 
 use crate::config::{PoolConfig, ServerConfig};
+use std::net::SocketAddr;
+
+/// The switch's own addresses, which no answer may make a server (a record naming the switch
+/// would loop every request back into it, or reach its admin endpoint from loopback): the
+/// services' listeners and the admin endpoint's. A found address is the switch's own when it
+/// has one of their ports and the same IP, or a loopback IP where the listener is bound to
+/// every address. (Another address of the host's own behind a wildcard listener is not
+/// known here: README, `discover`.)
+pub fn own_addresses(
+    listeners: impl Iterator<Item = SocketAddr>,
+    admin: Option<&crate::config::admin::AdminConfig>,
+) -> Vec<SocketAddr> {
+    let mut own: Vec<SocketAddr> = listeners.collect();
+    if let Some(crate::config::admin::AdminListen::Tcp(addr)) = admin.map(|a| &a.listen) {
+        own.push(*addr);
+    }
+    own
+}
+
+/// `answer` without the switch's own addresses; how many were left out.
+pub fn without_own(answer: &mut Vec<ServerConfig>, own: &[SocketAddr]) -> usize {
+    let before = answer.len();
+    answer.retain(|server| !own.iter().any(|o| is_same_socket(*o, server.addr)));
+    before - answer.len()
+}
+
+fn is_same_socket(own: SocketAddr, found: SocketAddr) -> bool {
+    let (a, b) = (own.ip(), found.ip());
+    own.port() == found.port() && (a == b || (a.is_unspecified() && b.is_loopback()))
+}
 
 /// The servers of `config` that were found, not listed.
 pub fn found(config: &PoolConfig) -> impl Iterator<Item = &ServerConfig> {
@@ -148,6 +178,23 @@ mod tests {
             text.ends_with("+10.0.0.9:80, +4 more; -10.0.0.1:80)"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_switchs_own_addresses_are_never_servers() {
+        let own = [
+            "0.0.0.0:8080".parse().unwrap(),
+            "127.0.0.1:9090".parse().unwrap(),
+        ];
+        let mut answer = vec![
+            server("127.0.0.5:8080", true, 1),
+            server("127.0.0.1:9090", true, 1),
+            server("127.0.0.2:9090", true, 1),
+            server("127.0.0.1:9091", true, 1),
+        ];
+        assert_eq!(without_own(&mut answer, &own), 2);
+        let kept: Vec<String> = answer.iter().map(|s| s.addr.to_string()).collect();
+        assert_eq!(kept, ["127.0.0.2:9090", "127.0.0.1:9091"]);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use super::lookup::{self, Answer};
 use crate::config::discover::Discover;
 use crate::config::PoolConfig;
 use crate::state::generation::Generation;
+use std::net::SocketAddr;
 
 /// Asks each of `discovers`; the answers in the same order.
 pub fn ask_all(discovers: Vec<Discover>) -> Vec<Result<Answer, String>> {
@@ -52,21 +53,22 @@ pub fn ask_all(discovers: Vec<Discover>) -> Vec<Result<Answer, String>> {
 }
 
 /// Puts found servers into the discovering pools of `pools`: a pool that asks what it asked in
-/// `current` keeps what it found there (its watcher goes on asking); any other is asked now. A
-/// lookup that fails or answers nothing leaves the pool with its listed servers only, with a
-/// warning (its watcher asks again).
-pub fn fill(pools: &mut [PoolConfig], current: &Generation) {
+/// `current` keeps what it found there (its watcher goes on asking); any other is asked now.
+/// A lookup that fails or answers nothing keeps what the running pool of that name found, if
+/// any (a reload that changes the question while DNS is down must not empty the pool), else
+/// the pool starts with its listed servers only; a warning either way (its watcher asks
+/// again). No found server is one of `own` (found.rs `own_addresses`).
+pub fn fill(pools: &mut [PoolConfig], current: &Generation, own: &[SocketAddr]) {
     let mut asked = Vec::new();
     for (index, pool) in pools.iter_mut().enumerate() {
         let Some(discover) = &pool.discover else {
             continue;
         };
-        let running = current
-            .pool(&pool.name)
-            .filter(|running| running.config.discover.as_ref() == Some(discover));
-        match running {
+        let running = current.pool(&pool.name);
+        match running.filter(|r| r.config.discover.as_ref() == Some(discover)) {
             Some(running) => {
-                let kept: Vec<_> = found::found(&running.config).cloned().collect();
+                let mut kept: Vec<_> = found::found(&running.config).cloned().collect();
+                found::without_own(&mut kept, own);
                 *pool = found::with_found(pool, &kept);
             }
             None => asked.push(index),
@@ -78,32 +80,52 @@ pub fn fill(pools: &mut [PoolConfig], current: &Generation) {
         .collect();
     for (index, answer) in asked.into_iter().zip(ask_all(discovers)) {
         let pool = &mut pools[index];
-        let Some(discover) = &pool.discover else {
+        let Some(discover) = pool.discover.clone() else {
             continue;
         };
-        match answer {
-            Ok(answer) if !answer.servers.is_empty() => {
+        let why = match answer {
+            Ok(mut answer) if !answer.servers.is_empty() => {
+                let own_left_out = found::without_own(&mut answer.servers, own);
                 tracing::info!(
-                    "discovery: pool `{}`: {} found {}",
+                    "discovery: pool `{}`: {} found {}{}",
                     pool.name,
                     discover.lookup,
-                    found::described_change(pool, &answer.servers)
+                    found::described_change(pool, &answer.servers),
+                    left_out(own_left_out)
                 );
                 *pool = found::with_found(pool, &answer.servers);
+                continue;
             }
-            Ok(_) => tracing::warn!(
-                "discovery: pool `{}`: {} found no server yet; asked again every {:?}",
-                pool.name,
-                discover.lookup,
-                discover.interval
-            ),
-            Err(why) => tracing::warn!(
-                "discovery: pool `{}`: {} failed ({why}); asked again every {:?}",
-                pool.name,
-                discover.lookup,
-                discover.interval
-            ),
-        }
+            Ok(_) => "found no server".to_string(),
+            Err(why) => format!("failed ({why})"),
+        };
+        let mut before: Vec<_> = current
+            .pool(&pool.name)
+            .map(|running| found::found(&running.config).cloned().collect())
+            .unwrap_or_default();
+        found::without_own(&mut before, own);
+        tracing::warn!(
+            "discovery: pool `{}`: {} {why}; {} until it answers (asked again every {:?})",
+            pool.name,
+            discover.lookup,
+            match before.len() {
+                0 => "no server found yet".to_string(),
+                n => format!("the {n} servers found before stay"),
+            },
+            discover.interval
+        );
+        *pool = found::with_found(pool, &before);
+    }
+}
+
+/// `, 2 addresses of the switch itself left out`, or nothing.
+pub fn left_out(own: usize) -> String {
+    match own {
+        0 => String::new(),
+        n => format!(
+            ", {n} address{} of the switch itself left out",
+            if n == 1 { "" } else { "es" }
+        ),
     }
 }
 

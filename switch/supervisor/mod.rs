@@ -133,7 +133,7 @@ impl Supervisor {
     /// A discovery's answer for pool `pool`: the pool's servers as a reload would make them,
     /// planned and committed as a reload is (one reload or answer at a time). Nothing when a
     /// reload changed the pool's question since it was asked, or the answer changes nothing.
-    fn apply_found(&self, pool: &str, discover: &Discover, answer: Vec<ServerConfig>) {
+    fn apply_found(&self, pool: &str, discover: &Discover, mut answer: Vec<ServerConfig>) {
         let mut guard = self.lock();
         let Some(running) = guard.as_mut() else {
             return;
@@ -141,6 +141,8 @@ impl Supervisor {
         if *self.shared.shutdown.borrow() {
             return;
         }
+        let own = discovery::found::own_addresses(self.bound().into_iter(), running.admin.as_ref());
+        let own_left_out = discovery::found::without_own(&mut answer, &own);
         let current = self.shared.generation.load_full();
         if !discovery::watch::changes_running(&current, pool, discover, &answer) {
             return;
@@ -167,9 +169,31 @@ impl Supervisor {
         let generation = plan.generation.number;
         drop(running.commit(&self.shared, plan, Vec::new()));
         tracing::info!(
-            "discovery: pool `{pool}`: {} now finds {described} (generation {generation})",
-            discover.lookup
+            "discovery: pool `{pool}`: {} now finds {described}{} (generation {generation})",
+            discover.lookup,
+            discovery::once::left_out(own_left_out)
         );
+    }
+
+    /// The rule file a reload reads, while the switch runs.
+    fn running_file(&self) -> Result<PathBuf, ReloadError> {
+        let guard = self.lock();
+        let running = guard.as_ref().ok_or(ReloadError::NotRunning)?;
+        if *self.shared.shutdown.borrow() {
+            return Err(ReloadError::NotRunning);
+        }
+        running.file.clone().ok_or(ReloadError::NoFile)
+    }
+
+    /// The addresses the running services are bound to (with port 0 in the file: the
+    /// kernel's port).
+    fn bound(&self) -> Vec<std::net::SocketAddr> {
+        let generation = self.shared.generation.load();
+        generation
+            .services
+            .iter()
+            .filter_map(|s| s.bound.get().copied())
+            .collect()
     }
 
     fn lock(&self) -> MutexGuard<'_, Option<Running>> {
@@ -188,17 +212,23 @@ impl Supervisor {
 
     /// Reads the rule file again and commits it: plan, bind, commit.
     fn reload(self: &Arc<Self>) -> Result<Reloaded, ReloadError> {
+        let file = self.running_file()?;
+        // The file is read and its pools' names asked before the lock is taken: a slow DNS
+        // server must not hold the supervisor (and with it the stop) while it answers.
+        let mut config = reload::load(&file)?;
+        let own = discovery::found::own_addresses(
+            config.services.iter().map(|s| s.listen).chain(self.bound()),
+            config.admin.as_ref(),
+        );
+        discovery::once::fill(&mut config.pools, &self.shared.generation.load_full(), &own);
         let mut guard = self.lock();
         let running = guard.as_mut().ok_or(ReloadError::NotRunning)?;
-        if *self.shared.shutdown.borrow() {
+        if *self.shared.shutdown.borrow() || running.file.as_ref() != Some(&file) {
             return Err(ReloadError::NotRunning);
         }
-        let file = running.file.clone().ok_or(ReloadError::NoFile)?;
-        let mut config = reload::load(&file)?;
         let settings = &self.shared.settings;
         let restart_needed = reload::restart_needed(settings, running.admin.as_ref(), &config);
         let current = self.shared.generation.load_full();
-        discovery::once::fill(&mut config.pools, &current);
         let plan = running
             .builder
             .plan(&current, config.services, &config.pools, config.limits)

@@ -48,6 +48,9 @@ impl Dnsmasq {
             "--listen-address=127.0.0.1",
             "--bind-interfaces",
             "--local-ttl=1",
+            // Authoritative for `.test`: a name without an AAAA record gets an empty answer
+            // (NODATA), not REFUSED for want of an upstream server.
+            "--local=/test/",
         ]);
         command.arg(format!("--port={port}"));
         command.arg(format!("--addn-hosts={}", path.display()));
