@@ -3,6 +3,7 @@
 
 use super::Context;
 use crate::access_log;
+use crate::trace::{Finished, RequestTrace};
 use std::net::SocketAddr;
 use tokio::time::Instant;
 
@@ -20,6 +21,8 @@ pub(crate) struct Outcome {
     pub limited: Option<usize>,
     /// A gRPC call's status, when one came back (http/grpc.rs): the access log says it.
     pub grpc: Option<u8>,
+    /// Its trace and id (trace/), `None` with both off.
+    pub trace: Option<Box<RequestTrace>>,
 }
 
 impl Outcome {
@@ -38,6 +41,7 @@ impl Outcome {
             server: None,
             limited: None,
             grpc: None,
+            trace: None,
         }
     }
 }
@@ -57,13 +61,15 @@ pub(crate) fn account(
         service.classes.count(outcome.status);
         service.duration.record(elapsed);
     }
+    let pool = outcome.pool.map(|p| cx.generation.pools[p].name.as_str());
+    let trace = outcome.trace.as_deref();
     cx.shared.access_log.write(&access_log::Entry {
         service: &cx.service.name,
         client: cx.peer,
         request: Some(request),
         status: outcome.status,
         bytes: outcome.bytes_out,
-        pool: outcome.pool.map(|p| cx.generation.pools[p].name.as_str()),
+        pool,
         server: outcome.server,
         end: access_log::End::Took(elapsed),
         limit: outcome
@@ -71,5 +77,16 @@ pub(crate) fn account(
             .and_then(|l| cx.generation.limits.get(l))
             .map(|l| l.spec().name.as_str()),
         grpc: outcome.grpc,
+        trace,
     });
+    if let Some(trace) = trace {
+        let done = Finished {
+            service: &cx.service.name,
+            pool,
+            server: outcome.server,
+            status: outcome.status,
+            response_bytes: outcome.bytes_out,
+        };
+        cx.shared.tracing.finish(trace, &done);
+    }
 }
