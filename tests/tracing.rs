@@ -180,13 +180,13 @@ async fn an_absent_traceparent_is_made_and_an_invalid_one_replaced() {
     );
     let (_switch, addr) = start(&keys, backend.addr).await;
     let invalid = [
-        given_traceparent().to_uppercase().replace("00-", "00-"), // uppercase hex
-        given_traceparent().replacen("00-", "ff-", 1),            // version ff
-        format!("00-{}-{GIVEN_SPAN}-01", "0".repeat(32)),         // zero trace id
-        format!("00-{GIVEN_TRACE}-{}-01", "0".repeat(16)),        // zero parent id
-        given_traceparent()[..54].to_string(),                    // short
-        format!("{}-", given_traceparent()),                      // long for version 00
-        given_traceparent().replace('b', "g"),                    // not hex
+        given_traceparent().to_uppercase(),                // uppercase hex
+        given_traceparent().replacen("00-", "ff-", 1),     // version ff
+        format!("00-{}-{GIVEN_SPAN}-01", "0".repeat(32)),  // zero trace id
+        format!("00-{GIVEN_TRACE}-{}-01", "0".repeat(16)), // zero parent id
+        given_traceparent()[..54].to_string(),             // short
+        format!("{}-", given_traceparent()),               // long for version 00
+        given_traceparent().replace('b', "g"),             // not hex
     ];
     let mut cases: Vec<String> = vec![String::new()];
     cases.extend(invalid.iter().map(|v| format!("traceparent: {v}\r\n")));
@@ -271,7 +271,7 @@ async fn request_ids_without_trace() {
         let id = one_field(&last_head(&backend), "x-request-id");
         let sent = field_values(&format!("\r\n{given}"), "x-request-id");
         if kept {
-            assert_eq!(sent, [id.clone()], "{given:?}");
+            assert_eq!(sent, std::slice::from_ref(&id), "{given:?}");
         } else {
             assert_eq!(id.len(), 32, "a made id is 32 hex digits: {id}");
             assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
@@ -340,7 +340,10 @@ async fn http2_clients_and_http2_servers_are_traced_alike() {
 
 /// What a collector the test runs was sent: each POST's head and body.
 #[derive(Clone, Default)]
-struct Received(Arc<Mutex<Vec<(String, Vec<u8>)>>>);
+struct Received(Arc<Mutex<Vec<Post>>>);
+
+/// A POST's head and body.
+type Post = (String, Vec<u8>);
 
 /// An OTLP/HTTP receiver on 127.0.0.1: reads each POST whole and answers 200 (`answer`) or
 /// nothing at all, holding the connection open (a collector that hangs).
@@ -735,8 +738,7 @@ fn the_configuration_errors_come_all_at_once() {
                 [virtual.web]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"p\"\n\
                 [pool.p]\nservers = [{ addr = \"127.0.0.1:1\" }]\n";
     let error = tcpvs::Config::parse("t.toml", text)
-        .err()
-        .expect("refused")
+        .expect_err("refused")
         .to_string();
     assert!(
         error.contains("t.toml:2:9: trace must be \"off\" or \"w3c\""),
@@ -751,8 +753,7 @@ fn the_configuration_errors_come_all_at_once() {
         .replace("\"zipkin\"", "\"off\"")
         .replace("https", "http");
     let error = tcpvs::Config::parse("t.toml", &text)
-        .err()
-        .expect("refused")
+        .expect_err("refused")
         .to_string();
     assert!(
         error.contains("t.toml:3:8: otlp exports the spans of traced requests"),
