@@ -80,9 +80,14 @@ pub(crate) fn account(
         trace,
     });
     if let Some(trace) = trace {
+        let services = &cx.generation.services;
         let done = Finished {
-            service: &cx.service.name,
-            pool,
+            generation: cx.generation,
+            service: services
+                .iter()
+                .position(|s| std::ptr::eq(s, cx.service))
+                .unwrap_or(usize::MAX),
+            pool: outcome.pool,
             server: outcome.server,
             status: outcome.status,
             response_bytes: outcome.bytes_out,

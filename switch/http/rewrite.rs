@@ -542,7 +542,7 @@ mod tests {
         let raw = b"GET / HTTP/1.1\r\nHost: x\r\ntraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\ntracestate: a=1\r\nX-Request-Id: bad id\r\n\r\n";
         let mut head = RequestHead::default();
         assert!(parse_request(&mut raw.to_vec(), &mut head).unwrap());
-        let trace = RequestTrace::begin((true, true), (&head, raw), "1.1");
+        let trace = RequestTrace::begin((true, true, false), (&head, raw), "1.1");
         let edit = RequestEdit {
             trace: Some(&trace),
             ..RequestEdit::default()

@@ -50,12 +50,11 @@ impl TraceContext {
     /// The `traceparent` value the server gets: always version 00 (section 3.2.4.2: a vendor
     /// that reads a higher version sends the version it knows).
     pub fn write_traceparent(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(b"00-");
-        ids::push_hex(out, &self.trace_id);
-        out.push(b'-');
-        ids::push_hex(out, &self.span_id);
-        out.push(b'-');
-        ids::push_hex(out, &[self.flags]);
+        let mut value = *b"00-________________________________-________________-__";
+        ids::write_hex(&self.trace_id, &mut value[3..35]);
+        ids::write_hex(&self.span_id, &mut value[36..52]);
+        ids::write_hex(&[self.flags], &mut value[53..55]);
+        out.extend_from_slice(&value);
     }
 }
 

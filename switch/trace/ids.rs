@@ -65,10 +65,18 @@ pub fn span_id() -> [u8; 8] {
 
 /// Lowercase hex of `bytes` appended to `out` (W3C trace context allows only lowercase).
 pub fn push_hex(out: &mut Vec<u8>, bytes: &[u8]) {
+    let start = out.len();
+    out.resize(start + 2 * bytes.len(), 0);
+    write_hex(bytes, &mut out[start..]);
+}
+
+/// Lowercase hex of `bytes` into `out`, two digits a byte (as far as `out` reaches): written
+/// in place, without a capacity check per digit.
+pub fn write_hex(bytes: &[u8], out: &mut [u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for b in bytes {
-        out.push(DIGITS[usize::from(b >> 4)]);
-        out.push(DIGITS[usize::from(b & 0xf)]);
+    for (b, pair) in bytes.iter().zip(out.chunks_exact_mut(2)) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 0xf)];
     }
 }
 

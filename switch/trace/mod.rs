@@ -25,6 +25,7 @@ pub mod request_id;
 pub mod span;
 
 use crate::http::RequestHead;
+use crate::state::generation::Generation;
 use counters::{TraceCounters, TraceCounts};
 use otlp::export::{Collector, Exporter};
 pub use request::RequestTrace;
@@ -67,8 +68,10 @@ pub struct Tracing {
 
 /// What the account step knows of a finished request, for its span.
 pub struct Finished<'a> {
-    pub service: &'a str,
-    pub pool: Option<&'a str>,
+    /// The configuration it ran under, and its service and pool there (indexes).
+    pub generation: &'a Arc<Generation>,
+    pub service: usize,
+    pub pool: Option<usize>,
     pub server: Option<SocketAddr>,
     pub status: u16,
     pub response_bytes: u64,
@@ -106,7 +109,7 @@ impl Tracing {
         if !(self.w3c || self.request_id) {
             return None;
         }
-        let on = (self.w3c, self.request_id);
+        let on = (self.w3c, self.request_id, self.exporter.is_some());
         Some(Box::new(RequestTrace::begin(on, (head, buf), protocol)))
     }
 
@@ -121,10 +124,11 @@ impl Tracing {
             parent_span_id: context.parent_span_id,
             start_unix_nanos: span::unix_nanos(trace.started),
             end_unix_nanos: span::unix_nanos(std::time::SystemTime::now()),
-            method: trace.method().to_string(),
+            method: trace.method,
             status: done.status,
-            service: done.service.to_string(),
-            pool: done.pool.map(str::to_string),
+            generation: Arc::clone(done.generation),
+            service: done.service,
+            pool: done.pool,
             server: done.server,
             response_bytes: done.response_bytes,
             protocol: trace.protocol,

@@ -19,12 +19,41 @@ pub struct RequestTrace {
     pub context: Option<TraceContext>,
     /// `None` unless `request_id = true`.
     pub request_id: Option<RequestId>,
-    /// When the switch began the request (the span's start).
+    /// When the switch began the request (the span's start); the clock is read only when
+    /// spans are exported (`UNIX_EPOCH` otherwise).
     pub started: SystemTime,
     /// The client's protocol version (`1.0`, `1.1`, `2`), as the span says it.
     pub protocol: &'static str,
-    method: [u8; METHOD_MAX],
-    method_len: u8,
+    pub method: MethodName,
+}
+
+/// A request's method as a span names it, held inline.
+#[derive(Clone, Copy, Debug)]
+pub struct MethodName {
+    bytes: [u8; METHOD_MAX],
+    len: u8,
+}
+
+impl MethodName {
+    /// `method` as it came, or `_OTHER` past [`METHOD_MAX`] bytes.
+    pub fn new(method: &[u8]) -> MethodName {
+        let mut bytes = [0u8; METHOD_MAX];
+        let len = match bytes.get_mut(..method.len()) {
+            Some(room) => {
+                room.copy_from_slice(method);
+                method.len() as u8
+            }
+            None => 0,
+        };
+        MethodName { bytes, len }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match std::str::from_utf8(&self.bytes[..usize::from(self.len)]) {
+            Ok(method) if !method.is_empty() => method,
+            _ => "_OTHER",
+        }
+    }
 }
 
 /// The fields of the client's head tracing reads, and how many of each it sent.
@@ -40,7 +69,7 @@ impl RequestTrace {
     /// The trace of the request `head` (its bytes in `buf`) that came in `protocol`, with
     /// what is switched on.
     pub fn begin(
-        (w3c, request_id): (bool, bool),
+        (w3c, request_id, timed): (bool, bool, bool),
         (head, buf): (&RequestHead, &[u8]),
         protocol: &'static str,
     ) -> RequestTrace {
@@ -66,22 +95,15 @@ impl RequestTrace {
             let trace_id = context.as_ref().map(|c| &c.trace_id);
             RequestId::keep_or_make(given.request_id, given.request_ids, trace_id)
         });
-        let method_bytes = head.method.get(buf);
-        let mut method = [0u8; METHOD_MAX];
-        let method_len = match method.get_mut(..method_bytes.len()) {
-            Some(room) => {
-                room.copy_from_slice(method_bytes);
-                method_bytes.len() as u8
-            }
-            None => 0,
-        };
         RequestTrace {
             context,
             request_id,
-            started: SystemTime::now(),
+            started: match timed {
+                true => SystemTime::now(),
+                false => SystemTime::UNIX_EPOCH,
+            },
             protocol,
-            method,
-            method_len,
+            method: MethodName::new(head.method.get(buf)),
         }
     }
 
@@ -113,18 +135,9 @@ impl RequestTrace {
     /// The trace id in hex, as the log and trace viewers show it.
     pub fn trace_id_hex(&self) -> Option<[u8; 32]> {
         let context = self.context.as_ref()?;
-        let mut out = Vec::with_capacity(32);
-        ids::push_hex(&mut out, &context.trace_id);
-        out.try_into().ok()
-    }
-
-    /// The method as the client sent it, or `_OTHER` past [`METHOD_MAX`] bytes.
-    pub fn method(&self) -> &str {
-        let bytes = &self.method[..usize::from(self.method_len)];
-        match std::str::from_utf8(bytes) {
-            Ok(method) if !method.is_empty() => method,
-            _ => "_OTHER",
-        }
+        let mut hex = [0u8; 32];
+        ids::write_hex(&context.trace_id, &mut hex);
+        Some(hex)
     }
 }
 
@@ -138,7 +151,7 @@ mod tests {
         let mut raw = raw.to_vec();
         let parsed = parse_request(&mut raw, &mut head);
         assert!(matches!(parsed, Ok(true)), "{parsed:?}");
-        let trace = RequestTrace::begin((w3c, request_id), (&head, &raw), "1.1");
+        let trace = RequestTrace::begin((w3c, request_id, false), (&head, &raw), "1.1");
         let mut out = Vec::new();
         trace.write_fields(&mut out);
         (trace, out)
@@ -156,7 +169,7 @@ mod tests {
         assert!(text.ends_with("-01\r\nX-Request-Id: r1\r\n"), "{text}");
         assert!(trace.replaces(b"TRACEPARENT") && trace.replaces(b"x-request-id"));
         assert!(!trace.replaces(b"tracestate"));
-        assert_eq!(trace.method(), "GET");
+        assert_eq!(trace.method.as_str(), "GET");
 
         let (trace, out) = traced(raw, false, true);
         assert_eq!(out, b"X-Request-Id: r1\r\n");

@@ -36,19 +36,20 @@ impl RequestId {
             .map(<[u8]>::trim_ascii)
             .filter(|id| !id.is_empty() && id.len() <= MAX_LEN)
             .filter(|id| id.iter().all(|b| b.is_ascii_graphic()));
-        let mut made = Vec::with_capacity(32);
-        let id = match sane {
-            Some(id) => id,
+        let mut bytes = [0u8; MAX_LEN];
+        let len = match sane {
+            Some(id) => {
+                bytes[..id.len()].copy_from_slice(id);
+                id.len()
+            }
             None => {
-                ids::push_hex(&mut made, trace_id.unwrap_or(&ids::trace_id()));
-                &made[..]
+                ids::write_hex(trace_id.unwrap_or(&ids::trace_id()), &mut bytes[..32]);
+                32
             }
         };
-        let mut bytes = [0u8; MAX_LEN];
-        bytes[..id.len()].copy_from_slice(id);
         RequestId {
             bytes,
-            len: id.len() as u8,
+            len: len as u8,
         }
     }
 

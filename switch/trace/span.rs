@@ -1,10 +1,15 @@
 //! One finished request as a span (`otlp`): what the exporter encodes, handed over from the
-//! account step. It owns its strings so the data path lends the exporter nothing.
+//! account step. It names its service and pool through the generation they belong to (one
+//! reference count) rather than copies of their names: no allocation per span on the data
+//! path, and the exporter reads the names where they are.
 
+use super::request::MethodName;
+use crate::state::generation::Generation;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 /// A span of kind SERVER: the switch serving one client request.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Span {
     pub trace_id: [u8; 16],
     pub span_id: [u8; 8],
@@ -12,12 +17,13 @@ pub struct Span {
     pub parent_span_id: Option<[u8; 8]>,
     pub start_unix_nanos: u64,
     pub end_unix_nanos: u64,
-    pub method: String,
+    pub method: MethodName,
     /// The status sent to the client; 0 when the client left before any answer.
     pub status: u16,
-    /// The virtual service.
-    pub service: String,
-    pub pool: Option<String>,
+    /// The configuration the request ran under, and its virtual service and pool in it.
+    pub generation: Arc<Generation>,
+    pub service: usize,
+    pub pool: Option<usize>,
     pub server: Option<SocketAddr>,
     /// Bytes sent to the client for this request.
     pub response_bytes: u64,
@@ -28,8 +34,23 @@ pub struct Span {
 impl Span {
     /// Its name, as OpenTelemetry's HTTP conventions name a server span without a route:
     /// the method (`HTTP GET` here, which names the protocol too).
-    pub fn name(&self) -> String {
-        format!("HTTP {}", self.method)
+    pub fn write_name(&self, out: &mut String) {
+        out.push_str("HTTP ");
+        out.push_str(self.method.as_str());
+    }
+
+    /// The virtual service's name.
+    pub fn service_name(&self) -> &str {
+        self.generation
+            .services
+            .get(self.service)
+            .map_or("-", |s| s.name.as_str())
+    }
+
+    /// The pool's name, if the request got as far as a pool.
+    pub fn pool_name(&self) -> Option<&str> {
+        let pool = self.generation.pools.get(self.pool?)?;
+        Some(pool.name.as_str())
     }
 }
 

@@ -23,6 +23,7 @@
 //! `tcpvs.*` for what is the switch's own (service, pool, server, bytes sent).
 
 use crate::trace::span::Span;
+use std::net::SocketAddr;
 
 /// Protobuf wire types (protobuf's encoding guide).
 const VARINT: u32 = 0;
@@ -34,42 +35,68 @@ const SPAN_KIND_SERVER: u64 = 2;
 /// `STATUS_CODE_ERROR`, for a 5xx answer (a server span's 4xx is the client's, not an error).
 const STATUS_CODE_ERROR: u64 = 2;
 
-/// The whole request body for `spans`, appended to `out`.
+/// The whole request body for `spans`, appended to `out`. A message's length comes before it,
+/// so each level is written into a buffer of its own and copied into its parent: three copies
+/// of a batch, and no allocation per span or per attribute.
 pub fn export_request(out: &mut Vec<u8>, spans: &[Span]) {
     let mut resource_spans = Vec::new();
     let mut resource = Vec::new();
     key_value(&mut resource, 1, "service.name", Value::Text("tcpvs"));
     length_delimited(&mut resource_spans, 1, &resource);
-    let mut scope_spans = Vec::new();
+    let mut scope_spans = Vec::with_capacity(spans.len() * 256);
     let mut scope = Vec::new();
     length_delimited(&mut scope, 1, b"tcpvs");
     length_delimited(&mut scope, 2, env!("CARGO_PKG_VERSION").as_bytes());
     length_delimited(&mut scope_spans, 1, &scope);
-    let mut encoded = Vec::new();
+    let (mut encoded, mut text) = (Vec::new(), Scratch::default());
     for span in spans {
         encoded.clear();
-        span_message(&mut encoded, span);
+        span_message(&mut encoded, span, &mut text);
         length_delimited(&mut scope_spans, 2, &encoded);
     }
     length_delimited(&mut resource_spans, 2, &scope_spans);
     length_delimited(out, 1, &resource_spans);
 }
 
-/// One `Span` message.
-fn span_message(out: &mut Vec<u8>, span: &Span) {
+/// What formatting a batch reuses: a span's name, and the last server's address as text
+/// (`SocketAddr`'s `Display` costs more than the rest of a span; a batch has few servers).
+#[derive(Default)]
+struct Scratch {
+    name: String,
+    server: Option<(SocketAddr, String)>,
+}
+
+impl Scratch {
+    fn server_text(&mut self, server: SocketAddr) -> &str {
+        if self.server.as_ref().is_none_or(|(last, _)| *last != server) {
+            self.server = Some((server, server.to_string()));
+        }
+        self.server.as_ref().map_or("", |(_, text)| text.as_str())
+    }
+}
+
+/// One `Span` message; `text` is scratch for what is formatted.
+fn span_message(out: &mut Vec<u8>, span: &Span, text: &mut Scratch) {
     length_delimited(out, 1, &span.trace_id);
     length_delimited(out, 2, &span.span_id);
     if let Some(parent) = &span.parent_span_id {
         length_delimited(out, 4, parent);
     }
-    length_delimited(out, 5, span.name().as_bytes());
+    text.name.clear();
+    span.write_name(&mut text.name);
+    length_delimited(out, 5, text.name.as_bytes());
     tag(out, 6, VARINT);
     varint(out, SPAN_KIND_SERVER);
     tag(out, 7, FIXED64);
     out.extend_from_slice(&span.start_unix_nanos.to_le_bytes());
     tag(out, 8, FIXED64);
     out.extend_from_slice(&span.end_unix_nanos.to_le_bytes());
-    key_value(out, 9, "http.request.method", Value::Text(&span.method));
+    key_value(
+        out,
+        9,
+        "http.request.method",
+        Value::Text(span.method.as_str()),
+    );
     key_value(
         out,
         9,
@@ -82,12 +109,17 @@ fn span_message(out: &mut Vec<u8>, span: &Span) {
         "network.protocol.version",
         Value::Text(span.protocol),
     );
-    key_value(out, 9, "tcpvs.service", Value::Text(&span.service));
-    if let Some(pool) = &span.pool {
+    key_value(out, 9, "tcpvs.service", Value::Text(span.service_name()));
+    if let Some(pool) = span.pool_name() {
         key_value(out, 9, "tcpvs.pool", Value::Text(pool));
     }
     if let Some(server) = span.server {
-        key_value(out, 9, "tcpvs.server", Value::Text(&server.to_string()));
+        key_value(
+            out,
+            9,
+            "tcpvs.server",
+            Value::Text(text.server_text(server)),
+        );
     }
     let bytes = i64::try_from(span.response_bytes).unwrap_or(i64::MAX);
     key_value(out, 9, "tcpvs.response_bytes", Value::Int(bytes));
@@ -105,21 +137,33 @@ enum Value<'v> {
     Int(i64),
 }
 
-/// A `KeyValue` as field `field` of the message in `out`.
+/// A `KeyValue` as field `field` of the message in `out`, its lengths counted beforehand
+/// (every tag here is one byte: field numbers below 16).
 fn key_value(out: &mut Vec<u8>, field: u32, key: &str, value: Value<'_>) {
-    let mut any = Vec::new();
+    let any_len = match value {
+        Value::Text(text) => 1 + varint_len(text.len() as u64) + text.len(),
+        // int64: two's complement as a 64-bit varint.
+        Value::Int(n) => 1 + varint_len(n as u64),
+    };
+    let pair_len =
+        1 + varint_len(key.len() as u64) + key.len() + 1 + varint_len(any_len as u64) + any_len;
+    tag(out, field, LENGTH_DELIMITED);
+    varint(out, pair_len as u64);
+    length_delimited(out, 1, key.as_bytes());
+    tag(out, 2, LENGTH_DELIMITED);
+    varint(out, any_len as u64);
     match value {
-        Value::Text(text) => length_delimited(&mut any, 1, text.as_bytes()),
+        Value::Text(text) => length_delimited(out, 1, text.as_bytes()),
         Value::Int(n) => {
-            tag(&mut any, 3, VARINT);
-            // int64: two's complement as a 64-bit varint.
-            varint(&mut any, n as u64);
+            tag(out, 3, VARINT);
+            varint(out, n as u64);
         }
     }
-    let mut pair = Vec::new();
-    length_delimited(&mut pair, 1, key.as_bytes());
-    length_delimited(&mut pair, 2, &any);
-    length_delimited(out, field, &pair);
+}
+
+/// The bytes [`varint`] writes for `n`.
+fn varint_len(n: u64) -> usize {
+    (64 - (n | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 fn length_delimited(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
@@ -190,5 +234,27 @@ mod tests {
             out,
             [0x4a, 0x08, 0x0a, 0x01, b'k', 0x12, 0x03, 0x18, 0xc8, 0x01]
         );
+        out.clear();
+        // A negative int64 is ten varint bytes.
+        key_value(&mut out, 9, "k", Value::Int(-1));
+        assert_eq!(out.len(), 2 + 3 + 2 + 1 + 10);
+    }
+
+    #[test]
+    fn varint_lengths_match_what_is_written() {
+        for n in [
+            0,
+            1,
+            127,
+            128,
+            16_383,
+            16_384,
+            u64::from(u32::MAX),
+            u64::MAX,
+        ] {
+            let mut out = Vec::new();
+            varint(&mut out, n);
+            assert_eq!(varint_len(n), out.len(), "{n}");
+        }
     }
 }
