@@ -73,12 +73,22 @@ pub fn push_hex(out: &mut Vec<u8>, bytes: &[u8]) {
 /// Lowercase hex of `bytes` into `out`, two digits a byte (as far as `out` reaches): written
 /// in place, without a capacity check per digit.
 pub fn write_hex(bytes: &[u8], out: &mut [u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for (b, pair) in bytes.iter().zip(out.chunks_exact_mut(2)) {
-        pair[0] = DIGITS[usize::from(b >> 4)];
-        pair[1] = DIGITS[usize::from(b & 0xf)];
+        pair.copy_from_slice(&HEX_PAIRS[usize::from(*b)]);
     }
 }
+
+/// The two hex digits of every byte, looked up at once rather than a nibble at a time.
+const HEX_PAIRS: [[u8; 2]; 256] = {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut pairs = [[0u8; 2]; 256];
+    let mut b = 0;
+    while b < 256 {
+        pairs[b] = [DIGITS[b >> 4], DIGITS[b & 0xf]];
+        b += 1;
+    }
+    pairs
+};
 
 #[cfg(test)]
 mod tests {

@@ -9,10 +9,6 @@ use super::request_id::RequestId;
 use crate::http::RequestHead;
 use std::time::SystemTime;
 
-/// The longest method a span names as it is; a longer one is named `_OTHER`, as OpenTelemetry's
-/// HTTP conventions name methods they do not know.
-const METHOD_MAX: usize = 16;
-
 #[derive(Debug)]
 pub struct RequestTrace {
     /// `None` unless `trace = "w3c"`.
@@ -27,32 +23,30 @@ pub struct RequestTrace {
     pub method: MethodName,
 }
 
-/// A request's method as a span names it, held inline.
-#[derive(Clone, Copy, Debug)]
-pub struct MethodName {
-    bytes: [u8; METHOD_MAX],
-    len: u8,
-}
+/// A request's method as a span names it: one of the methods of RFC 9110 and PATCH, else
+/// `_OTHER`, as OpenTelemetry's HTTP conventions name them (so a span names a method without
+/// holding the client's bytes, and no client can fill a trace store with methods of its own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MethodName(&'static str);
 
 impl MethodName {
-    /// `method` as it came, or `_OTHER` past [`METHOD_MAX`] bytes.
     pub fn new(method: &[u8]) -> MethodName {
-        let mut bytes = [0u8; METHOD_MAX];
-        let len = match bytes.get_mut(..method.len()) {
-            Some(room) => {
-                room.copy_from_slice(method);
-                method.len() as u8
-            }
-            None => 0,
-        };
-        MethodName { bytes, len }
+        MethodName(match method {
+            b"GET" => "GET",
+            b"HEAD" => "HEAD",
+            b"POST" => "POST",
+            b"PUT" => "PUT",
+            b"DELETE" => "DELETE",
+            b"CONNECT" => "CONNECT",
+            b"OPTIONS" => "OPTIONS",
+            b"TRACE" => "TRACE",
+            b"PATCH" => "PATCH",
+            _ => "_OTHER",
+        })
     }
 
-    pub fn as_str(&self) -> &str {
-        match std::str::from_utf8(&self.bytes[..usize::from(self.len)]) {
-            Ok(method) if !method.is_empty() => method,
-            _ => "_OTHER",
-        }
+    pub fn as_str(&self) -> &'static str {
+        self.0
     }
 }
 
@@ -170,6 +164,7 @@ mod tests {
         assert!(trace.replaces(b"TRACEPARENT") && trace.replaces(b"x-request-id"));
         assert!(!trace.replaces(b"tracestate"));
         assert_eq!(trace.method.as_str(), "GET");
+        assert_eq!(MethodName::new(b"PROPFIND").as_str(), "_OTHER");
 
         let (trace, out) = traced(raw, false, true);
         assert_eq!(out, b"X-Request-Id: r1\r\n");

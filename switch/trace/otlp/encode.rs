@@ -139,6 +139,7 @@ enum Value<'v> {
 
 /// A `KeyValue` as field `field` of the message in `out`, its lengths counted beforehand
 /// (every tag here is one byte: field numbers below 16).
+#[inline]
 fn key_value(out: &mut Vec<u8>, field: u32, key: &str, value: Value<'_>) {
     let any_len = match value {
         Value::Text(text) => 1 + varint_len(text.len() as u64) + text.len(),
@@ -162,21 +163,25 @@ fn key_value(out: &mut Vec<u8>, field: u32, key: &str, value: Value<'_>) {
 }
 
 /// The bytes [`varint`] writes for `n`.
+#[inline]
 fn varint_len(n: u64) -> usize {
     (64 - (n | 1).leading_zeros() as usize).div_ceil(7)
 }
 
+#[inline]
 fn length_delimited(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
     tag(out, field, LENGTH_DELIMITED);
     varint(out, bytes.len() as u64);
     out.extend_from_slice(bytes);
 }
 
+#[inline]
 fn tag(out: &mut Vec<u8>, field: u32, wire_type: u32) {
     varint(out, u64::from(field << 3 | wire_type));
 }
 
 /// Base-128, least significant group first, the high bit saying more follows.
+#[inline]
 fn varint(out: &mut Vec<u8>, mut n: u64) {
     while n >= 0x80 {
         out.push((n as u8 & 0x7f) | 0x80);
