@@ -3,6 +3,8 @@
 
 use super::Context;
 use crate::access_log;
+use crate::state::generation::Generation;
+use crate::trace::span::SpanNames;
 use crate::trace::{Finished, RequestTrace};
 use std::net::SocketAddr;
 use tokio::time::Instant;
@@ -93,5 +95,16 @@ pub(crate) fn account(
             response_bytes: outcome.bytes_out,
         };
         cx.shared.tracing.finish(trace, &done);
+    }
+}
+
+/// A span names its service and pool through the generation the request ran under.
+impl SpanNames for Generation {
+    fn service_name(&self, service: usize) -> Option<&str> {
+        self.services.get(service).map(|s| s.name.as_str())
+    }
+
+    fn pool_name(&self, pool: usize) -> Option<&str> {
+        self.pools.get(pool).map(|p| p.name.as_str())
     }
 }

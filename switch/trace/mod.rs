@@ -25,11 +25,10 @@ pub mod request_id;
 pub mod span;
 
 use crate::http::RequestHead;
-use crate::state::generation::Generation;
 use counters::{TraceCounters, TraceCounts};
 use otlp::export::{Collector, Exporter};
 pub use request::RequestTrace;
-use span::Span;
+use span::{Span, SpanNames};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -67,9 +66,9 @@ pub struct Tracing {
 }
 
 /// What the account step knows of a finished request, for its span.
-pub struct Finished<'a> {
+pub struct Finished<'a, N> {
     /// The configuration it ran under, and its service and pool there (indexes).
-    pub generation: &'a Arc<Generation>,
+    pub generation: &'a Arc<N>,
     pub service: usize,
     pub pool: Option<usize>,
     pub server: Option<SocketAddr>,
@@ -114,7 +113,7 @@ impl Tracing {
     }
 
     /// Queues the span of a finished request for export (with `otlp`); never waits.
-    pub fn finish(&self, trace: &RequestTrace, done: &Finished<'_>) {
+    pub fn finish<N: SpanNames + 'static>(&self, trace: &RequestTrace, done: &Finished<'_, N>) {
         let (Some(exporter), Some(context)) = (&self.exporter, &trace.context) else {
             return;
         };
@@ -126,7 +125,7 @@ impl Tracing {
             end_unix_nanos: span::unix_nanos(std::time::SystemTime::now()),
             method: trace.method,
             status: done.status,
-            generation: Arc::clone(done.generation),
+            names: Arc::clone(done.generation) as Arc<dyn SpanNames>,
             service: done.service,
             pool: done.pool,
             server: done.server,

@@ -1,12 +1,21 @@
 //! One finished request as a span (`otlp`): what the exporter encodes, handed over from the
-//! account step. It names its service and pool through the generation they belong to (one
-//! reference count) rather than copies of their names: no allocation per span on the data
-//! path, and the exporter reads the names where they are.
+//! account step. It names its service and pool through the configuration generation they
+//! belong to (one reference count) rather than copies of their names: no allocation per span
+//! on the data path, and the exporter reads the names where they are. The generation is seen
+//! through [`SpanNames`] (implemented in exchange/account.rs), so tracing does not depend on
+//! the run-time state, which depends on the configuration, which reads tracing's settings.
 
 use super::request::MethodName;
-use crate::state::generation::Generation;
 use std::net::SocketAddr;
 use std::sync::Arc;
+
+/// Where a span's service and pool are named: the generation a request ran under.
+pub trait SpanNames: std::fmt::Debug + Send + Sync {
+    /// The virtual service number `service`'s name.
+    fn service_name(&self, service: usize) -> Option<&str>;
+    /// The pool number `pool`'s name.
+    fn pool_name(&self, pool: usize) -> Option<&str>;
+}
 
 /// A span of kind SERVER: the switch serving one client request.
 #[derive(Clone, Debug)]
@@ -21,7 +30,7 @@ pub struct Span {
     /// The status sent to the client; 0 when the client left before any answer.
     pub status: u16,
     /// The configuration the request ran under, and its virtual service and pool in it.
-    pub generation: Arc<Generation>,
+    pub names: Arc<dyn SpanNames>,
     pub service: usize,
     pub pool: Option<usize>,
     pub server: Option<SocketAddr>,
@@ -41,16 +50,12 @@ impl Span {
 
     /// The virtual service's name.
     pub fn service_name(&self) -> &str {
-        self.generation
-            .services
-            .get(self.service)
-            .map_or("-", |s| s.name.as_str())
+        self.names.service_name(self.service).unwrap_or("-")
     }
 
     /// The pool's name, if the request got as far as a pool.
     pub fn pool_name(&self) -> Option<&str> {
-        let pool = self.generation.pools.get(self.pool?)?;
-        Some(pool.name.as_str())
+        self.names.pool_name(self.pool?)
     }
 }
 

@@ -232,6 +232,20 @@ fn status_of(line: &[u8]) -> Option<u16> {
 mod tests {
     use super::*;
 
+    /// Names nothing: these tests do not encode.
+    #[derive(Debug)]
+    struct NoNames;
+
+    impl crate::trace::span::SpanNames for NoNames {
+        fn service_name(&self, _: usize) -> Option<&str> {
+            None
+        }
+
+        fn pool_name(&self, _: usize) -> Option<&str> {
+            None
+        }
+    }
+
     fn span() -> Span {
         Span {
             trace_id: [1; 16],
@@ -241,7 +255,7 @@ mod tests {
             end_unix_nanos: 2,
             method: crate::trace::request::MethodName::new(b"GET"),
             status: 200,
-            generation: Arc::new(crate::state::generation::Generation::empty()),
+            names: Arc::new(NoNames),
             service: 0,
             pool: None,
             server: None,
