@@ -9,7 +9,8 @@
 # Usage: benches/instructions.sh BINARY...      Env: N (4000 requests), H2=1 (the requests come as
 # HTTP/2 streams with prior knowledge: h2load, 4 connections of 10 streams at once), CLOSE=1 (each
 # HTTP/1.1 request on a connection of its own, `Connection: close`: what a connection costs),
-# KEEP=DIR (the callgrind dumps are kept there, for callgrind_annotate)
+# KEEP=DIR (the callgrind dumps are kept there, for callgrind_annotate), TCPVS_SWITCH (more
+# `[switch]` lines for every binary's rule file, e.g. 'trace = "w3c"')
 # Needs: apt-get install valgrind nginx curl (and nghttp2-client with H2=1)
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 BINARY..." >&2; exit 2; }
@@ -67,7 +68,7 @@ load() {
   fi
 }
 for bin in "$@"; do
-  tcpvs_config "$work/t.toml" 1 18390 18381
+  tcpvs_config "$work/t.toml" 1 18390 18381 "${TCPVS_SWITCH:-}"
   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/cg.out" \
     "$bin" run -c "$work/t.toml" >"$work/logs/valgrind.log" 2>&1 &
   vg=$!

@@ -263,6 +263,7 @@ fn shared_state(
     });
     let buffer_memory = crate::buffering::BufferMemory::new(settings.buffer_memory);
     let compress_memory = crate::buffering::BufferMemory::new(settings.compress_memory);
+    let tracing = crate::trace::Tracing::new(&settings.trace)?;
     Ok(Shared {
         settings,
         generation: arc_swap::ArcSwap::from_pointee(Generation::empty()),
@@ -275,5 +276,6 @@ fn shared_state(
         access_log,
         buffer_memory,
         compress_memory,
+        tracing,
     })
 }

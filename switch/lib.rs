@@ -40,6 +40,7 @@ pub mod supervisor;
 pub mod throttled;
 pub mod timeouts;
 pub mod tls;
+pub mod trace;
 pub mod upgrade;
 pub mod upstream;
 

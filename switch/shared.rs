@@ -48,6 +48,9 @@ pub struct Shared {
     pub buffer_memory: crate::buffering::BufferMemory,
     /// What response encoders hold now, within `compress_memory` (compress/).
     pub compress_memory: crate::buffering::BufferMemory,
+    /// `trace`, `request_id`, `otlp` (trace/): what each request carries and where its span
+    /// goes.
+    pub tracing: crate::trace::Tracing,
 }
 
 impl Shared {
@@ -77,6 +80,9 @@ impl Shared {
     /// The counters and states of every service, pool and server, read now
     /// ([`snapshot::take`]).
     pub fn snapshot(&self) -> Snapshot {
-        snapshot::take(&self.generation.load(), &self.clients, &self.buffer_memory)
+        let mut snapshot =
+            snapshot::take(&self.generation.load(), &self.clients, &self.buffer_memory);
+        snapshot.trace = self.tracing.counts();
+        snapshot
     }
 }

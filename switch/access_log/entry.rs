@@ -111,6 +111,8 @@ pub struct Entry<'a> {
     /// The gRPC status of a gRPC call, when one came back (the server's, or the switch's own
     /// answer's).
     pub grpc: Option<u8>,
+    /// The request's trace and id (`trace`, `request_id`: trace/), `None` with both off.
+    pub trace: Option<&'a crate::trace::RequestTrace>,
 }
 
 /// The last field of a line.

@@ -3,6 +3,7 @@
 use super::entry::{End, Entry};
 use super::escape::{json_string, push_quoted, Quoted};
 use super::time::{write_clf_time, write_time};
+use crate::trace::RequestTrace;
 use std::fmt;
 use std::io::Write;
 use std::time::SystemTime;
@@ -10,7 +11,9 @@ use std::time::SystemTime;
 /// The text line after its time: `service client "METHOD target PROTOCOL" status bytes
 /// pool/server duration`, with `-` for what is missing, and the reason instead of the duration
 /// for a refusal; then `limit=NAME` when a rate limit refused the request (or would have, under
-/// `dry_run`), and `grpc=N` when a gRPC call's status came back. The request is escaped
+/// `dry_run`), `grpc=N` when a gRPC call's status came back, and `trace=TRACE_ID` (`trace =
+/// "w3c"`) and `request_id=ID` (`request_id = true`): `key=value` words after the fixed fields,
+/// so a reader of the fields before them reads the line as before. The request is escaped
 /// ([`Quoted`]); its protocol (`HTTP/1.1`, `HTTP/2.0`) follows it inside the quotes, as
 /// nginx's `$request` and HAProxy's `%r` write it.
 pub(super) struct Text<'a, 'e>(pub(super) &'a Entry<'e>);
@@ -43,11 +46,28 @@ impl fmt::Display for Text<'_, '_> {
         if let Some(limit) = e.limit {
             write!(f, " limit={limit}")?;
         }
-        match e.grpc {
-            Some(status) => write!(f, " grpc={status}"),
+        if let Some(status) = e.grpc {
+            write!(f, " grpc={status}")?;
+        }
+        match e.trace {
+            Some(trace) => write_trace_words(f, trace),
             None => Ok(()),
         }
     }
+}
+
+/// ` trace=HEX request_id=ID`, each when on. The request id has only visible ASCII (a client's
+/// with anything else was replaced: trace/request_id.rs), so it stays one word.
+fn write_trace_words(f: &mut fmt::Formatter<'_>, trace: &RequestTrace) -> fmt::Result {
+    if let Some(hex) = trace.trace_id_hex() {
+        f.write_str(" trace=")?;
+        f.write_str(std::str::from_utf8(&hex).unwrap_or("-"))?;
+    }
+    if let Some(id) = &trace.request_id {
+        f.write_str(" request_id=")?;
+        f.write_str(std::str::from_utf8(id.as_bytes()).unwrap_or("-"))?;
+    }
+    Ok(())
 }
 
 /// The line of the combined format (without the newline): `host ident authuser [date]
@@ -157,6 +177,17 @@ pub(super) fn write_json(out: &mut Vec<u8>, e: &Entry<'_>, now: SystemTime) {
     }
     if let Some(status) = e.grpc {
         let _ = write!(out, ",\"grpc_status\":{status}");
+    }
+    // Present only when on: a reader that does not know them sees the object as before.
+    if let Some(trace) = e.trace {
+        if let Some(hex) = trace.trace_id_hex() {
+            out.extend_from_slice(b",\"trace_id\":");
+            json_string(out, &hex);
+        }
+        if let Some(id) = &trace.request_id {
+            out.extend_from_slice(b",\"request_id\":");
+            json_string(out, id.as_bytes());
+        }
     }
     out.push(b'}');
 }

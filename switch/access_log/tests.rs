@@ -101,6 +101,7 @@ fn entry<'a>(request: Option<&'a Request>, end: End<'a>) -> Entry<'a> {
         end,
         limit: None,
         grpc: None,
+        trace: None,
     }
 }
 

@@ -391,7 +391,11 @@ impl Scrape {
             "tcpvs_buffer_fallbacks",
             "Request bodies that streamed because buffer_memory was spent",
             [(none, counter(self.snapshot.buffer_fallbacks))],
-        )
+        )?;
+        for (name, help, value) in self.snapshot.trace.metrics() {
+            family(e, name, help, [(none, counter(value))])?;
+        }
+        Ok(())
     }
 }
 

@@ -23,6 +23,9 @@ pub struct StatsJson {
     pub buffered_bytes: u64,
     /// Request bodies that streamed because `buffer_memory` was spent.
     pub buffer_fallbacks: u64,
+    /// `trace_spans_dropped`, `trace_spans_exported` as top-level keys (trace/counters.rs).
+    #[serde(flatten)]
+    pub trace: crate::trace::counters::TraceCounts,
     /// The rule file the switch runs and a reload reads again (its canonical path; `null` for
     /// rules built in): `tcpvs reload -c FILE` checks that FILE is this one.
     pub rule_file: Option<String>,
@@ -253,6 +256,7 @@ pub fn stats_json(
         clients: snapshot.clients,
         buffered_bytes: snapshot.buffered_bytes,
         buffer_fallbacks: snapshot.buffer_fallbacks,
+        trace: snapshot.trace,
         rule_file: None,
         services,
         pools,

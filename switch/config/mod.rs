@@ -23,6 +23,7 @@ mod server_addr;
 pub use server_addr::is_resolvable_name;
 mod service_policy;
 mod services;
+mod trace;
 pub mod units;
 mod walk;
 
@@ -74,6 +75,7 @@ pub struct SwitchSettings {
     /// A request body that arrives slower than this on average (bytes a second), after a
     /// grace of 5 s, is the client's `408` (`min_body_rate`; 0: no floor).
     pub min_body_rate: u64,
+    pub trace: crate::trace::TraceSettings,
 }
 
 impl Default for SwitchSettings {
@@ -98,6 +100,7 @@ impl Default for SwitchSettings {
             buffer_memory: 256 << 20,
             compress_memory: 256 << 20,
             min_body_rate: 0,
+            trace: crate::trace::TraceSettings::off(),
         }
     }
 }
@@ -483,6 +486,7 @@ fn build_switch(raw: Option<&RawSwitch>, file: &str, sink: &mut ErrorSink<'_>) -
     }
     read_access_log(raw, file, &mut s, sink);
     read_splice(raw, &mut s, sink);
+    trace::read_trace(raw, &mut s.trace, sink);
     if let Some(v) = &raw.min_body_rate {
         match units::parse_rate(v.get_ref()) {
             Ok(rate) => s.min_body_rate = rate,
@@ -502,8 +506,7 @@ fn build_switch(raw: Option<&RawSwitch>, file: &str, sink: &mut ErrorSink<'_>) -
     s
 }
 
-/// `access_log` (on, off, or a file relative to the rule file's folder) and
-/// `access_log_format`.
+/// `access_log` (on, off, or a file relative to the rule file's folder), `access_log_format`.
 fn read_access_log(raw: &RawSwitch, file: &str, s: &mut SwitchSettings, sink: &mut ErrorSink<'_>) {
     if let Some(v) = &raw.access_log {
         match v.get_ref() {

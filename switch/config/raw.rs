@@ -45,6 +45,9 @@ pub(crate) const SWITCH_KEYS: &[&str] = &[
     "buffer_memory",
     "min_body_rate",
     "compress_memory",
+    "trace",
+    "request_id",
+    "otlp",
 ];
 const ADMIN_KEYS: &[&str] = &["listen", "token", "token_file", "mode"];
 const SERVICE_KEYS: &[&str] = &[
@@ -147,6 +150,11 @@ pub(crate) struct RawSwitch {
     pub min_body_rate: Option<Spanned<String>>,
     /// A number of bytes or a size string.
     pub compress_memory: Option<Spanned<Scalar>>,
+    /// `"off"` or `"w3c"`.
+    pub trace: Option<Spanned<String>>,
+    pub request_id: Option<bool>,
+    /// The OTLP/HTTP collector's URL.
+    pub otlp: Option<Spanned<String>>,
 }
 
 pub(crate) struct RawAdmin {
@@ -361,6 +369,9 @@ fn read_switch(t: &Table<'_, '_>, sink: &mut ErrorSink<'_>) -> RawSwitch {
         buffer_memory: t.scalar("buffer_memory", sink),
         min_body_rate: t.string("min_body_rate", "a rate like \"1KiB/s\"", sink),
         compress_memory: t.scalar("compress_memory", sink),
+        trace: t.string("trace", "\"off\" or \"w3c\"", sink),
+        request_id: t.boolean("request_id", sink),
+        otlp: t.string("otlp", "a URL like \"http://127.0.0.1:4318\"", sink),
     }
 }
 

@@ -258,6 +258,7 @@ impl Connection {
             end: access_log::End::Refused(why),
             limit: None,
             grpc: None,
+            trace: None,
         });
     }
 }

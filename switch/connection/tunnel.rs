@@ -150,6 +150,7 @@ impl Connection {
             pool: Some(pool_index),
             server: Some(backend.addr),
             limited: None,
+            trace: None,
             grpc: None,
         }
     }

@@ -3,6 +3,9 @@
 
 use super::Context;
 use crate::access_log;
+use crate::state::generation::Generation;
+use crate::trace::span::SpanNames;
+use crate::trace::{Finished, RequestTrace};
 use std::net::SocketAddr;
 use tokio::time::Instant;
 
@@ -20,6 +23,8 @@ pub(crate) struct Outcome {
     pub limited: Option<usize>,
     /// A gRPC call's status, when one came back (http/grpc.rs): the access log says it.
     pub grpc: Option<u8>,
+    /// Its trace and id (trace/), `None` with both off.
+    pub trace: Option<Box<RequestTrace>>,
 }
 
 impl Outcome {
@@ -38,6 +43,7 @@ impl Outcome {
             server: None,
             limited: None,
             grpc: None,
+            trace: None,
         }
     }
 }
@@ -57,13 +63,15 @@ pub(crate) fn account(
         service.classes.count(outcome.status);
         service.duration.record(elapsed);
     }
+    let pool = outcome.pool.map(|p| cx.generation.pools[p].name.as_str());
+    let trace = outcome.trace.as_deref();
     cx.shared.access_log.write(&access_log::Entry {
         service: &cx.service.name,
         client: cx.peer,
         request: Some(request),
         status: outcome.status,
         bytes: outcome.bytes_out,
-        pool: outcome.pool.map(|p| cx.generation.pools[p].name.as_str()),
+        pool,
         server: outcome.server,
         end: access_log::End::Took(elapsed),
         limit: outcome
@@ -71,5 +79,32 @@ pub(crate) fn account(
             .and_then(|l| cx.generation.limits.get(l))
             .map(|l| l.spec().name.as_str()),
         grpc: outcome.grpc,
+        trace,
     });
+    if let Some(trace) = trace {
+        let services = &cx.generation.services;
+        let done = Finished {
+            generation: cx.generation,
+            service: services
+                .iter()
+                .position(|s| std::ptr::eq(&**s, cx.service))
+                .unwrap_or(usize::MAX),
+            pool: outcome.pool,
+            server: outcome.server,
+            status: outcome.status,
+            response_bytes: outcome.bytes_out,
+        };
+        cx.shared.tracing.finish(trace, &done);
+    }
+}
+
+/// A span names its service and pool through the generation the request ran under.
+impl SpanNames for Generation {
+    fn service_name(&self, service: usize) -> Option<&str> {
+        self.services.get(service).map(|s| s.name.as_str())
+    }
+
+    fn pool_name(&self, pool: usize) -> Option<&str> {
+        self.pools.get(pool).map(|p| p.name.as_str())
+    }
 }

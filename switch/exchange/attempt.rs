@@ -172,10 +172,14 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
     /// rule changes. The client's copy of the head may go after.
     pub(super) fn write_server_head(&mut self, host_field: &[u8]) {
         let edit = match self.edits {
-            None => RequestEdit::default(),
+            None => RequestEdit {
+                trace: self.trace,
+                ..RequestEdit::default()
+            },
             Some(edits) => RequestEdit {
                 path: edits.path.as_ref().map(|_| &self.work.policy_bytes[..]),
                 headers: edits.request_headers.as_ref(),
+                trace: self.trace,
             },
         };
         let origin = self.client.origin();

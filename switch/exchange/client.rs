@@ -43,6 +43,15 @@ pub(crate) trait ClientSide {
     /// Who sent the request, as the server is told (X-Forwarded-For, X-Forwarded-Proto).
     fn origin(&self) -> Origin<'_>;
 
+    /// The protocol version the request came in, as a trace's span says it: the head's
+    /// (`1.0`, `1.1`); an HTTP/2 stream says `2`.
+    fn protocol(&self) -> &'static str {
+        match self.request().0.version {
+            crate::http::fields::Version::Http10 => "1.0",
+            crate::http::fields::Version::Http11 => "1.1",
+        }
+    }
+
     /// A PROXY protocol header naming the client and the address it connected to.
     fn write_proxy_header(&self, out: &mut Vec<u8>, version: proxy_protocol::Version);
 

@@ -44,6 +44,7 @@ use crate::state::generation::{Generation, Service};
 use crate::state::pool::{Lease, Pool};
 use crate::state::stats;
 use crate::timeouts::Slot;
+use crate::trace::RequestTrace;
 use crate::upstream::ServerLink;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -176,6 +177,8 @@ pub(crate) struct Exchange<'a, C: ClientSide> {
     grpc: bool,
     /// The compression its answer may get (compress/): decided while its head is here.
     offer: Option<Offer<'a>>,
+    /// Its trace and id (trace/), for the head written for the server.
+    trace: Option<&'a RequestTrace>,
 }
 
 /// Carries out the request whose head `client` holds: routes it, applies the rule's policy,
@@ -188,6 +191,8 @@ pub(crate) async fn serve<C: ClientSide>(
     tried: &mut Vec<usize>,
     started: Instant,
 ) -> Outcome {
+    // Before routing: a request answered by a rule is logged with its ids too.
+    let trace = cx.shared.tracing.begin(client.request(), client.protocol());
     // The rules see the path in its normal form; the buffer is lent out while they do.
     let mut normal_path = std::mem::take(&mut work.normal_path);
     let step = decide(&cx, &mut client, work, &mut normal_path).await;
@@ -198,7 +203,10 @@ pub(crate) async fn serve<C: ClientSide>(
             edits,
             would_limit,
         } => (pool, edits, would_limit),
-        policy::Step::Answered(outcome) => return outcome,
+        policy::Step::Answered(mut outcome) => {
+            outcome.trace = trace;
+            return outcome;
+        }
     };
     // The pool's `request_buffer`: the body comes in before a server is picked. Boxed: a
     // request without it carries none of that step's state in its future.
@@ -207,6 +215,7 @@ pub(crate) async fn serve<C: ClientSide>(
         let held = Box::pin(hold_body(&cx, &mut client, work, (pool_index, up_to))).await;
         if let Some(mut refused) = held {
             refused.limited = would_limit;
+            refused.trace = trace;
             return refused;
         }
     }
@@ -220,9 +229,12 @@ pub(crate) async fn serve<C: ClientSide>(
         asks: attempt::Asks::default(),
         grpc: false,
         offer: None,
+        trace: trace.as_deref(),
     };
     let mut outcome = exchange.run().await;
+    drop(exchange);
     outcome.limited = would_limit;
+    outcome.trace = trace;
     outcome
 }
 
@@ -455,6 +467,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
                     pool: Some(pool_index),
                     server: Some(backend.addr),
                     limited: None,
+                    trace: None,
                     grpc: None,
                 });
             }

@@ -315,6 +315,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             pool: None,
             server: Some(backend.addr),
             limited: None,
+            trace: None,
             grpc,
         })
     }
@@ -350,6 +351,7 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             pool: None,
             server: Some(backend.addr),
             limited: None,
+            trace: None,
             grpc: None,
         })
     }

@@ -7,6 +7,7 @@ use super::request::{RequestHead, TargetForm};
 use super::response::ResponseHead;
 use super::BodyFraming;
 use crate::policy::headers::HeaderActions;
+use crate::trace::RequestTrace;
 use std::io::Write;
 use std::net::IpAddr;
 
@@ -17,6 +18,9 @@ pub struct RequestEdit<'e> {
     /// The path to send instead of the client's.
     pub path: Option<&'e [u8]>,
     pub headers: Option<&'e HeaderActions>,
+    /// The request's trace and id (trace/): the client's `traceparent` and `X-Request-Id` are
+    /// left out and the trace's written instead. `None` with tracing off.
+    pub trace: Option<&'e RequestTrace>,
 }
 
 /// How the client's request reached the switch, for X-Forwarded-Proto.
@@ -54,6 +58,7 @@ pub fn write_request_head(
         client,
         scheme,
         headers: edit.headers,
+        trace: edit.trace,
         last_forwarded_for: head.fields.iter().rposition(|f| {
             f.role == FieldRole::ForwardedFor
                 && !edit.headers.is_some_and(|h| h.drops(f.name.get(buf)))
@@ -111,6 +116,7 @@ struct ServerFields<'a> {
     scheme: Scheme,
     /// The rule's field actions, if any.
     headers: Option<&'a HeaderActions>,
+    trace: Option<&'a RequestTrace>,
     /// The X-Forwarded-For field the client's address is appended to.
     last_forwarded_for: Option<usize>,
     wrote_length: bool,
@@ -130,7 +136,13 @@ impl ServerFields<'_> {
             return;
         }
         match field.role {
-            FieldRole::Forward => put_field(out, name, value),
+            // Tracing's fields are among those forwarded as they are; with tracing off this
+            // is one test of a `None`.
+            FieldRole::Forward => {
+                if !self.trace.is_some_and(|t| t.replaces(name)) {
+                    put_field(out, name, value)
+                }
+            }
             FieldRole::ForwardedProto => {
                 if self.scheme == Scheme::Http {
                     put_field(out, name, value)
@@ -190,6 +202,9 @@ impl ServerFields<'_> {
             for (name, value) in headers.appended() {
                 put_field(out, name, value);
             }
+        }
+        if let Some(trace) = self.trace {
+            trace.write_fields(out);
         }
         if self.head.upgrade {
             out.extend_from_slice(b"Connection: upgrade\r\n");
@@ -522,6 +537,34 @@ mod tests {
         String::from_utf8(out).unwrap()
     }
 
+    #[test]
+    fn the_trace_replaces_the_clients_traceparent_and_request_id() {
+        let raw = b"GET / HTTP/1.1\r\nHost: x\r\ntraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\ntracestate: a=1\r\nX-Request-Id: bad id\r\n\r\n";
+        let mut head = RequestHead::default();
+        assert!(parse_request(&mut raw.to_vec(), &mut head).unwrap());
+        let trace = RequestTrace::begin((true, true, false), (&head, raw), "1.1");
+        let edit = RequestEdit {
+            trace: Some(&trace),
+            ..RequestEdit::default()
+        };
+        let got = upstream_edited(raw, edit, Scheme::Http);
+        let mut ours = Vec::new();
+        trace.write_fields(&mut ours);
+        let ours = String::from_utf8(ours).unwrap();
+        assert_eq!(
+            got,
+            format!("GET / HTTP/1.1\r\nHost: x\r\ntracestate: a=1\r\nX-Forwarded-For: 10.0.0.7\r\n{ours}\r\n")
+        );
+        assert!(
+            ours.contains("-4bf92f3577b34da6a3ce929d0e0e4736-"),
+            "{ours}"
+        );
+        assert!(
+            !ours.contains("00f067aa0ba902b7") && !ours.contains("bad id"),
+            "{ours}"
+        );
+    }
+
     fn actions(remove: &[&str], set: &[(&str, &str)], add: &[(&str, &str)]) -> HeaderActions {
         let owned = |l: &[(&str, &str)]| -> Vec<(String, String)> {
             l.iter()
@@ -542,6 +585,7 @@ mod tests {
         let edit = RequestEdit {
             path: Some(b"/img/a.png"),
             headers: Some(&headers),
+            trace: None,
         };
         let got = upstream_edited(
             b"GET /images/a.png?s=1 HTTP/1.1\r\nHost: x\r\nCookie: a=1\r\nX-Pool: old\r\nx-pool: older\r\nVia: 1.0 cdn\r\n\r\n",
@@ -561,6 +605,7 @@ mod tests {
         let edit = RequestEdit {
             path: None,
             headers: Some(&remove),
+            trace: None,
         };
         let got = upstream_edited(
             b"GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n",
@@ -583,6 +628,7 @@ mod tests {
         let edit = RequestEdit {
             path: None,
             headers: Some(&set),
+            trace: None,
         };
         let got = upstream_edited(
             b"GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n",

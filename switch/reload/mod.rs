@@ -158,7 +158,8 @@ fn changed_settings(running: &SwitchSettings, file: &SwitchSettings) -> Vec<Stri
         cpu_affinity,
         buffer_memory,
         compress_memory,
-        min_body_rate
+        min_body_rate,
+        trace
     );
     changed
 }

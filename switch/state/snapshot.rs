@@ -58,6 +58,8 @@ pub fn take(generation: &Generation, clients: &AtomicUsize, buffers: &BufferMemo
         clients: clients.load(Ordering::Relaxed),
         buffered_bytes: buffers.in_use(),
         buffer_fallbacks: buffers.fallbacks(),
+        // Filled by `Shared::snapshot`, which holds the tracing counters.
+        trace: Default::default(),
         services,
         pools,
         servers,
@@ -221,6 +223,8 @@ pub struct Snapshot {
     pub buffered_bytes: u64,
     /// Request bodies that streamed because `buffer_memory` was spent.
     pub buffer_fallbacks: u64,
+    /// Span export (trace/counters.rs).
+    pub trace: crate::trace::counters::TraceCounts,
     pub services: Vec<ServiceSnapshot>,
     pub pools: Vec<PoolSnapshot>,
     /// Every pool's servers, in pool order.

@@ -235,6 +235,10 @@ impl<'s> ClientSide for H2Client<'s> {
     /// The head has a buffer of its own, which the body does not share: nothing to release.
     fn release_head(&mut self) {}
 
+    fn protocol(&self) -> &'static str {
+        "2"
+    }
+
     fn origin(&self) -> Origin<'_> {
         Origin {
             forwarded_for: self.link.client_text.as_bytes(),

@@ -1,0 +1,4 @@
+//! Encoding and sending spans over OTLP/HTTP (`otlp`).
+
+pub mod encode;
+pub mod export;

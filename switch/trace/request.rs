@@ -1,0 +1,177 @@
+//! What tracing keeps of one request, from its head to its access-log line: its trace context
+//! (`trace = "w3c"`), its id (`request_id = true`), when it started and its method (for the
+//! span). Made once per request before it is routed, so every server a retry tries gets the
+//! same `traceparent` and `X-Request-Id`, and the log line and the span tell the same ids.
+
+use super::context::TraceContext;
+use super::ids;
+use super::request_id::RequestId;
+use crate::http::RequestHead;
+use std::time::SystemTime;
+
+#[derive(Debug)]
+pub struct RequestTrace {
+    /// `None` unless `trace = "w3c"`.
+    pub context: Option<TraceContext>,
+    /// `None` unless `request_id = true`.
+    pub request_id: Option<RequestId>,
+    /// When the switch began the request (the span's start); the clock is read only when
+    /// spans are exported (`UNIX_EPOCH` otherwise).
+    pub started: SystemTime,
+    /// The client's protocol version (`1.0`, `1.1`, `2`), as the span says it.
+    pub protocol: &'static str,
+    pub method: MethodName,
+}
+
+/// A request's method as a span names it: one of the methods of RFC 9110 and PATCH, else
+/// `_OTHER`, as OpenTelemetry's HTTP conventions name them (so a span names a method without
+/// holding the client's bytes, and no client can fill a trace store with methods of its own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MethodName(&'static str);
+
+impl MethodName {
+    pub fn new(method: &[u8]) -> MethodName {
+        MethodName(match method {
+            b"GET" => "GET",
+            b"HEAD" => "HEAD",
+            b"POST" => "POST",
+            b"PUT" => "PUT",
+            b"DELETE" => "DELETE",
+            b"CONNECT" => "CONNECT",
+            b"OPTIONS" => "OPTIONS",
+            b"TRACE" => "TRACE",
+            b"PATCH" => "PATCH",
+            _ => "_OTHER",
+        })
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        self.0
+    }
+}
+
+/// The fields of the client's head tracing reads, and how many of each it sent.
+#[derive(Default)]
+struct Given<'b> {
+    traceparent: Option<&'b [u8]>,
+    traceparents: usize,
+    request_id: Option<&'b [u8]>,
+    request_ids: usize,
+}
+
+impl RequestTrace {
+    /// The trace of the request `head` (its bytes in `buf`) that came in `protocol`, with
+    /// what is switched on.
+    pub fn begin(
+        (w3c, request_id, timed): (bool, bool, bool),
+        (head, buf): (&RequestHead, &[u8]),
+        protocol: &'static str,
+    ) -> RequestTrace {
+        let mut given = Given::default();
+        for field in &head.fields {
+            let name = field.name.get(buf);
+            // By length first, as the head parser dispatches names.
+            match name.len() {
+                11 if name.eq_ignore_ascii_case(b"traceparent") => {
+                    given.traceparents += 1;
+                    given.traceparent = Some(field.value.get(buf));
+                }
+                12 if name.eq_ignore_ascii_case(b"x-request-id") => {
+                    given.request_ids += 1;
+                    given.request_id = Some(field.value.get(buf));
+                }
+                _ => {}
+            }
+        }
+        let context =
+            w3c.then(|| TraceContext::continue_or_start(given.traceparent, given.traceparents));
+        let request_id = request_id.then(|| {
+            let trace_id = context.as_ref().map(|c| &c.trace_id);
+            RequestId::keep_or_make(given.request_id, given.request_ids, trace_id)
+        });
+        RequestTrace {
+            context,
+            request_id,
+            started: match timed {
+                true => SystemTime::now(),
+                false => SystemTime::UNIX_EPOCH,
+            },
+            protocol,
+            method: MethodName::new(head.method.get(buf)),
+        }
+    }
+
+    /// Whether the client's field `name` is left out of the server's head: the switch writes
+    /// its own in its place ([`RequestTrace::write_fields`]).
+    #[inline]
+    pub fn replaces(&self, name: &[u8]) -> bool {
+        match name.len() {
+            11 => self.context.is_some() && name.eq_ignore_ascii_case(b"traceparent"),
+            12 => self.request_id.is_some() && name.eq_ignore_ascii_case(b"x-request-id"),
+            _ => false,
+        }
+    }
+
+    /// The fields the server gets: `traceparent` with the switch's span, `X-Request-Id`.
+    pub fn write_fields(&self, out: &mut Vec<u8>) {
+        if let Some(context) = &self.context {
+            out.extend_from_slice(b"traceparent: ");
+            context.write_traceparent(out);
+            out.extend_from_slice(b"\r\n");
+        }
+        if let Some(id) = &self.request_id {
+            out.extend_from_slice(b"X-Request-Id: ");
+            out.extend_from_slice(id.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+
+    /// The trace id in hex, as the log and trace viewers show it.
+    pub fn trace_id_hex(&self) -> Option<[u8; 32]> {
+        let context = self.context.as_ref()?;
+        let mut hex = [0u8; 32];
+        ids::write_hex(&context.trace_id, &mut hex);
+        Some(hex)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::request::parse_request;
+
+    fn traced(raw: &[u8], w3c: bool, request_id: bool) -> (RequestTrace, Vec<u8>) {
+        let mut head = RequestHead::default();
+        let mut raw = raw.to_vec();
+        let parsed = parse_request(&mut raw, &mut head);
+        assert!(matches!(parsed, Ok(true)), "{parsed:?}");
+        let trace = RequestTrace::begin((w3c, request_id, false), (&head, &raw), "1.1");
+        let mut out = Vec::new();
+        trace.write_fields(&mut out);
+        (trace, out)
+    }
+
+    #[test]
+    fn the_fields_written_follow_what_is_on() {
+        let raw = b"GET / HTTP/1.1\r\nHost: x\r\nTraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\nX-Request-Id: r1\r\n\r\n";
+        let (trace, out) = traced(raw, true, true);
+        let text = String::from_utf8(out).unwrap_or_default();
+        assert!(
+            text.starts_with("traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-"),
+            "{text}"
+        );
+        assert!(text.ends_with("-01\r\nX-Request-Id: r1\r\n"), "{text}");
+        assert!(trace.replaces(b"TRACEPARENT") && trace.replaces(b"x-request-id"));
+        assert!(!trace.replaces(b"tracestate"));
+        assert_eq!(trace.method.as_str(), "GET");
+        assert_eq!(MethodName::new(b"PROPFIND").as_str(), "_OTHER");
+
+        let (trace, out) = traced(raw, false, true);
+        assert_eq!(out, b"X-Request-Id: r1\r\n");
+        assert!(!trace.replaces(b"traceparent"));
+        assert_eq!(trace.trace_id_hex(), None);
+
+        let (_, out) = traced(raw, true, false);
+        assert!(!String::from_utf8_lossy(&out).contains("X-Request-Id"));
+    }
+}
