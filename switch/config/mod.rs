@@ -8,6 +8,8 @@
 pub mod admin;
 mod certificates;
 mod compress;
+mod cpu_affinity;
+pub use cpu_affinity::CpuAffinity;
 pub mod discover;
 mod error;
 pub mod health;
@@ -103,17 +105,6 @@ impl Default for SwitchSettings {
             trace: crate::trace::TraceSettings::off(),
         }
     }
-}
-
-/// Whether worker threads are tied to CPUs, `[switch] cpu_affinity`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CpuAffinity {
-    /// `"off"` (the default): the kernel places the worker threads, as HAProxy and nginx
-    /// leave them unless told.
-    Off,
-    /// `"auto"`: with two workers or more, worker i runs only on the i-th CPU the process may
-    /// use (supervisor/affinity.rs).
-    Auto,
 }
 
 /// Where the access log goes, `[switch] access_log`.
