@@ -57,7 +57,9 @@ impl fmt::Display for Text<'_, '_> {
 }
 
 /// ` trace=HEX request_id=ID`, each when on. The request id has only visible ASCII (a client's
-/// with anything else was replaced: trace/request_id.rs), so it stays one word.
+/// with anything else was replaced: trace/request_id.rs), so it stays one word; a client's `"`
+/// and `\` in it are written `\xHH`, as in the quoted fields, so that no reader splitting the
+/// line on quotes sees a field the client made.
 fn write_trace_words(f: &mut fmt::Formatter<'_>, trace: &RequestTrace) -> fmt::Result {
     if let Some(hex) = trace.trace_id_hex() {
         f.write_str(" trace=")?;
@@ -65,7 +67,7 @@ fn write_trace_words(f: &mut fmt::Formatter<'_>, trace: &RequestTrace) -> fmt::R
     }
     if let Some(id) = &trace.request_id {
         f.write_str(" request_id=")?;
-        f.write_str(std::str::from_utf8(id.as_bytes()).unwrap_or("-"))?;
+        write!(f, "{}", Quoted(id.as_bytes()))?;
     }
     Ok(())
 }

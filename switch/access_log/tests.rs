@@ -308,3 +308,16 @@ fn json_lines_hold_every_field() {
         r#"{"time":"2024-03-01T00:00:00.040Z","service":"web","client":"127.0.0.1:5000","method":null,"target":null,"protocol":null,"status":431,"bytes":120,"pool":null,"server":null,"duration_us":null,"error":"request head \"too\" large"}"#
     );
 }
+
+#[test]
+fn a_clients_request_id_cannot_forge_a_quoted_field() {
+    let raw = b"GET / HTTP/1.1\r\nHost: x\r\nX-Request-Id: a\"b\\c\r\n\r\n";
+    let mut head = crate::http::request::RequestHead::default();
+    assert!(crate::http::request::parse_request(&mut raw.to_vec(), &mut head).unwrap());
+    let trace = crate::trace::RequestTrace::begin((false, true, false), (&head, raw), "1.1");
+    let get = request(b"GET /");
+    let mut traced = entry(Some(&get), End::Took(Duration::from_micros(5)));
+    traced.trace = Some(&trace);
+    let line = Text(&traced).to_string();
+    assert!(line.ends_with(r" 5us request_id=a\x22b\x5Cc"), "{line}");
+}
