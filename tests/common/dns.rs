@@ -30,55 +30,24 @@ fn binary() -> &'static str {
 
 impl Dnsmasq {
     /// Starts dnsmasq answering from `hosts` (lines `IP NAME`, written into `folder`) and
-    /// `srv`, with a TTL of 1 s; returns once it answers.
+    /// `srv`, with a TTL of 1 s; returns once it answers. A port that another test took for
+    /// TCP meanwhile (dnsmasq binds both) makes dnsmasq exit: another port is tried, 5 in all.
     pub fn start(folder: &std::path::Path, hosts: &str, srv: &[Srv<'_>]) -> Dnsmasq {
         let path = folder.join("hosts");
         std::fs::write(&path, hosts).unwrap();
-        let port = {
-            let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
-            probe.local_addr().unwrap().port()
-        };
-        let mut command = std::process::Command::new(binary());
-        command.args([
-            "--keep-in-foreground",
-            "--conf-file=/dev/null",
-            "--no-resolv",
-            "--no-hosts",
-            "--no-negcache",
-            "--listen-address=127.0.0.1",
-            "--bind-interfaces",
-            "--local-ttl=1",
-            // Authoritative for `.test`: a name without an AAAA record gets an empty answer
-            // (NODATA), not REFUSED for want of an upstream server.
-            "--local=/test/",
-        ]);
-        command.arg(format!("--port={port}"));
-        command.arg(format!("--addn-hosts={}", path.display()));
-        command.arg(format!(
-            "--pid-file={}",
-            folder.join("dnsmasq.pid").display()
-        ));
-        if rustix::process::getuid().is_root() {
-            command.arg("--user=root");
+        for _ in 0..5 {
+            let port = free_port();
+            let mut dns = Dnsmasq {
+                addr: SocketAddr::from(([127, 0, 0, 1], port)),
+                hosts: path.clone(),
+                child: Some(spawn(folder, &path, port, srv)),
+            };
+            if dns.wait_until_answering() {
+                return dns;
+            }
+            dns.stop();
         }
-        for r in srv {
-            command.arg(format!(
-                "--srv-host={},{},{},{},{}",
-                r.name, r.target, r.port, r.priority, r.weight
-            ));
-        }
-        let child = command
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("dnsmasq starts");
-        let dns = Dnsmasq {
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-            hosts: path,
-            child: Some(child),
-        };
-        dns.wait_until_answering();
-        dns
+        panic!("dnsmasq did not start on any of 5 ports");
     }
 
     /// Replaces the hosts file and has dnsmasq read it again.
@@ -101,8 +70,9 @@ impl Dnsmasq {
         rustix::process::kill_process(pid, signal).unwrap();
     }
 
-    /// Asks for `probe.invalid` until an answer (NXDOMAIN) comes back: at most 5 s.
-    fn wait_until_answering(&self) {
+    /// Asks for `probe.invalid` until an answer (NXDOMAIN) comes back: at most 5 s, less if
+    /// dnsmasq exits (its port was taken). Whether it answers.
+    fn wait_until_answering(&mut self) -> bool {
         let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
         socket
             .set_read_timeout(Some(Duration::from_millis(100)))
@@ -116,15 +86,75 @@ impl Dnsmasq {
         query.extend_from_slice(&[0, 0, 1, 0, 1]);
         let mut answer = [0u8; 512];
         for _ in 0..50 {
+            let exited = self
+                .child
+                .as_mut()
+                .is_none_or(|child| !matches!(child.try_wait(), Ok(None)));
+            if exited {
+                return false;
+            }
             let _ = socket.send_to(&query, self.addr);
             if let Ok((n, _)) = socket.recv_from(&mut answer) {
                 if n >= 2 && answer[..2] == query[..2] {
-                    return;
+                    return true;
                 }
             }
         }
-        panic!("dnsmasq does not answer on {}", self.addr);
+        false
     }
+}
+
+/// A port free for both UDP and TCP on 127.0.0.1 now (dnsmasq listens on both).
+fn free_port() -> u16 {
+    loop {
+        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = udp.local_addr().unwrap().port();
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+fn spawn(
+    folder: &std::path::Path,
+    hosts: &std::path::Path,
+    port: u16,
+    srv: &[Srv<'_>],
+) -> std::process::Child {
+    let mut command = std::process::Command::new(binary());
+    command.args([
+        "--keep-in-foreground",
+        "--conf-file=/dev/null",
+        "--no-resolv",
+        "--no-hosts",
+        "--no-negcache",
+        "--listen-address=127.0.0.1",
+        "--bind-interfaces",
+        "--local-ttl=1",
+        // Authoritative for `.test`: a name without an AAAA record gets an empty answer
+        // (NODATA), not REFUSED for want of an upstream server.
+        "--local=/test/",
+    ]);
+    command.arg(format!("--port={port}"));
+    command.arg(format!("--addn-hosts={}", hosts.display()));
+    command.arg(format!(
+        "--pid-file={}",
+        folder.join("dnsmasq.pid").display()
+    ));
+    if rustix::process::getuid().is_root() {
+        command.arg("--user=root");
+    }
+    for r in srv {
+        command.arg(format!(
+            "--srv-host={},{},{},{},{}",
+            r.name, r.target, r.port, r.priority, r.weight
+        ));
+    }
+    command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("dnsmasq starts")
 }
 
 impl Drop for Dnsmasq {
