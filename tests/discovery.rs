@@ -55,6 +55,15 @@ async fn served(addr: SocketAddr, path: &str, count: usize) -> HashMap<String, u
     by
 }
 
+/// The `tcpvs` binary with `args`, then `file`, run to its end.
+fn tcpvs(args: &[&str], file: &std::path::Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_tcpvs"))
+        .args(args)
+        .arg(file)
+        .output()
+        .unwrap()
+}
+
 fn rules(lookup: &str, dns: SocketAddr, scheduler: &str) -> String {
     format!(
         "[virtual.web]\nlisten = \"127.0.0.1:0\"\ndefault_pool = \"api\"\n\n\
@@ -213,11 +222,7 @@ async fn a_dns_server_that_stops_changes_nothing() {
     );
     let file = scratch.file("rules.toml", &text);
     // `tcpvs check` asks once and says what it found.
-    let check = std::process::Command::new(env!("CARGO_BIN_EXE_tcpvs"))
-        .arg("check")
-        .arg(&file)
-        .output()
-        .unwrap();
+    let check = tcpvs(&["check"], &file);
     let said = String::from_utf8_lossy(&check.stdout);
     assert!(check.status.success(), "{said}");
     let found = format!(
@@ -244,11 +249,7 @@ async fn a_dns_server_that_stops_changes_nothing() {
         assert!(server.requests() > 0);
     }
     // A reload that keeps the question keeps what was found (nothing asked: DNS is down).
-    let reload = std::process::Command::new(env!("CARGO_BIN_EXE_tcpvs"))
-        .args(["reload", "-c"])
-        .arg(&file)
-        .output()
-        .unwrap();
+    let reload = tcpvs(&["reload", "-c"], &file);
     assert!(reload.status.success(), "{reload:?}");
     // A reload that changes the question's settings asks again; DNS down, the servers found
     // before stay (an attacker's review: the pool was emptied and every request got 503).
@@ -257,19 +258,11 @@ async fn a_dns_server_that_stops_changes_nothing() {
         text.replace("interval = \"1s\"", "interval = \"2s\""),
     )
     .unwrap();
-    let reload = std::process::Command::new(env!("CARGO_BIN_EXE_tcpvs"))
-        .args(["reload", "-c"])
-        .arg(&file)
-        .output()
-        .unwrap();
+    let reload = tcpvs(&["reload", "-c"], &file);
     assert!(reload.status.success(), "{reload:?}");
     let by = served(service, "/", 10).await;
     assert_eq!(by.len(), 2, "{by:?}");
-    let list = std::process::Command::new(env!("CARGO_BIN_EXE_tcpvs"))
-        .args(["list", "-c"])
-        .arg(&file)
-        .output()
-        .unwrap();
+    let list = tcpvs(&["list", "-c"], &file);
     let table = String::from_utf8_lossy(&list.stdout);
     assert!(
         table.contains(&format!("servers found by dns api.test:{port}")),
