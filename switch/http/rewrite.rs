@@ -204,7 +204,11 @@ impl ServerFields<'_> {
             }
         }
         if let Some(trace) = self.trace {
-            trace.write_fields(out);
+            let ruled = |name: &[u8]| {
+                self.headers
+                    .is_some_and(|h| h.writes(name) || h.drops(name))
+            };
+            trace.write_fields(out, ruled);
         }
         if self.head.upgrade {
             out.extend_from_slice(b"Connection: upgrade\r\n");
@@ -549,7 +553,7 @@ mod tests {
         };
         let got = upstream_edited(raw, edit, Scheme::Http);
         let mut ours = Vec::new();
-        trace.write_fields(&mut ours);
+        trace.write_fields(&mut ours, |_| false);
         let ours = String::from_utf8(ours).unwrap();
         assert_eq!(
             got,

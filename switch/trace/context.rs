@@ -34,7 +34,9 @@ impl TraceContext {
                 trace_id,
                 span_id: ids::span_id(),
                 parent_span_id: Some(parent),
-                flags,
+                // Version 00 defines `sampled` alone; the other bits are zeroed on the way
+                // (section 3.2.2.5), so no client sets a future flag for every hop after.
+                flags: flags & 0x01,
             },
             None => TraceContext {
                 trace_id: ids::trace_id(),

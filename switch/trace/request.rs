@@ -6,6 +6,7 @@
 use super::context::TraceContext;
 use super::ids;
 use super::request_id::RequestId;
+use crate::http::fields::FieldRole;
 use crate::http::RequestHead;
 use std::time::SystemTime;
 
@@ -68,7 +69,9 @@ impl RequestTrace {
         protocol: &'static str,
     ) -> RequestTrace {
         let mut given = Given::default();
-        for field in &head.fields {
+        // A field the client named in `Connection` is hop-by-hop: dropped, never an id.
+        let fields = head.fields.iter().filter(|f| f.role != FieldRole::Drop);
+        for field in fields {
             let name = field.name.get(buf);
             // By length first, as the head parser dispatches names.
             match name.len() {
@@ -103,23 +106,34 @@ impl RequestTrace {
 
     /// Whether the client's field `name` is left out of the server's head: the switch writes
     /// its own in its place ([`RequestTrace::write_fields`]).
+    /// A trace the switch started leaves the client's `tracestate` out too: it belongs to no
+    /// trace the server will see (W3C trace context, section 3.3.1: without a valid
+    /// `traceparent`, `tracestate` is discarded).
     #[inline]
     pub fn replaces(&self, name: &[u8]) -> bool {
         match name.len() {
+            10 => {
+                self.context
+                    .as_ref()
+                    .is_some_and(|c| c.parent_span_id.is_none())
+                    && name.eq_ignore_ascii_case(b"tracestate")
+            }
             11 => self.context.is_some() && name.eq_ignore_ascii_case(b"traceparent"),
             12 => self.request_id.is_some() && name.eq_ignore_ascii_case(b"x-request-id"),
             _ => false,
         }
     }
 
-    /// The fields the server gets: `traceparent` with the switch's span, `X-Request-Id`.
-    pub fn write_fields(&self, out: &mut Vec<u8>) {
-        if let Some(context) = &self.context {
+    /// The fields the server gets: `traceparent` with the switch's span, `X-Request-Id`; each
+    /// but those `ruled` (a rule's `request_headers` sets or removes the name: the rule's
+    /// word is the last, as for `X-Forwarded-For`).
+    pub fn write_fields(&self, out: &mut Vec<u8>, ruled: impl Fn(&[u8]) -> bool) {
+        if let Some(context) = self.context.as_ref().filter(|_| !ruled(b"traceparent")) {
             out.extend_from_slice(b"traceparent: ");
             context.write_traceparent(out);
             out.extend_from_slice(b"\r\n");
         }
-        if let Some(id) = &self.request_id {
+        if let Some(id) = self.request_id.as_ref().filter(|_| !ruled(b"x-request-id")) {
             out.extend_from_slice(b"X-Request-Id: ");
             out.extend_from_slice(id.as_bytes());
             out.extend_from_slice(b"\r\n");
@@ -147,7 +161,7 @@ mod tests {
         assert!(matches!(parsed, Ok(true)), "{parsed:?}");
         let trace = RequestTrace::begin((w3c, request_id, false), (&head, &raw), "1.1");
         let mut out = Vec::new();
-        trace.write_fields(&mut out);
+        trace.write_fields(&mut out, |_| false);
         (trace, out)
     }
 
@@ -173,5 +187,29 @@ mod tests {
 
         let (_, out) = traced(raw, true, false);
         assert!(!String::from_utf8_lossy(&out).contains("X-Request-Id"));
+    }
+
+    #[test]
+    fn an_attackers_review_what_the_server_gets() {
+        // A trace the switch starts drops the client's tracestate; one it continues keeps it.
+        let bad = b"GET / HTTP/1.1\r\nHost: x\r\ntraceparent: junk\r\ntracestate: v=forged\r\n\r\n";
+        assert!(traced(bad, true, false).0.replaces(b"tracestate"));
+        let good = b"GET / HTTP/1.1\r\nHost: x\r\ntraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-ff\r\n\r\n";
+        let (trace, out) = traced(good, true, false);
+        assert!(!trace.replaces(b"tracestate"));
+        // Flags other than `sampled` are zeroed.
+        assert!(
+            String::from_utf8_lossy(&out).ends_with("-01\r\n"),
+            "{out:?}"
+        );
+        // A field the client made hop-by-hop is no id.
+        let hop =
+            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: X-Request-Id\r\nX-Request-Id: hop\r\n\r\n";
+        let (_, out) = traced(hop, false, true);
+        assert!(!String::from_utf8_lossy(&out).contains("hop"), "{out:?}");
+        // A rule that sets or removes a field has the last word.
+        let mut ruled = Vec::new();
+        trace.write_fields(&mut ruled, |name| name == b"traceparent");
+        assert!(ruled.is_empty());
     }
 }
