@@ -13,6 +13,9 @@ taken = {"batches": 0, "bytes": 0}
 
 
 class Sink(BaseHTTPRequestHandler):
+    # HTTP/1.1: the connection stays open between batches, as an OpenTelemetry collector's.
+    protocol_version = "HTTP/1.1"
+
     def do_POST(self):
         length = int(self.headers.get("Content-Length", "0"))
         body = self.rfile.read(length)

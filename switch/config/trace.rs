@@ -5,7 +5,7 @@
 
 use super::error::ErrorSink;
 use super::raw::RawSwitch;
-use crate::trace::otlp::export::Collector;
+use crate::trace::otlp::collector::Collector;
 use crate::trace::TraceSettings;
 
 pub(super) fn read_trace(raw: &RawSwitch, settings: &mut TraceSettings, sink: &mut ErrorSink<'_>) {

@@ -26,7 +26,8 @@ pub mod span;
 
 use crate::http::RequestHead;
 use counters::{TraceCounters, TraceCounts};
-use otlp::export::{Collector, Exporter};
+use otlp::collector::Collector;
+use otlp::export::Exporter;
 pub use request::RequestTrace;
 use span::{Span, SpanNames};
 use std::net::SocketAddr;

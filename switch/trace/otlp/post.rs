@@ -1,0 +1,326 @@
+//! One batch POSTed to the collector over a connection kept from batch to batch, as the
+//! OpenTelemetry SDKs' HTTP exporters keep theirs: a connection a batch cost the switch a
+//! connect, an accept at the collector and a close each time, and on a 2-core machine the
+//! collector's share slowed everything beside it (BENCHMARKS.md, "Tracing"). The answer is
+//! read whole (head, then a `Content-Length` body) so the next batch finds the connection
+//! clean; an answer that cannot be read to its end that way (chunked, no length, too long,
+//! `Connection: close`, HTTP/1.0) ends the connection after it. A kept connection the
+//! collector closed while idle is noticed before it is used, and a batch that fails on one
+//! before any answer came is sent once more on a new connection.
+
+use super::collector::Collector;
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+/// How long one batch may take to reach the collector and be answered.
+pub const EXPORT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The longest answer head read, and the longest answer body read and thrown away; an
+/// answer beyond either is not waited for and its connection not kept.
+const ANSWER_HEAD_MAX: usize = 8 * 1024;
+const ANSWER_BODY_MAX: usize = 64 * 1024;
+
+/// The export thread's connection to the collector, if one is open.
+#[derive(Default)]
+pub struct CollectorLink {
+    kept: Option<TcpStream>,
+}
+
+/// What one exchange with the collector gave, and whether its connection can serve again.
+struct Answer {
+    status: u16,
+    reusable: bool,
+}
+
+impl CollectorLink {
+    /// POSTs `body` (its parts one after the other) to `collector`; the answer's status.
+    /// Everything within [`EXPORT_TIMEOUT`], the retry on a new connection included.
+    pub fn post(&mut self, collector: &Collector, body: [&[u8]; 2]) -> io::Result<u16> {
+        let deadline = Instant::now() + EXPORT_TIMEOUT;
+        if let Some(stream) = self.kept.take().filter(still_open) {
+            match exchange(&stream, collector, body, deadline) {
+                Ok(answer) => return Ok(self.keep_if(stream, answer)),
+                // Closed under us before anything came back: once more, on a new connection.
+                Err(Failure::BeforeAnswer(e)) if e.kind() != io::ErrorKind::TimedOut => {}
+                Err(Failure::BeforeAnswer(e) | Failure::InAnswer(e)) => return Err(e),
+            }
+        }
+        let stream = connect(collector, deadline)?;
+        match exchange(&stream, collector, body, deadline) {
+            Ok(answer) => Ok(self.keep_if(stream, answer)),
+            Err(Failure::BeforeAnswer(e) | Failure::InAnswer(e)) => Err(e),
+        }
+    }
+
+    fn keep_if(&mut self, stream: TcpStream, answer: Answer) -> u16 {
+        if answer.reusable {
+            self.kept = Some(stream);
+        }
+        answer.status
+    }
+}
+
+/// Why an exchange failed: before any byte of the answer (the request may be sent again), or
+/// within it.
+enum Failure {
+    BeforeAnswer(io::Error),
+    InAnswer(io::Error),
+}
+
+/// A new connection to the collector (its name looked up now: a collector that moves is
+/// followed).
+fn connect(collector: &Collector, deadline: Instant) -> io::Result<TcpStream> {
+    let address = collector
+        .authority
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io::Error::other("the collector's name has no address"))?;
+    let stream = TcpStream::connect_timeout(&address, left(deadline)?)?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// Whether a kept connection is still usable: nothing to read on it, and not closed (the
+/// collector closes idle connections after its own timeout).
+fn still_open(stream: &TcpStream) -> bool {
+    if stream.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let mut byte = [0u8; 1];
+    let open = matches!(stream.peek(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock);
+    open && stream.set_nonblocking(false).is_ok()
+}
+
+/// The request written and its answer read.
+fn exchange(
+    mut stream: &TcpStream,
+    collector: &Collector,
+    body: [&[u8]; 2],
+    deadline: Instant,
+) -> Result<Answer, Failure> {
+    let head = format!(
+        "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/x-protobuf\r\nContent-Length: {}\r\n\r\n",
+        collector.path,
+        collector.authority,
+        body.iter().map(|part| part.len()).sum::<usize>()
+    );
+    // The HTTP head and the body's few bytes of message heads in one write, the spans in another.
+    let mut first = head.into_bytes();
+    first.extend_from_slice(body[0]);
+    let write = |mut stream: &TcpStream, bytes: &[u8]| -> io::Result<()> {
+        stream.set_write_timeout(Some(left(deadline)?))?;
+        stream.write_all(bytes)
+    };
+    write(stream, &first).map_err(Failure::BeforeAnswer)?;
+    write(stream, body[1]).map_err(Failure::BeforeAnswer)?;
+    read_answer(&mut stream, deadline)
+}
+
+/// Reads the answer's head, and its body when it has a length within [`ANSWER_BODY_MAX`].
+fn read_answer(stream: &mut &TcpStream, deadline: Instant) -> Result<Answer, Failure> {
+    let mut buf = Vec::with_capacity(512);
+    let mut chunk = [0u8; 4096];
+    let (status, reusable, body_len, head_len) = loop {
+        let n = read_some(stream, &mut chunk, deadline).map_err(|e| match buf.is_empty() {
+            true => Failure::BeforeAnswer(e),
+            false => Failure::InAnswer(e),
+        })?;
+        buf.extend_from_slice(&chunk[..n]);
+        let mut fields = [httparse::EMPTY_HEADER; 32];
+        let mut response = httparse::Response::new(&mut fields);
+        match response.parse(&buf) {
+            Ok(httparse::Status::Complete(head_len)) => {
+                let (reusable, body_len) = reuse_of(&response);
+                break (response.code.unwrap_or(0), reusable, body_len, head_len);
+            }
+            Ok(httparse::Status::Partial) if buf.len() < ANSWER_HEAD_MAX => {}
+            Ok(httparse::Status::Partial) => return Err(in_answer("an answer head too long")),
+            Err(e) => return Err(in_answer(&format!("an answer that is not HTTP: {e}"))),
+        }
+    };
+    let Some(body_len) = body_len.filter(|_| reusable) else {
+        return Ok(Answer {
+            status,
+            reusable: false,
+        });
+    };
+    let mut body_left = body_len.saturating_sub(buf.len() - head_len);
+    while body_left > 0 {
+        let n = read_some(stream, &mut chunk, deadline).map_err(Failure::InAnswer)?;
+        body_left = body_left.saturating_sub(n);
+    }
+    Ok(Answer {
+        status,
+        reusable: buf.len() - head_len <= body_len,
+    })
+}
+
+/// Whether the connection may serve another request after this answer, and the body's
+/// length when it is told by `Content-Length` (and short enough to read and throw away).
+fn reuse_of(response: &httparse::Response<'_, '_>) -> (bool, Option<usize>) {
+    let mut reusable = response.version == Some(1);
+    let mut body_len = None;
+    for field in response.headers.iter() {
+        if field.name.eq_ignore_ascii_case("content-length") {
+            let length = std::str::from_utf8(field.value)
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok());
+            match (body_len, length) {
+                (None, Some(n)) if n <= ANSWER_BODY_MAX => body_len = Some(n),
+                _ => reusable = false,
+            }
+        } else if field.name.eq_ignore_ascii_case("transfer-encoding")
+            || (field.name.eq_ignore_ascii_case("connection")
+                && field.value.eq_ignore_ascii_case(b"close"))
+        {
+            reusable = false;
+        }
+    }
+    (reusable && body_len.is_some(), body_len)
+}
+
+/// One read within what is left of the deadline; the end of the stream is an error here.
+fn read_some(stream: &mut &TcpStream, into: &mut [u8], deadline: Instant) -> io::Result<usize> {
+    stream.set_read_timeout(Some(left(deadline)?))?;
+    match stream.read(into)? {
+        0 => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the collector closed the connection",
+        )),
+        n => Ok(n),
+    }
+}
+
+fn in_answer(what: &str) -> Failure {
+    Failure::InAnswer(io::Error::other(what.to_string()))
+}
+
+/// The time left until `deadline`, an error once it passed (a zero timeout means none).
+fn left(deadline: Instant) -> io::Result<Duration> {
+    match deadline.checked_duration_since(Instant::now()) {
+        Some(left) if !left.is_zero() => Ok(left),
+        _ => Err(io::ErrorKind::TimedOut.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::sync::mpsc;
+
+    /// A collector on 127.0.0.1 that answers each request it reads with the next of
+    /// `answers`, closing after those marked so; sends back, per connection accepted, how
+    /// many requests it read there.
+    fn collector(answers: Vec<(&'static str, bool)>) -> (Collector, mpsc::Receiver<usize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let authority = listener.local_addr().expect("address").to_string();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut answers = answers.into_iter();
+            while let Ok((mut stream, _)) = listener.accept() {
+                let mut served = 0;
+                loop {
+                    if read_request(&mut stream).is_none() {
+                        break;
+                    }
+                    served += 1;
+                    let Some((answer, close)) = answers.next() else {
+                        break;
+                    };
+                    let _ = stream.write_all(answer.as_bytes());
+                    if close {
+                        break;
+                    }
+                }
+                let _ = tx.send(served);
+            }
+        });
+        let collector = Collector::parse(&format!("http://{authority}")).expect("url");
+        (collector, rx)
+    }
+
+    /// Reads one request with a Content-Length body; `None` at the end of the stream.
+    fn read_request(stream: &mut TcpStream) -> Option<()> {
+        let mut buf = Vec::new();
+        let mut byte = [0u8; 1];
+        while !buf.ends_with(b"\r\n\r\n") {
+            (stream.read(&mut byte).ok()? == 1).then_some(())?;
+            buf.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&buf).to_ascii_lowercase();
+        let length: usize = head
+            .split("content-length: ")
+            .nth(1)?
+            .split("\r\n")
+            .next()?
+            .parse()
+            .ok()?;
+        let mut body = vec![0u8; length];
+        stream.read_exact(&mut body).ok()
+    }
+
+    const OK: &str = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+
+    #[test]
+    fn batches_share_one_connection_while_the_answers_allow_it() {
+        let answers = vec![
+            (OK, false),
+            (OK, false),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                false,
+            ),
+            (
+                "HTTP/1.1 503 Busy\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                false,
+            ),
+            (OK, false),
+        ];
+        let (collector, served) = collector(answers);
+        let mut link = CollectorLink::default();
+        let statuses: Vec<u16> = (0..5)
+            .map(|_| link.post(&collector, [b"ab", b"cd"]).unwrap_or(0))
+            .collect();
+        assert_eq!(statuses, [200, 200, 200, 503, 200]);
+        drop(link);
+        // Three on the first connection (its third answer said close), the chunked answer
+        // alone on the second, the last on a third.
+        let per_connection: Vec<usize> = served.iter().take(3).collect();
+        assert_eq!(per_connection, [3, 1, 1]);
+    }
+
+    #[test]
+    fn a_connection_the_collector_closed_is_replaced() {
+        // Each answer closes its connection without saying so, as the test collectors do.
+        let (collector, served) = collector(vec![(OK, true), (OK, true), (OK, true)]);
+        let mut link = CollectorLink::default();
+        for _ in 0..3 {
+            assert_eq!(link.post(&collector, [b"", b"x"]).ok(), Some(200));
+            // The close has reached this side before the next batch (as between batches).
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let per_connection: Vec<usize> = served.iter().take(3).collect();
+        assert_eq!(per_connection, [1, 1, 1]);
+    }
+
+    #[test]
+    fn answers_that_end_the_connection() {
+        let parse = |raw: &[u8]| {
+            let mut fields = [httparse::EMPTY_HEADER; 8];
+            let mut response = httparse::Response::new(&mut fields);
+            let _ = response.parse(raw);
+            reuse_of(&response)
+        };
+        assert_eq!(
+            parse(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"),
+            (true, Some(5))
+        );
+        assert!(!parse(b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\n").0);
+        assert!(!parse(b"HTTP/1.1 200 OK\r\n\r\n").0);
+        assert!(!parse(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n").0);
+        assert!(!parse(b"HTTP/1.1 200 OK\r\nContent-Length: 999999\r\n\r\n").0);
+        assert!(!parse(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: Close\r\n\r\n").0);
+    }
+}
