@@ -167,6 +167,19 @@ async fn a_given_traceparent_keeps_its_trace_id_and_gets_the_switchs_span() {
     let entry: serde_json::Value = serde_json::from_str(&lines[0]).expect("a JSON line");
     assert_eq!(entry["trace_id"], GIVEN_TRACE, "{entry}");
     assert_eq!(entry["request_id"], "order-42", "{entry}");
+
+    // Two requests of the same trace without ids of their own get one each: not the trace's
+    // id, which they share (and which the client chose).
+    let fields = format!("traceparent: {}\r\n", given_traceparent());
+    let mut ids = Vec::new();
+    for path in ["/c", "/d"] {
+        assert_eq!(get(addr, path, &fields).await, 200);
+        ids.push(one_field(&last_head(&backend), "x-request-id"));
+    }
+    assert!(
+        ids[0] != ids[1] && !ids.contains(&GIVEN_TRACE.to_string()),
+        "{ids:?}"
+    );
 }
 
 #[tokio::test]
@@ -209,8 +222,12 @@ async fn an_absent_traceparent_is_made_and_an_invalid_one_replaced() {
             flags, "01",
             "case {i}: a trace the switch starts is sampled"
         );
-        // No X-Request-Id given: the trace id names the request.
-        assert_eq!(one_field(&head, "x-request-id"), trace_id, "case {i}");
+        // No X-Request-Id given: one made for the request, not its trace id.
+        let id = one_field(&head, "x-request-id");
+        assert!(
+            id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) && id != trace_id,
+            "case {i}: {id}"
+        );
         trace_ids.push(trace_id);
     }
     trace_ids.sort();

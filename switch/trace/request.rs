@@ -88,10 +88,8 @@ impl RequestTrace {
         }
         let context =
             w3c.then(|| TraceContext::continue_or_start(given.traceparent, given.traceparents));
-        let request_id = request_id.then(|| {
-            let trace_id = context.as_ref().map(|c| &c.trace_id);
-            RequestId::keep_or_make(given.request_id, given.request_ids, trace_id)
-        });
+        let request_id =
+            request_id.then(|| RequestId::keep_or_make(given.request_id, given.request_ids));
         RequestTrace {
             context,
             request_id,

@@ -24,13 +24,11 @@ impl std::fmt::Debug for RequestId {
 
 impl RequestId {
     /// The client's id when it is sane (1 to [`MAX_LEN`] visible ASCII bytes) and the only
-    /// one it sent; else one made here: the trace id's 32 hex digits when the request is
-    /// traced (the log and the trace then name the request alike), or 16 random bytes in hex.
-    pub fn keep_or_make(
-        given: Option<&[u8]>,
-        fields_seen: usize,
-        trace_id: Option<&[u8; 16]>,
-    ) -> RequestId {
+    /// one it sent; else one made here, 16 random bytes in hex (nginx's `$request_id` form),
+    /// new for every request. Not the trace id: the requests of one trace would share it, and
+    /// a client would choose it by the `traceparent` it sends (RELIABILITY.md); the log names
+    /// both, so a request is found from its trace all the same.
+    pub fn keep_or_make(given: Option<&[u8]>, fields_seen: usize) -> RequestId {
         let sane = given
             .filter(|_| fields_seen == 1)
             .map(<[u8]>::trim_ascii)
@@ -43,7 +41,7 @@ impl RequestId {
                 id.len()
             }
             None => {
-                ids::write_hex(trace_id.unwrap_or(&ids::trace_id()), &mut bytes[..32]);
+                ids::write_hex(&ids::trace_id(), &mut bytes[..32]);
                 32
             }
         };
@@ -64,11 +62,11 @@ mod tests {
 
     #[test]
     fn a_sane_id_is_kept() {
-        let id = RequestId::keep_or_make(Some(b"abc-123_XYZ"), 1, None);
+        let id = RequestId::keep_or_make(Some(b"abc-123_XYZ"), 1);
         assert_eq!(id.as_bytes(), b"abc-123_XYZ");
         let longest = [b'a'; MAX_LEN];
         assert_eq!(
-            RequestId::keep_or_make(Some(&longest), 1, None).as_bytes(),
+            RequestId::keep_or_make(Some(&longest), 1).as_bytes(),
             longest
         );
     }
@@ -83,19 +81,20 @@ mod tests {
             "é".as_bytes(),
             &too_long,
         ] {
-            let id = RequestId::keep_or_make(Some(given), 1, None);
+            let id = RequestId::keep_or_make(Some(given), 1);
             assert_eq!(id.as_bytes().len(), 32, "{given:?}");
             assert!(id.as_bytes().iter().all(u8::is_ascii_hexdigit));
         }
         // Two ids: which one the client meant is unknown.
-        let id = RequestId::keep_or_make(Some(b"first"), 2, None);
+        let id = RequestId::keep_or_make(Some(b"first"), 2);
         assert_ne!(id.as_bytes(), b"first");
     }
 
     #[test]
-    fn a_traced_request_is_named_by_its_trace_id() {
-        let trace_id = [0xab; 16];
-        let id = RequestId::keep_or_make(None, 0, Some(&trace_id));
-        assert_eq!(id.as_bytes(), "ab".repeat(16).as_bytes());
+    fn every_request_without_one_gets_a_new_id() {
+        let first = RequestId::keep_or_make(None, 0);
+        let second = RequestId::keep_or_make(None, 0);
+        assert_ne!(first.as_bytes(), second.as_bytes());
+        assert_eq!(first.as_bytes().len(), 32);
     }
 }
