@@ -27,6 +27,7 @@
 mod admission;
 mod error;
 mod frames;
+mod head_block;
 mod io;
 mod request;
 mod response;

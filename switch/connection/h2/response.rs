@@ -10,13 +10,14 @@
 //! `SETTINGS_MAX_CONCURRENT_STREAMS` times that at most, while its servers wait.
 
 use super::error::h2_error;
+use super::head_block::HeadBlock;
 use crate::exchange::client::{ResponseEdit, ResponseSink};
 use crate::exchange::server::ResponseBody;
 use crate::http::chunked::may_be_trailer;
-use crate::http::fields::{with_controls_as_spaces, FieldRole};
+use crate::http::fields::FieldRole;
 use crate::http::part::{BodyPart, Trailers};
 use crate::http::rewrite::weakened_etag;
-use crate::http::status::{head_size_as_http1, reason_phrase, write_error_body, Answer, Given};
+use crate::http::status::{reason_phrase, write_error_body, Answer, Given};
 use crate::http::{BodyFraming, ResponseHead};
 use crate::policy::own_answers::OwnAnswers;
 use crate::relay::{Meter, RelayError, RelaySettings};
@@ -25,7 +26,7 @@ use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::SendStream;
 use http::header::{HeaderName, HeaderValue};
-use http::{HeaderMap, Response, StatusCode};
+use http::{HeaderMap, StatusCode};
 use std::future::poll_fn;
 use std::io;
 use std::time::Duration;
@@ -36,8 +37,8 @@ const CHUNK_SEND_BYTES: usize = 32 * 1024;
 /// The response side of a stream.
 pub(super) struct H2Sink {
     respond: SendResponse<Bytes>,
-    /// The response head, built by `start_response`, sent by `relay_body`.
-    head: Option<Response<()>>,
+    /// The response head, encoded by `start_response`, sent by `relay_body`.
+    head: Option<HeadBlock>,
     /// Its size as HTTP/1.1 would write it (`head_size_as_http1`).
     head_size: u64,
     framing: BodyFraming,
@@ -158,34 +159,29 @@ fn start_answer(
     answer: &Given<'_>,
     is_head: bool,
 ) -> (Option<SendStream<Bytes>>, u64) {
-    let mut head = Response::new(());
-    *head.status_mut() =
-        StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let fields = head.headers_mut();
+    let status = status_code(answer.status, StatusCode::INTERNAL_SERVER_ERROR);
+    let mut head = HeadBlock::new(status.as_u16(), reason_phrase(status.as_u16()).len());
+    let frames_content = !matches!(status.as_u16(), 204 | 304);
     for (name, value) in answer.fields {
-        append(fields, name, value);
+        // The length is the body's, said once below.
+        if !(frames_content && name.eq_ignore_ascii_case(b"content-length")) {
+            head.field(name, value);
+        }
     }
-    let frames_content = !matches!(answer.status, 204 | 304);
     if frames_content {
-        fields.insert(
-            http::header::CONTENT_LENGTH,
-            HeaderValue::from(answer.body.len()),
-        );
+        head.content_length(answer.body.len() as u64);
     }
     let no_body = is_head || !frames_content || answer.body.is_empty();
-    let size = head_size(reason_phrase(answer.status).len(), head.headers());
-    match respond.send_response(head, no_body) {
-        Ok(send) => ((!no_body).then_some(send), size),
+    let size = head.http1_size();
+    match respond.send_response_encoded(status, head.into_bytes(), no_body) {
+        Ok(send) => (send.filter(|_| !no_body), size),
         Err(_) => (None, 0),
     }
 }
 
-/// The size of an HTTP/2 head as HTTP/1.1 would write it (`head_size_as_http1`).
-fn head_size(reason: usize, fields: &HeaderMap) -> u64 {
-    head_size_as_http1(
-        reason,
-        fields.iter().map(|(n, v)| (n.as_str().len(), v.len())),
-    )
+/// `status` as the h2 crate takes it; `fallback` for one outside 100-999.
+fn status_code(status: u16, fallback: StatusCode) -> StatusCode {
+    StatusCode::from_u16(status).unwrap_or(fallback)
 }
 
 impl ResponseSink for H2Sink {
@@ -197,7 +193,11 @@ impl ResponseSink for H2Sink {
         raw: &[u8],
     ) -> io::Result<()> {
         let head = response_head(response, raw, ResponseEdit::default());
-        self.respond.send_informational(head).map_err(h2_error)
+        let status = status_code(head.status(), StatusCode::BAD_GATEWAY);
+        self.respond
+            .send_response_encoded(status, head.into_bytes(), false)
+            .map(drop)
+            .map_err(h2_error)
     }
 
     fn start_response(
@@ -210,7 +210,7 @@ impl ResponseSink for H2Sink {
     ) -> bool {
         out.clear();
         let head = response_head(response, raw, edit);
-        self.head_size = head_size(response.reason.get(raw).len(), head.headers());
+        self.head_size = head.http1_size();
         self.head = Some(head);
         self.framing = response.framing;
         upload_complete
@@ -231,12 +231,14 @@ impl ResponseSink for H2Sink {
         relay: &RelaySettings,
         meter: &Meter,
     ) -> Result<(), RelayError> {
-        let head = self.head.take().unwrap_or_default();
+        let head = self.head.take().unwrap_or_else(|| HeadBlock::new(200, 2));
         let empty = self.framing == BodyFraming::Empty;
+        let status = status_code(head.status(), StatusCode::BAD_GATEWAY);
         let send = self
             .respond
-            .send_response(head, empty)
-            .map_err(|e| RelayError::Write(h2_error(e)))?;
+            .send_response_encoded(status, head.into_bytes(), empty)
+            .map_err(|e| RelayError::Write(h2_error(e)))?
+            .ok_or_else(|| RelayError::Write(io::Error::other("a 1xx head as the final one")))?;
         let mut body = Download {
             send,
             limit: TimeLimit::Idle(relay.idle),
@@ -263,22 +265,17 @@ impl ResponseSink for H2Sink {
     }
 }
 
-/// The server's response head for an HTTP/2 client: its status and end-to-end fields, with
-/// the field the pool's module adds and the rule's field actions.
-fn response_head(response: &ResponseHead, raw: &[u8], edit: ResponseEdit<'_>) -> Response<()> {
-    let mut head = Response::new(());
-    *head.status_mut() = StatusCode::from_u16(response.status).unwrap_or(StatusCode::BAD_GATEWAY);
-    let fields = head.headers_mut();
-    fields.reserve(response.fields.len() + 2);
-    // Each value is a copy of its own. Slices of one copy of the head (a reference count each,
-    // 4 allocations fewer a request) were tried and taken back: the h2 crate keeps the values
-    // it indexes in the connection's HPACK table, and a slice kept the whole head alive with
-    // it; a 32-byte field that changes per response pinned up to 124 heads of up to 64 KiB per
-    // connection (measured by an attacker's review: 3.4 MiB a connection against 198 KiB).
+/// The server's response head for an HTTP/2 client, HPACK-encoded (head_block.rs): its status
+/// and end-to-end fields, with the field the pool's module adds and the rule's field actions.
+fn response_head(response: &ResponseHead, raw: &[u8], edit: ResponseEdit<'_>) -> HeadBlock {
+    let status = status_code(response.status, StatusCode::BAD_GATEWAY).as_u16();
+    let mut head = HeadBlock::new(status, response.reason.get(raw).len());
     // 1xx and 204 frame no content (RFC 9110 sections 8.6, 15.2, 15.3.5).
     let frames_content = response.status >= 200 && response.status != 204;
+    let recoded = edit.recoded.filter(|r| r.changes_body());
     for f in &response.fields {
-        if edit.headers.is_some_and(|h| h.drops(f.name.get(raw))) {
+        let name = f.name.get(raw);
+        if edit.headers.is_some_and(|h| h.drops(name)) {
             continue;
         }
         match f.role {
@@ -287,38 +284,36 @@ fn response_head(response: &ResponseHead, raw: &[u8], edit: ResponseEdit<'_>) ->
             | FieldRole::ForwardedFor
             | FieldRole::ForwardedProto => {
                 // A control byte an HTTP/1 client gets as sent (http/response.rs) goes as a
-                // space here: the http crate refuses it, and the field keeps its meaning.
-                let value = with_controls_as_spaces(f.value.get(raw));
-                let name = f.name.get(raw);
-                let weak = edit.recoded.filter(|r| r.changes_body()).and_then(|_| {
+                // space here (head_block.rs): the field keeps its meaning.
+                let value = f.value.get(raw);
+                let weak = recoded.and_then(|_| {
                     name.eq_ignore_ascii_case(b"etag")
-                        .then(|| weakened_etag(&value[..]))
+                        .then(|| weakened_etag(value))
                         .flatten()
                 });
-                append(fields, name, weak.as_deref().unwrap_or(&value));
+                head.field(name, weak.as_deref().unwrap_or(value));
             }
             FieldRole::Drop | FieldRole::TransferEncoding | FieldRole::Upgrade => {}
             FieldRole::ContentLength => {}
         }
     }
     // A recoded body's length is unknown until it ends; its coding is said instead.
-    let body_recoded = edit.recoded.is_some_and(|r| r.changes_body());
-    if let (true, Some(length), false) = (frames_content, response.content_length, body_recoded) {
+    if let (true, Some(length), None) = (frames_content, response.content_length, recoded) {
         // The length in its canonical form (`0100`, `100, 100` go on as `100`).
-        fields.insert(http::header::CONTENT_LENGTH, HeaderValue::from(length));
+        head.content_length(length);
     }
     if let Some(recoded) = edit.recoded {
         for (name, value) in recoded.fields() {
-            append(fields, name, value);
+            head.field(name, value);
         }
     }
     if let Some(headers) = edit.headers {
         for (name, value) in headers.appended() {
-            append(fields, name, value);
+            head.field(name, value);
         }
     }
     if let Some(field) = edit.field {
-        append(fields, field.name.as_bytes(), field.value.as_bytes());
+        head.field(field.name.as_bytes(), field.value.as_bytes());
     }
     head
 }

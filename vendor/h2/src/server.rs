@@ -1281,6 +1281,36 @@ impl<B: Buf> SendResponse<B> {
             .map_err(Into::into)
     }
 
+    /// tcpvs: sends a response whose header block the caller HPACK-encoded: `:status` and
+    /// fields as static-table references and literals without indexing, no dynamic table
+    /// entry used or added (as HAProxy's and nginx's encoders do for responses), so a
+    /// response head goes out without a `HeaderMap` built for it. `status` must be the one
+    /// the block says; the caller leaves out the connection-specific fields `send_response`
+    /// refuses. A 1xx goes as an interim response (the stream stays open for the final one).
+    pub fn send_response_encoded(
+        &mut self,
+        status: http::StatusCode,
+        block: bytes::Bytes,
+        end_of_stream: bool,
+    ) -> Result<Option<SendStream<B>>, crate::Error> {
+        let stream_id = self.inner.stream_id();
+        let mut frame = frame::Headers::encoded(stream_id, status, block);
+        if status.is_informational() {
+            return self
+                .inner
+                .send_informational_headers(frame)
+                .map(|()| None)
+                .map_err(Into::into);
+        }
+        if end_of_stream {
+            frame.set_end_stream();
+        }
+        self.inner
+            .send_response_frame(frame)
+            .map(|()| Some(SendStream::new(self.inner.clone())))
+            .map_err(Into::into)
+    }
+
     /// Push a request and response to the client
     ///
     /// On success, a [`SendResponse`] instance is returned.

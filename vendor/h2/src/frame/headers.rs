@@ -6,7 +6,7 @@ use crate::hpack::{self, BytesStr};
 use http::header::{self, HeaderName, HeaderValue};
 use http::{uri, HeaderMap, Method, Request, StatusCode, Uri};
 
-use bytes::{Buf, BufMut, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use std::fmt;
 use std::io::Cursor;
@@ -100,6 +100,11 @@ struct HeaderBlock {
     /// Pseudo headers, these are broken out as they must be sent as part of the
     /// headers frame.
     pseudo: Pseudo,
+
+    /// tcpvs: a block the caller HPACK-encoded itself (`Headers::encoded`), which uses no
+    /// dynamic table entry and adds none; `fields` is then empty and `pseudo` only says the
+    /// status, which the block holds.
+    encoded: Option<Bytes>,
 }
 
 #[derive(Debug)]
@@ -126,6 +131,26 @@ impl Headers {
                 fields,
                 is_over_size: false,
                 pseudo,
+                encoded: None,
+            },
+            flags: HeadersFlag::default(),
+        }
+    }
+
+    /// tcpvs: a response HEADERS frame whose block `block` the caller encoded: its `:status`
+    /// (`status`, which the frame also keeps to tell a 1xx) and fields as indexed static-table
+    /// entries and literals without indexing, so the connection's HPACK dynamic table is
+    /// neither used nor changed. The caller checked the fields as `send_response` would.
+    pub fn encoded(stream_id: StreamId, status: StatusCode, block: Bytes) -> Self {
+        Headers {
+            stream_id,
+            stream_dep: None,
+            header_block: HeaderBlock {
+                field_size: block.len(),
+                fields: HeaderMap::new(),
+                is_over_size: false,
+                pseudo: Pseudo::response(status),
+                encoded: Some(block),
             },
             flags: HeadersFlag::default(),
         }
@@ -143,6 +168,7 @@ impl Headers {
                 fields,
                 is_over_size: false,
                 pseudo: Pseudo::default(),
+                encoded: None,
             },
             flags,
         }
@@ -208,6 +234,7 @@ impl Headers {
                 field_size: 0,
                 is_over_size: false,
                 pseudo: Pseudo::default(),
+                encoded: None,
             },
             flags,
         };
@@ -368,6 +395,7 @@ impl PushPromise {
                 fields,
                 is_over_size: false,
                 pseudo,
+                encoded: None,
             },
             promised_id,
             stream_id,
@@ -459,6 +487,7 @@ impl PushPromise {
                 field_size: 0,
                 is_over_size: false,
                 pseudo: Pseudo::default(),
+                encoded: None,
             },
             promised_id,
             stream_id: head.stream_id(),
@@ -992,6 +1021,12 @@ impl HeaderBlock {
     fn into_encoding(self, encoder: &mut hpack::Encoder) -> EncodingHeaderBlock {
         let mut hpack = encoder.take_scratch();
         hpack.clear();
+        if let Some(encoded) = self.encoded {
+            // tcpvs: a table size update the peer's settings call for still comes first.
+            encoder.encode(std::iter::empty(), &mut hpack);
+            hpack.extend_from_slice(&encoded);
+            return EncodingHeaderBlock { hpack };
+        }
         let headers = Iter {
             pseudo: Some(self.pseudo),
             fields: self.fields.into_iter(),

@@ -1352,6 +1352,23 @@ impl<B> StreamRef<B> {
         })
     }
 
+    /// tcpvs: sends a response HEADERS frame built by the caller (`frame::Headers::encoded`).
+    pub fn send_response_frame(&mut self, frame: frame::Headers) -> Result<(), UserError> {
+        let mut me = self.opaque.inner.lock().unwrap();
+        let me = &mut *me;
+
+        let stream = me.store.resolve(self.opaque.key);
+        let actions = &mut me.actions;
+        let mut send_buffer = self.send_buffer.inner.lock().unwrap();
+        let send_buffer = &mut *send_buffer;
+
+        me.counts.transition(stream, |counts, stream| {
+            actions
+                .send
+                .send_headers(frame, send_buffer, stream, counts, &mut actions.task)
+        })
+    }
+
     pub fn send_push_promise(
         &mut self,
         mut request: Request<()>,
