@@ -6,7 +6,9 @@
 //! clean; an answer that cannot be read to its end that way (chunked, no length, too long,
 //! `Connection: close`, HTTP/1.0) ends the connection after it. A kept connection the
 //! collector closed while idle is noticed before it is used, and a batch that fails on one
-//! before any answer came is sent once more on a new connection.
+//! before any answer came is sent once more on a new connection (so a collector that took a
+//! batch and closed without answering gets it twice: delivery is at least once, as the
+//! OpenTelemetry exporters' retries make it).
 
 use super::collector::Collector;
 use std::io::{self, Read, Write};
@@ -108,52 +110,120 @@ fn exchange(
     // The HTTP head and the body's few bytes of message heads in one write, the spans in another.
     let mut first = head.into_bytes();
     first.extend_from_slice(body[0]);
-    let write = |mut stream: &TcpStream, bytes: &[u8]| -> io::Result<()> {
-        stream.set_write_timeout(Some(left(deadline)?))?;
-        stream.write_all(bytes)
-    };
-    write(stream, &first).map_err(Failure::BeforeAnswer)?;
-    write(stream, body[1]).map_err(Failure::BeforeAnswer)?;
+    write_by(stream, &first, deadline).map_err(Failure::BeforeAnswer)?;
+    write_by(stream, body[1], deadline).map_err(Failure::BeforeAnswer)?;
     read_answer(&mut stream, deadline)
 }
 
-/// Reads the answer's head, and its body when it has a length within [`ANSWER_BODY_MAX`].
+/// Writes all of `bytes` by `deadline`: the timeout is set again before each write, so a
+/// collector that takes a little at a time cannot stretch a batch past it.
+fn write_by(mut stream: &TcpStream, mut bytes: &[u8], deadline: Instant) -> io::Result<()> {
+    while !bytes.is_empty() {
+        stream.set_write_timeout(Some(left(deadline)?))?;
+        match stream.write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// An answer's head as far as the exchange needs it.
+struct AnswerHead {
+    status: u16,
+    reusable: bool,
+    body_len: Option<usize>,
+    /// Its bytes, the empty line included.
+    len: usize,
+}
+
+/// Reads the final answer's head (interim 1xx ones are read and passed over, RFC 9110
+/// section 15.2), and its body when it has a length within [`ANSWER_BODY_MAX`].
 fn read_answer(stream: &mut &TcpStream, deadline: Instant) -> Result<Answer, Failure> {
     let mut buf = Vec::with_capacity(512);
     let mut chunk = [0u8; 4096];
-    let (status, reusable, body_len, head_len) = loop {
-        let n = read_some(stream, &mut chunk, deadline).map_err(|e| match buf.is_empty() {
-            true => Failure::BeforeAnswer(e),
-            false => Failure::InAnswer(e),
-        })?;
-        buf.extend_from_slice(&chunk[..n]);
-        let mut fields = [httparse::EMPTY_HEADER; 32];
-        let mut response = httparse::Response::new(&mut fields);
-        match response.parse(&buf) {
-            Ok(httparse::Status::Complete(head_len)) => {
-                let (reusable, body_len) = reuse_of(&response);
-                break (response.code.unwrap_or(0), reusable, body_len, head_len);
+    let mut answered = false;
+    let head = loop {
+        match parse_head(&buf)? {
+            Some(head) if (100..200).contains(&head.status) => {
+                buf.drain(..head.len);
+                continue;
             }
-            Ok(httparse::Status::Partial) if buf.len() < ANSWER_HEAD_MAX => {}
-            Ok(httparse::Status::Partial) => return Err(in_answer("an answer head too long")),
-            Err(e) => return Err(in_answer(&format!("an answer that is not HTTP: {e}"))),
+            Some(head) => break head,
+            None if buf.len() >= ANSWER_HEAD_MAX => {
+                return Err(in_answer("an answer head too long"))
+            }
+            None => {}
         }
+        let n = read_some(stream, &mut chunk, deadline).map_err(|e| match answered {
+            false => Failure::BeforeAnswer(e),
+            true => Failure::InAnswer(e),
+        })?;
+        answered = true;
+        buf.extend_from_slice(&chunk[..n]);
     };
-    let Some(body_len) = body_len.filter(|_| reusable) else {
+    let Some(body_len) = head.body_len.filter(|_| head.reusable) else {
         return Ok(Answer {
-            status,
+            status: head.status,
             reusable: false,
         });
     };
-    let mut body_left = body_len.saturating_sub(buf.len() - head_len);
+    let already = buf.len() - head.len;
+    let mut body_left = body_len.saturating_sub(already);
     while body_left > 0 {
         let n = read_some(stream, &mut chunk, deadline).map_err(Failure::InAnswer)?;
         body_left = body_left.saturating_sub(n);
     }
     Ok(Answer {
-        status,
-        reusable: buf.len() - head_len <= body_len,
+        status: head.status,
+        reusable: already <= body_len,
     })
+}
+
+/// The head at the start of `buf`, `None` while it is incomplete. A head of more fields than
+/// are parsed is still read for its status; its connection is not kept.
+fn parse_head(buf: &[u8]) -> Result<Option<AnswerHead>, Failure> {
+    let mut fields = [httparse::EMPTY_HEADER; 64];
+    let mut response = httparse::Response::new(&mut fields);
+    match response.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => {
+            let status = response.code.unwrap_or(0);
+            let (reusable, body_len) = reuse_of(&response);
+            // 1xx, 204 and 304 answers have no body, whatever they say (RFC 9112 section 6.3).
+            let body_len = match status {
+                100..=199 | 204 | 304 => Some(0),
+                _ => body_len,
+            };
+            Ok(Some(AnswerHead {
+                status,
+                reusable,
+                body_len,
+                len,
+            }))
+        }
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                return Ok(None);
+            };
+            let status = status_of(buf).ok_or_else(|| in_answer("an answer without a status"))?;
+            Ok(Some(AnswerHead {
+                status,
+                reusable: false,
+                body_len: None,
+                len: end + 4,
+            }))
+        }
+        Err(e) => Err(in_answer(&format!("an answer that is not HTTP: {e}"))),
+    }
+}
+
+/// The status of an HTTP/1.x status line: `HTTP/1.1 200 OK`.
+fn status_of(line: &[u8]) -> Option<u16> {
+    let digits = line.strip_prefix(b"HTTP/1.")?.get(2..5)?;
+    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 /// Whether the connection may serve another request after this answer, and the body's
@@ -303,6 +373,41 @@ mod tests {
         }
         let per_connection: Vec<usize> = served.iter().take(3).collect();
         assert_eq!(per_connection, [1, 1, 1]);
+    }
+
+    #[test]
+    fn interim_answers_bodiless_statuses_and_long_heads() {
+        let many_fields: &'static str = Box::leak(
+            format!(
+                "HTTP/1.1 200 OK\r\n{}Content-Length: 0\r\n\r\n",
+                "X-F: 1\r\n".repeat(70)
+            )
+            .into_boxed_str(),
+        );
+        let answers = vec![
+            (
+                "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+                false,
+            ),
+            // A 204 that names a length has no body all the same: not waited for.
+            (
+                "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n",
+                false,
+            ),
+            (many_fields, false),
+            (OK, false),
+        ];
+        let (collector, served) = collector(answers);
+        let mut link = CollectorLink::default();
+        let statuses: Vec<u16> = (0..4)
+            .map(|_| link.post(&collector, [b"", b"x"]).unwrap_or(0))
+            .collect();
+        // A 204's phantom body waited for would end in the deadline's error: 0 here.
+        assert_eq!(statuses, [200, 204, 200, 200]);
+        drop(link);
+        // The first three on one connection; the head of 70 fields ends it.
+        let per_connection: Vec<usize> = served.iter().take(2).collect();
+        assert_eq!(per_connection, [3, 1]);
     }
 
     #[test]
