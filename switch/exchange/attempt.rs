@@ -116,6 +116,34 @@ pub(super) struct Attempt<'x, S, R> {
     pub offer: Option<Offer<'x>>,
 }
 
+/// The request body's upload, boxed only when the request has a body: its future is a few
+/// kilobytes (the client's body source and the server's upload side), and held inline it made
+/// every request's state that much larger, a bodiless one's too (an HTTP/2 stream's task was
+/// 8 928 bytes, 2 624 of them this; `RUSTC_BOOTSTRAP=1 cargo rustc --release --lib --
+/// -Zprint-type-sizes`). Without a body it is done at once (and never polled: `Upload`).
+struct MaybeUpload<F>(Option<Pin<Box<F>>>);
+
+impl<F> MaybeUpload<F> {
+    /// `upload`, made but never polled, is boxed only when `uploading`, else dropped.
+    fn when(uploading: bool, upload: F) -> MaybeUpload<F> {
+        MaybeUpload(uploading.then(|| Box::pin(upload)))
+    }
+}
+
+impl<F: Future<Output = Result<(), RelayError>>> Future for MaybeUpload<F> {
+    type Output = Result<(), RelayError>;
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        match self.0.as_mut() {
+            Some(upload) => upload.as_mut().poll(cx),
+            None => std::task::Poll::Ready(Ok(())),
+        }
+    }
+}
+
 /// The request body on its way up, polled beside the response.
 pub(super) struct Upload<'u, F> {
     pub future: Pin<&'u mut F>,
@@ -284,16 +312,16 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
     ) -> Result<Phase, ExchangeError> {
         let backend = lease.backend();
         let head = self.client.request().0;
-        let is_connect = head.is_connect;
-        let upgrade = head.upgrade;
+        let (is_connect, upgrade) = (head.is_connect, head.upgrade);
         let relay = self.picker.cx.relay;
         let grpc = self.grpc;
         let (up, down) = side.split();
         let (body, sink) = self.client.split();
         let rate = self.picker.cx.shared.settings.min_body_rate;
-        let upload = body.upload(up, sent.body_left, &relay, &meters.up);
-        let upload = pin!(within_rate(upload, &meters.up, rate));
         let uploading = !matches!(sent.body_left, BodyFraming::Empty);
+        let upload = body.upload(up, sent.body_left, &relay, &meters.up);
+        let upload = within_rate(upload, &meters.up, rate);
+        let upload = pin!(MaybeUpload::when(uploading, upload));
         let mut upload = Upload::new(upload, uploading, backend);
         let mut attempt = Attempt {
             source: down,
