@@ -17,7 +17,7 @@
 //! before: `with_controls_as_spaces`; a CR, LF or NUL leaves the field out), and the
 //! connection-specific fields left out (section 8.2.2).
 
-use crate::http::fields::with_controls_as_spaces;
+use crate::http::fields::{is_token_byte, with_controls_as_spaces};
 use bytes::Bytes;
 
 /// RFC 7541 Appendix A: the static table's names from index 15 on (1 to 14 are the request
@@ -164,7 +164,7 @@ impl HeadBlock {
     /// ones have, or no token.
     #[cold]
     fn long_field(&mut self, name: &[u8], value: &[u8]) -> bool {
-        if name.is_empty() || !name.iter().all(|&b| TOKEN_BYTES[usize::from(b)]) {
+        if name.is_empty() || !name.iter().all(|&b| is_token_byte(b)) {
             return false;
         }
         let Some(value) = sendable_value(value) else {
@@ -212,7 +212,7 @@ fn lowercase_token<'a>(name: &[u8], into: &'a mut [u8; NAME_ON_STACK]) -> Option
     }
     let mut token = true;
     for (to, &b) in into.iter_mut().zip(name) {
-        token &= TOKEN_BYTES[usize::from(b)];
+        token &= is_token_byte(b);
         *to = b.to_ascii_lowercase();
     }
     token.then_some(&into[..name.len()])
@@ -266,35 +266,6 @@ const VALUE_BYTES: [u8; 256] = {
             c if c < 0x20 || c == 0x7f => SPACED,
             _ => 0,
         };
-        b += 1;
-    }
-    table
-};
-
-/// RFC 9110 section 5.6.2's `tchar`, by byte.
-const TOKEN_BYTES: [bool; 256] = {
-    let mut table = [false; 256];
-    let mut b = 0;
-    while b < 256 {
-        let c = b as u8;
-        table[b] = c.is_ascii_alphanumeric()
-            || matches!(
-                c,
-                b'!' | b'#'
-                    | b'$'
-                    | b'%'
-                    | b'&'
-                    | b'\''
-                    | b'*'
-                    | b'+'
-                    | b'-'
-                    | b'.'
-                    | b'^'
-                    | b'_'
-                    | b'`'
-                    | b'|'
-                    | b'~'
-            );
         b += 1;
     }
     table
