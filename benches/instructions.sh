@@ -9,6 +9,7 @@
 # Usage: benches/instructions.sh BINARY...      Env: N (4000 requests), H2=1 (the requests come as
 # HTTP/2 streams with prior knowledge: h2load, 4 connections of 10 streams at once), CLOSE=1 (each
 # HTTP/1.1 request on a connection of its own, `Connection: close`: what a connection costs),
+# H2_SERVER=1 (the pool speaks HTTP/2 to nginx, h2c with prior knowledge: `protocol = "h2"`),
 # KEEP=DIR (the callgrind dumps are kept there, for callgrind_annotate), TCPVS_SWITCH (more
 # `[switch]` lines for every binary's rule file, e.g. 'trace = "w3c"')
 # Needs: apt-get install valgrind nginx curl (and nghttp2-client with H2=1)
@@ -24,6 +25,7 @@ trap cleanup EXIT
 mkdir -p "$work/www" "$work/logs"; chmod 755 "$work"
 head -c 100 /dev/zero | tr '\0' a > "$work/www/small.html"; chmod -R a+rX "$work/www"
 nginx_backend_config "$work" 18381
+if [ "${H2_SERVER:-0}" = 1 ]; then sed -i 's/backlog=4096;/backlog=4096 http2;/' "$work/backend.conf"; fi
 nginx -c "$work/backend.conf" -p "$work" & pids+=($!)
 cat > "$work/client.py" <<'PY'
 import socket, sys
@@ -69,6 +71,7 @@ load() {
 }
 for bin in "$@"; do
   tcpvs_config "$work/t.toml" 1 18390 18381 "${TCPVS_SWITCH:-}"
+  if [ "${H2_SERVER:-0}" = 1 ]; then echo 'protocol = "h2"' >> "$work/t.toml"; fi
   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/cg.out" \
     "$bin" run -c "$work/t.toml" >"$work/logs/valgrind.log" 2>&1 &
   vg=$!
@@ -82,7 +85,7 @@ for bin in "$@"; do
   kill "$vg"; wait "$vg" 2>/dev/null || true
   dump=$(ls -S "$work"/cg.out* | head -1)
   total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ && !seen {gsub(",", "", $1); print $1; seen = 1}')
-  echo "$bin: $((total / n)) instructions per request (user space, $n requests${H2:+, HTTP/2}${CLOSE:+, a connection each})"
+  echo "$bin: $((total / n)) instructions per request (user space, $n requests${H2:+, HTTP/2}${H2_SERVER:+, HTTP/2 to the server}${CLOSE:+, a connection each})"
   if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP"; cp "$dump" "$KEEP/$(basename "$bin").cg"; fi
   rm -f "$work"/cg.out*
 done

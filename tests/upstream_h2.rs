@@ -654,6 +654,40 @@ async fn http11_clients_reach_an_h2c_pool_byte_exact_with_authority_and_forwarde
     assert_eq!(count(&server["connections"]), 1, "{server}");
 }
 
+/// An answer whose stream ends with its head (no DATA, no `content-length`) is a body of none:
+/// an HTTP/1.1 client is told `Content-Length: 0` (without it, it would read to the close),
+/// an HTTP/2 client gets the one HEADERS frame with END_STREAM and no length the server did
+/// not say; a body of unknown length goes chunked to HTTP/1.1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_ended_with_its_head_is_length_0_to_http11_and_one_frame_to_http2() {
+    let origin = H2Origin::start(H2Options::default()).await;
+    let switch = h2c_switch(&origin).await;
+    let mut client = Client::connect(switch.local_addr("web").unwrap()).await;
+    let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n");
+    let r = ok(&mut client, get("/empty").as_bytes()).await;
+    assert!(r.body.is_empty(), "{:?}", r.text());
+    assert_eq!(r.header("content-length"), Some("0"), "{:?}", r.headers);
+    assert_eq!(r.header("transfer-encoding"), None, "{:?}", r.headers);
+    // Unknown length: chunked, and the connection still good for the next request.
+    let r = ok(&mut client, get("/trailers/1000").as_bytes()).await;
+    assert!(r.body == pattern(1000, 1000), "GET /trailers/1000");
+    assert_eq!(
+        r.header("transfer-encoding"),
+        Some("chunked"),
+        "{:?}",
+        r.headers
+    );
+    assert_eq!(r.header("content-length"), None, "{:?}", r.headers);
+    get_size(&mut client, 10).await;
+
+    let h2 = H2::plain(switch.local_addr("web").unwrap()).await;
+    let r = h2.get(HOST, "/empty").await;
+    assert_eq!(r.status, 200);
+    assert!(r.ended_with_headers && r.body.is_empty(), "{r:?}");
+    assert_eq!(r.header("content-length"), None, "{r:?}");
+    assert_eq!(r.served_by(), origin.addr.to_string());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_specific_fields_of_an_http11_client_never_reach_an_h2_server() {
     let origin = H2Origin::start(H2Options::default()).await;

@@ -14,7 +14,7 @@ use crate::buffering::BufferMemory;
 use crate::compress::Offer;
 use crate::config::ServerProtocol;
 use crate::http::response::RequestKind;
-use crate::http::rewrite::RequestEdit;
+use crate::http::rewrite::{write_request_head, RequestEdit};
 use crate::http::BodyFraming;
 use crate::relay::{Meter, RelayError, RelaySettings};
 use crate::state::pool::Lease;
@@ -197,7 +197,9 @@ impl<'u, F: Future<Output = Result<(), RelayError>>> Upload<'u, F> {
 impl<'a, C: ClientSide> Exchange<'a, C> {
     /// Writes the request head as the pool's servers get it, once per request (the same for
     /// every server tried): `host_field` when the request has no Host of its own, and what the
-    /// rule changes. The client's copy of the head may go after.
+    /// rule changes; as HTTP/1.1 text for HTTP/1.1 servers, as a message for HTTP/2 ones (both
+    /// for `"auto"`, where each connection speaks what its server chose). The client's copy of
+    /// the head may go after.
     pub(super) fn write_server_head(&mut self, host_field: &[u8]) {
         let edit = match self.edits {
             None => RequestEdit {
@@ -211,16 +213,34 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             },
         };
         let origin = self.client.origin();
-        if self.picker.pool.config.protocol != ServerProtocol::Http1 {
-            self.asks = Asks::of(self.client.request());
+        let protocol = self.picker.pool.config.protocol;
+        if protocol != ServerProtocol::Http1 {
+            // The request's message, for an HTTP/2 server side: no HTTP/1.1 text for it.
+            let request = self.client.request();
+            self.asks = Asks::of(request);
+            let message = self.work.message.get_or_insert_with(Box::default);
+            let (client, scheme) = (origin.forwarded_for, origin.scheme);
+            write_request_head(
+                &mut **message,
+                request.0,
+                request.1,
+                client,
+                host_field,
+                scheme,
+                edit,
+            );
         }
-        let out = &mut self.work.upstream_head;
-        H1Server::write_head(out, self.client.request(), origin, host_field, edit);
-        // A switch that keeps no server connection says so, as nginx's HTTP/1.0 requests do:
-        // the server closes once it has answered rather than wait for another request (a
-        // server of one worker takes the next connection at once).
-        if self.picker.cx.shared.settings.server_idle_max == 0 && !self.client.request().0.upgrade {
-            H1Server::ask_close(out);
+        if protocol != ServerProtocol::H2 {
+            let out = &mut self.work.upstream_head;
+            H1Server::write_head(out, self.client.request(), origin, host_field, edit);
+            // A switch that keeps no server connection says so, as nginx's HTTP/1.0 requests
+            // do: the server closes once it has answered rather than wait for another request
+            // (a server of one worker takes the next connection at once).
+            if self.picker.cx.shared.settings.server_idle_max == 0
+                && !self.client.request().0.upgrade
+            {
+                H1Server::ask_close(out);
+            }
         }
         self.client.release_head();
     }

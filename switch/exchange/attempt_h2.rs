@@ -1,6 +1,6 @@
 //! Attempt over HTTP/2: the request on a stream of one of the server's HTTP/2 connections
 //! (upstream/h2/), the HTTP/2 counterpart of attempt.rs's head sending. The head made from the
-//! one written for servers goes with the stream's HEADERS, a small body already here after it;
+//! request's message (http/request_message.rs) goes with the stream's HEADERS, a small body already here after it;
 //! then the body and the response move at once as for HTTP/1.1 (`duplex`), and the response
 //! is relayed by the same steps (response.rs). A stream is never parked: it ends with its
 //! request, and its connection stays with the server's others.
@@ -98,7 +98,13 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             Some(_) => "https",
             None => "http",
         };
-        let request = request_of(&self.work.upstream_head, scheme, self.asks.te_trailers)
+        let Some(message) = self.work.message.as_deref() else {
+            return Err(ExchangeError::Local {
+                status: 502,
+                why: "no request message for an HTTP/2 server".into(),
+            });
+        };
+        let request = request_of(message, scheme, self.asks.te_trailers)
             .map_err(|why| ExchangeError::Local { status: 502, why })?;
         let sender = channel.sender();
         let mut sender = wait(
@@ -205,9 +211,10 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
             self.client.consume_early(early_len.unwrap_or(0));
         }
         let phase = exchanged?;
+        let head_size = self.work.message.as_deref().map_or(0, |m| m.http1_size());
         stats::add(
             &backend.stats.bytes_in,
-            (self.work.upstream_head.len() + early_len.unwrap_or(0)) as u64 + meters.up.get(),
+            (head_size + early_len.unwrap_or(0)) as u64 + meters.up.get(),
         );
         match phase {
             Some(Phase::Relayed(relayed)) => self.finish(lease, None, relayed, &meters.down),

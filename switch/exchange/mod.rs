@@ -33,6 +33,7 @@ use crate::compress::Offer;
 use crate::config::ServerProtocol;
 use crate::http::grpc::GrpcAnswer;
 use crate::http::path::normalize;
+use crate::http::request_message::RequestMessage;
 use crate::http::status::Answer;
 use crate::http::ResponseHead;
 use crate::policy::{Action, Edits};
@@ -71,8 +72,11 @@ pub(crate) struct Context<'a> {
 /// The server side's memory, kept by the connection from request to request (and given back to
 /// the thread while it waits for the next one: connection/mod.rs, `give_back_workspace`).
 pub(crate) struct Buffers {
-    /// The request head as rebuilt for the server.
+    /// The request head as rebuilt for the server, as HTTP/1.1 text.
     pub upstream_head: Vec<u8>,
+    /// The same as a message (http/request_message.rs), for a pool that may speak HTTP/2:
+    /// boxed, as most pools never need one.
+    pub message: Option<Box<RequestMessage>>,
     pub server_buf: IoBuf,
     pub response: ResponseHead,
     /// Rebuilt response heads, error responses and chunk output.
@@ -87,6 +91,7 @@ impl Buffers {
     pub(crate) fn new() -> Buffers {
         Buffers {
             upstream_head: Vec::new(),
+            message: None,
             server_buf: IoBuf::unallocated(),
             response: ResponseHead::default(),
             out: Vec::new(),
@@ -116,6 +121,7 @@ impl Buffers {
         recycle::give_fields(&mut self.response.fields);
         recycle::give_bytes(&mut self.upstream_head);
         recycle::give_bytes(&mut self.out);
+        self.message = None;
         self.policy_bytes = Vec::new();
         self.normal_path = Vec::new();
     }

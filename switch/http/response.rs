@@ -15,8 +15,13 @@ pub struct ResponseHead {
     pub version: Version,
     pub fields: Vec<Field>,
     pub framing: BodyFraming,
-    /// Content-Length as validated (also kept for HEAD and 304, where it frames nothing).
+    /// Content-Length as validated (also kept for HEAD and 304, where it frames nothing); or
+    /// 0 for a message that ended with its head (HTTP/2) and said no length.
     pub content_length: Option<u64>,
+    /// A Content-Length field said `content_length`: it goes on to every client (in its
+    /// canonical form). A length no field said is said only where the client's protocol
+    /// needs it to find the body's end (HTTP/1.1: http/rewrite.rs).
+    pub length_said: bool,
     /// The server will take another request on this connection.
     pub server_keep_alive: bool,
 }
@@ -31,6 +36,7 @@ impl Default for ResponseHead {
             fields: Vec::new(),
             framing: BodyFraming::Empty,
             content_length: None,
+            length_said: false,
             server_keep_alive: false,
         }
     }
@@ -216,6 +222,43 @@ fn reason_phrase(buf: &[u8]) -> Span {
     }
 }
 
+/// Frames a response head that came as a status and fields rather than HTTP/1 text (an
+/// HTTP/2 server's: upstream/h2/response_head.rs, which sets `head.status`, `head.reason`
+/// and `head.fields` over `buf`): its fields are read as a parsed head's are (Content-Length
+/// validated), and a body of unknown length, which its stream's end ends (`more`: DATA may
+/// follow), is framed `Chunked`, the form HTTP/1.1 gives such a body; a head that ended its
+/// stream is a body of none (`content_length` 0: an HTTP/1.1 client is told the length, an
+/// HTTP/2 one gets one HEADERS frame, gRPC's Trailers-Only form, with no field added).
+pub fn frame_message_head(
+    buf: &[u8],
+    request: RequestKind,
+    more: bool,
+    head: &mut ResponseHead,
+) -> Result<(), BadResponse> {
+    let bad = |why| BadResponse {
+        why,
+        answered: true,
+    };
+    if !(100..=999).contains(&head.status) {
+        return Err(bad("invalid status code"));
+    }
+    head.len = buf.len();
+    head.version = Version::Http11;
+    read_fields(buf, request, head).map_err(bad)?;
+    if head.framing == BodyFraming::UntilClose {
+        head.framing = match more {
+            true => BodyFraming::Chunked,
+            false => {
+                head.content_length = Some(0);
+                BodyFraming::Empty
+            }
+        };
+    }
+    // A message's connection is not the server's to keep or close (HTTP/2: its streams).
+    head.server_keep_alive = false;
+    Ok(())
+}
+
 fn read_fields(
     buf: &[u8],
     request: RequestKind,
@@ -249,6 +292,7 @@ fn read_fields(
         }
     }
 
+    head.length_said = head.content_length.is_some();
     let status = head.status;
     head.framing =
         if (100..200).contains(&status) || status == 204 || status == 304 || request.is_head {

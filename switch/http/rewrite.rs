@@ -3,6 +3,7 @@
 //! Content-Length is normalised, everything else is copied byte for byte in its order.
 
 use super::fields::{list_items, Field, FieldRole, Version};
+pub use super::head_writer::HeadWriter;
 use super::request::{RequestHead, TargetForm};
 use super::response::ResponseHead;
 use super::BodyFraming;
@@ -33,7 +34,8 @@ pub enum Scheme {
     Https,
 }
 
-/// Writes the head sent to the server for `head` (parsed from `buf`) into `out`.
+/// Writes the head sent to the server for `head` (parsed from `buf`) into `out`: HTTP/1.1 text
+/// or a [`RequestMessage`] ([`HeadWriter`]).
 ///
 /// The request always goes out as HTTP/1.1 so the server connection can be kept alive.
 /// `client` is the client's address as X-Forwarded-For shows it (see [`forwarded_for`]);
@@ -41,8 +43,8 @@ pub enum Scheme {
 /// rule changes: fields it removes or sets are left out (X-Forwarded-For among them: the
 /// client's address then starts a new one), its own follow the request's, and the switch
 /// writes no X-Forwarded-For or X-Forwarded-Proto of its own where the rule writes one.
-pub fn write_request_head(
-    out: &mut Vec<u8>,
+pub fn write_request_head<W: HeadWriter>(
+    out: &mut W,
     head: &RequestHead,
     buf: &[u8],
     client: &[u8],
@@ -50,8 +52,7 @@ pub fn write_request_head(
     scheme: Scheme,
     edit: RequestEdit<'_>,
 ) {
-    out.clear();
-    put_request_line(out, head, buf, edit.path);
+    out.request_line(head.method.get(buf), target_of(head, buf, edit.path));
     let mut fields = ServerFields {
         head,
         buf,
@@ -71,40 +72,36 @@ pub fn write_request_head(
         fields.put(out, i, field);
     }
     fields.put_missing(out, default_host);
-    out.extend_from_slice(b"\r\n");
+    out.end();
 }
 
-/// The request line as the server gets it: an absolute-form target in origin form, always
-/// HTTP/1.1; `path`, when a rule rewrote it, with the client's query.
-fn put_request_line(out: &mut Vec<u8>, head: &RequestHead, buf: &[u8], path: Option<&[u8]>) {
-    out.extend_from_slice(head.method.get(buf));
-    out.push(b' ');
+/// The request target as the server gets it, in pieces: an absolute-form target in origin
+/// form; `path`, when a rule rewrote it, with the client's query.
+#[inline]
+fn target_of<'t>(head: &RequestHead, buf: &'t [u8], path: Option<&'t [u8]>) -> [&'t [u8]; 3] {
     if let Some(path) = path {
-        out.extend_from_slice(path);
-        if let Some(query) = head.query {
-            out.push(b'?');
-            out.extend_from_slice(query.get(buf));
-        }
-        out.extend_from_slice(b" HTTP/1.1\r\n");
-        return;
+        return match head.query {
+            Some(query) => [path, b"?", query.get(buf)],
+            None => [path, b"", b""],
+        };
     }
     match head.target_form {
         TargetForm::Origin | TargetForm::Asterisk | TargetForm::Authority => {
-            out.extend_from_slice(head.target.get(buf))
+            [head.target.get(buf), b"", b""]
         }
         TargetForm::Absolute => {
-            let path = head.path.get(buf);
-            if path.is_empty() {
-                out.push(b'/');
-            }
+            let slash: &[u8] = if head.path.get(buf).is_empty() {
+                b"/"
+            } else {
+                b""
+            };
             let path_start = head.path.start as usize;
-            out.extend_from_slice(
-                buf.get(path_start..head.target.end as usize)
-                    .unwrap_or_default(),
-            );
+            let rest = buf
+                .get(path_start..head.target.end as usize)
+                .unwrap_or_default();
+            [slash, rest, b""]
         }
     }
-    out.extend_from_slice(b" HTTP/1.1\r\n");
 }
 
 /// The header section of the request as the server gets it, field by field: what the
@@ -127,7 +124,7 @@ struct ServerFields<'a> {
 impl ServerFields<'_> {
     /// Writes what becomes of field number `i` of the request (maybe nothing).
     #[inline]
-    fn put(&mut self, out: &mut Vec<u8>, i: usize, field: &Field) {
+    fn put<W: HeadWriter>(&mut self, out: &mut W, i: usize, field: &Field) {
         let (head, buf) = (self.head, self.buf);
         let name = field.name.get(buf);
         let value = field.value.get(buf);
@@ -152,7 +149,7 @@ impl ServerFields<'_> {
             FieldRole::TransferEncoding => {
                 if !self.wrote_coding && head.framing == BodyFraming::Chunked {
                     self.wrote_coding = true;
-                    out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+                    put_field(out, b"Transfer-Encoding", b"chunked");
                 }
             }
             FieldRole::Drop => {}
@@ -164,7 +161,8 @@ impl ServerFields<'_> {
             FieldRole::ContentLength => {
                 if !self.wrote_length {
                     self.wrote_length = true;
-                    put_length(out, name, request_length(head.framing));
+                    let length = request_length(head.framing);
+                    put_field(out, name, itoa::Buffer::new().format(length).as_bytes());
                 }
             }
             FieldRole::Host => {
@@ -183,7 +181,7 @@ impl ServerFields<'_> {
 
     /// The switch's own fields after the request's: Host if it had none, X-Forwarded-For if
     /// it had none to append to, X-Forwarded-Proto over TLS, Connection for an upgrade.
-    fn put_missing(&self, out: &mut Vec<u8>, default_host: &[u8]) {
+    fn put_missing<W: HeadWriter>(&self, out: &mut W, default_host: &[u8]) {
         if !self.wrote_host {
             let host = self
                 .head
@@ -196,7 +194,7 @@ impl ServerFields<'_> {
             put_field(out, b"X-Forwarded-For", self.client);
         }
         if self.scheme == Scheme::Https && !rule_writes(b"x-forwarded-proto") {
-            out.extend_from_slice(b"X-Forwarded-Proto: https\r\n");
+            put_field(out, b"X-Forwarded-Proto", b"https");
         }
         if let Some(headers) = self.headers {
             for (name, value) in headers.appended() {
@@ -208,25 +206,22 @@ impl ServerFields<'_> {
                 self.headers
                     .is_some_and(|h| h.writes(name) || h.drops(name))
             };
-            trace.write_fields(out, ruled);
+            trace.for_each_field(ruled, |name, value| put_field(out, name, value));
         }
         if self.head.upgrade {
-            out.extend_from_slice(b"Connection: upgrade\r\n");
+            put_field(out, b"Connection", b"upgrade");
         }
     }
 }
 
 /// The client's X-Forwarded-For with the client's address appended.
-fn put_forwarded_for(out: &mut Vec<u8>, name: &[u8], value: &[u8], client: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
+#[inline]
+fn put_forwarded_for<W: HeadWriter>(out: &mut W, name: &[u8], value: &[u8], client: &[u8]) {
     // An empty value gets no empty list element before the client's address.
-    if !value.is_empty() {
-        out.extend_from_slice(value);
-        out.extend_from_slice(b", ");
+    match value.is_empty() {
+        true => out.field(name, client),
+        false => out.field_joined(name, [value, b", ", client]),
     }
-    out.extend_from_slice(client);
-    out.extend_from_slice(b"\r\n");
 }
 
 /// The client address as X-Forwarded-For carries it: IPv4-mapped IPv6 addresses as IPv4.
@@ -416,6 +411,9 @@ pub fn write_response_head_with(
             }
         }
     }
+    if !body_recoded && !wrote_length && !wrote_coding {
+        put_unsaid_framing(out, head, frames_content, codings_to_client);
+    }
     if let Some(recoded) = recoded {
         // Chunked to an HTTP/1.1 client; an HTTP/1.0 one reads it to the close.
         if body_recoded && client == Version::Http11 {
@@ -432,6 +430,23 @@ pub fn write_response_head_with(
     }
     out.extend_from_slice(connection.field());
     out.extend_from_slice(b"\r\n");
+}
+
+/// The framing of a head that came as a message (HTTP/2), which no field of its own says
+/// (http/response.rs, `frame_message_head`): a body its stream ends goes chunked, one that
+/// ended with the head has a length of 0. An HTTP/1 head that frames its body has said it in
+/// its fields.
+fn put_unsaid_framing(
+    out: &mut Vec<u8>,
+    head: &ResponseHead,
+    frames_content: bool,
+    codings_to_client: bool,
+) {
+    if codings_to_client && head.framing == BodyFraming::Chunked {
+        out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+    } else if let (true, Some(length)) = (frames_content, head.content_length) {
+        put_length(out, b"Content-Length", length);
+    }
 }
 
 /// The codings of all of a response's Transfer-Encoding fields as one field, each coding as
@@ -485,11 +500,9 @@ fn put_recoded_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     }
 }
 
-fn put_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
+#[inline]
+fn put_field<W: HeadWriter>(out: &mut W, name: &[u8], value: &[u8]) {
+    out.field(name, value);
 }
 
 fn put_length(out: &mut Vec<u8>, name: &[u8], length: u64) {
@@ -553,7 +566,7 @@ mod tests {
         };
         let got = upstream_edited(raw, edit, Scheme::Http);
         let mut ours = Vec::new();
-        trace.write_fields(&mut ours, |_| false);
+        trace.for_each_field(|_| false, |name, value| ours.field(name, value));
         let ours = String::from_utf8(ours).unwrap();
         assert_eq!(
             got,

@@ -51,12 +51,12 @@ impl TraceContext {
 
     /// The `traceparent` value the server gets: always version 00 (section 3.2.4.2: a vendor
     /// that reads a higher version sends the version it knows).
-    pub fn write_traceparent(&self, out: &mut Vec<u8>) {
+    pub fn traceparent(&self) -> [u8; VERSION_00_LEN] {
         let mut value = *b"00-________________________________-________________-__";
         ids::write_hex(&self.trace_id, &mut value[3..35]);
         ids::write_hex(&self.span_id, &mut value[36..52]);
         ids::write_hex(&[self.flags], &mut value[53..55]);
-        out.extend_from_slice(&value);
+        value
     }
 }
 
@@ -151,9 +151,7 @@ mod tests {
         assert_eq!(context.trace_id, trace_id);
         assert_eq!(context.parent_span_id, Some(parent));
         assert_ne!(context.span_id, parent);
-        let mut out = Vec::new();
-        context.write_traceparent(&mut out);
-        assert_eq!(out.len(), VERSION_00_LEN);
+        let out = context.traceparent();
         assert!(out.starts_with(b"00-4bf92f3577b34da6a3ce929d0e0e4736-"));
         assert!(out.ends_with(b"-01"));
         assert_eq!(parse(&out).map(|(_, span, _)| span), Some(context.span_id));

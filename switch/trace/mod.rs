@@ -7,7 +7,7 @@
 //!   routing (one branch when everything is off: the plain path pays nothing else);
 //! - the head written for the server (http/rewrite.rs, the same for HTTP/1.1 and HTTP/2
 //!   servers and whatever the client spoke) leaves out the client's `traceparent` and
-//!   `X-Request-Id` and writes the trace's ([`RequestTrace::write_fields`]); `tracestate`
+//!   `X-Request-Id` and writes the trace's ([`RequestTrace::for_each_field`]); `tracestate`
 //!   passes as any field;
 //! - the account step (exchange/account.rs) puts both ids in the log line and hands the
 //!   finished span to [`Tracing::finish`], which queues it for the exporter without waiting.

@@ -103,7 +103,7 @@ impl RequestTrace {
     }
 
     /// Whether the client's field `name` is left out of the server's head: the switch writes
-    /// its own in its place ([`RequestTrace::write_fields`]).
+    /// its own in its place ([`RequestTrace::for_each_field`]).
     /// A trace the switch started leaves the client's `tracestate` out too: it belongs to no
     /// trace the server will see (W3C trace context, section 3.3.1: without a valid
     /// `traceparent`, `tracestate` is discarded).
@@ -125,16 +125,16 @@ impl RequestTrace {
     /// The fields the server gets: `traceparent` with the switch's span, `X-Request-Id`; each
     /// but those `ruled` (a rule's `request_headers` sets or removes the name: the rule's
     /// word is the last, as for `X-Forwarded-For`).
-    pub fn write_fields(&self, out: &mut Vec<u8>, ruled: impl Fn(&[u8]) -> bool) {
+    pub fn for_each_field(
+        &self,
+        ruled: impl Fn(&[u8]) -> bool,
+        mut field: impl FnMut(&[u8], &[u8]),
+    ) {
         if let Some(context) = self.context.as_ref().filter(|_| !ruled(b"traceparent")) {
-            out.extend_from_slice(b"traceparent: ");
-            context.write_traceparent(out);
-            out.extend_from_slice(b"\r\n");
+            field(b"traceparent", &context.traceparent());
         }
         if let Some(id) = self.request_id.as_ref().filter(|_| !ruled(b"x-request-id")) {
-            out.extend_from_slice(b"X-Request-Id: ");
-            out.extend_from_slice(id.as_bytes());
-            out.extend_from_slice(b"\r\n");
+            field(b"X-Request-Id", id.as_bytes());
         }
     }
 
@@ -152,6 +152,10 @@ mod tests {
     use super::*;
     use crate::http::request::parse_request;
 
+    fn put_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+        out.extend_from_slice(&[name, b": ", value, b"\r\n"].concat());
+    }
+
     fn traced(raw: &[u8], w3c: bool, request_id: bool) -> (RequestTrace, Vec<u8>) {
         let mut head = RequestHead::default();
         let mut raw = raw.to_vec();
@@ -159,7 +163,7 @@ mod tests {
         assert!(matches!(parsed, Ok(true)), "{parsed:?}");
         let trace = RequestTrace::begin((w3c, request_id, false), (&head, &raw), "1.1");
         let mut out = Vec::new();
-        trace.write_fields(&mut out, |_| false);
+        trace.for_each_field(|_| false, |name, value| put_line(&mut out, name, value));
         (trace, out)
     }
 
@@ -207,7 +211,8 @@ mod tests {
         assert!(!String::from_utf8_lossy(&out).contains("hop"), "{out:?}");
         // A rule that sets or removes a field has the last word.
         let mut ruled = Vec::new();
-        trace.write_fields(&mut ruled, |name| name == b"traceparent");
+        let only = |name: &[u8]| name == b"traceparent";
+        trace.for_each_field(only, |name, value| put_line(&mut ruled, name, value));
         assert!(ruled.is_empty());
     }
 }

@@ -21,6 +21,7 @@
 //! - `/trailers/N`: N bytes of `pattern(N, N)`, then the same trailers
 //! - `/trailers-only`: a response HEADERS, then the trailers, and no DATA frame at all
 //! - `/health`: 200 `ok\n`
+//! - `/empty`: 200 in one HEADERS frame with END_STREAM, no `content-length`
 //! - `/hold`: waits until the test calls [`H2Origin::release`], then 200 `held\n`
 //! - `POST` or `PUT` to any other path: the body's `"<sha256 hex> <len>\n"`
 //! - anything else: 200 `path <path>\n`
@@ -598,6 +599,7 @@ impl Origin {
                     (pattern(n, n as u64), false, Some(grpc_trailers()))
                 }
                 (_, ["health"]) => (b"ok\n".to_vec(), true, None),
+                (_, ["empty"]) => (Vec::new(), false, None),
                 (_, ["hold"]) => {
                     self.record
                         .gate
@@ -625,7 +627,7 @@ impl Origin {
             head = head.header("content-length", content.len().to_string());
         }
         let head = head.body(()).unwrap();
-        if method == "HEAD" {
+        if method == "HEAD" || route == "/empty" {
             drop(active);
             respond.send_response(head, true)?;
             return Ok(());

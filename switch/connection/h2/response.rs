@@ -298,7 +298,8 @@ fn response_head(response: &ResponseHead, raw: &[u8], edit: ResponseEdit<'_>) ->
         }
     }
     // A recoded body's length is unknown until it ends; its coding is said instead.
-    if let (true, Some(length), None) = (frames_content, response.content_length, recoded) {
+    let said = response.content_length.filter(|_| response.length_said);
+    if let (true, Some(length), None) = (frames_content, said, recoded) {
         // The length in its canonical form (`0100`, `100, 100` go on as `100`).
         head.content_length(length);
     }

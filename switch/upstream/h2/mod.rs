@@ -1,15 +1,11 @@
 //! HTTP/2 to a server (`protocol = "h2"`, or `"auto"` when the server chose `h2`), on the h2
-//! crate's client side: the request made from the head written for servers (request.rs),
-//! its body sent as DATA within the stream's flow-control window ([`H2Upload`]), the response
-//! head given to the exchange as the HTTP/1.1 head the front-ends already rebuild from
-//! (response_head.rs), and its body as the DATA and trailers that came ([`H2Download`]).
-//! Streams to one server share few connections (connections.rs), each run by a task of the
-//! worker (driver.rs) over the switch's own stream (io.rs).
-//!
-//! Why the response head becomes HTTP/1.1 text: the sinks of both front-ends read a
-//! `ResponseHead` (spans into bytes) and rebuild the client's head from it; writing the h2
-//! head in that form once costs less than a second head type in every sink, and issue 45's
-//! codec is where a head of its own belongs.
+//! crate's client side: the request made from the request's message (request.rs; written by
+//! the same writer as the HTTP/1.1 head, with no HTTP/1.1 text made), its body sent as DATA
+//! within the stream's flow-control window ([`H2Upload`]), the response head given to the
+//! exchange as a message head (response_head.rs: status and fields, framed by the stream), and
+//! its body as the DATA and trailers that came ([`H2Download`]). Streams to one server share
+//! few connections (connections.rs), each run by a task of the worker (driver.rs) over the
+//! switch's own stream (io.rs).
 
 pub mod connections;
 pub(crate) mod driver;
@@ -43,8 +39,8 @@ pub(crate) struct H2Server<'x> {
 
 impl<'x> H2Server<'x> {
     /// The stream whose request went with `send` (`None`: the request ended with its head)
-    /// and whose response comes with `response`; the response head is written into `buf` and
-    /// parsed into `head`.
+    /// and whose response comes with `response`; the response head's bytes go into `buf` and
+    /// its form into `head`.
     pub(crate) fn new(
         send: Option<SendStream<Bytes>>,
         response: ResponseFuture,

@@ -1,12 +1,15 @@
-//! The response head from an HTTP/2 stream, written as the HTTP/1.1 head the front-ends
-//! rebuild the client's head from (mod.rs says why), and parsed in place; trailers both ways
-//! as field lines.
+//! The response head from an HTTP/2 stream, as the message head the front-ends rebuild the
+//! client's head from (`ResponseHead`: status and fields as spans of the exchange's buffer),
+//! with no HTTP/1.1 text written or parsed; trailers both ways as field lines.
 
 use super::{io_error, BodyState, H2Download};
+use crate::buffer::IoBuf;
 use crate::exchange::failure::ExchangeError;
 use crate::exchange::server::HeadRead;
+use crate::http::fields::{role_of, Field, Span};
 use crate::http::part::Trailers;
-use crate::http::{parse_response, MAX_HEAD_BYTES};
+use crate::http::response::frame_message_head;
+use crate::http::{ResponseHead, MAX_HEAD_BYTES};
 use crate::relay::Meter;
 use crate::state::control::{Evidence, Failure};
 use crate::stream::{wait, TimeLimit};
@@ -43,17 +46,12 @@ impl H2Download<'_> {
             Err(e) => return Err(stream_failed(e)),
         };
         self.buf.consume(self.buf.len());
-        write_head(
-            self.buf,
-            parts.status.as_u16(),
-            &parts.headers,
-            !body.is_end_stream(),
-            self.kind.is_head,
-        );
-        match parse_response(self.buf.filled(), self.kind, self.head) {
-            Ok(true) => {}
-            Ok(false) => return Err(ExchangeError::server(502, "response head too large")),
-            Err(bad) => return Err(ExchangeError::bad_response(bad)),
+        if !read_head(self.buf, self.head, parts.status.as_u16(), &parts.headers) {
+            return Err(ExchangeError::server(502, "response head too large"));
+        }
+        let more = !body.is_end_stream();
+        if let Err(bad) = frame_message_head(self.buf.filled(), self.kind, more, self.head) {
+            return Err(ExchangeError::bad_response(bad));
         }
         self.body = Some(body);
         self.state = BodyState::Data;
@@ -81,53 +79,54 @@ fn stream_failed(e: h2::Error) -> ExchangeError {
     })
 }
 
-/// Writes `status` and `fields` as an HTTP/1.1 head into `out`; a body of unknown length
-/// (`more` DATA may come, no Content-Length) is marked chunked, the framing HTTP/1.1 would
-/// give it, and none (the stream ended with the head) as a length of 0, so that the head says
-/// how the body ends.
-fn write_head(
-    out: &mut crate::buffer::IoBuf,
-    status: u16,
-    fields: &HeaderMap,
-    more: bool,
-    is_head: bool,
-) {
-    let mut text = Vec::with_capacity(256);
-    text.extend_from_slice(b"HTTP/1.1 ");
-    text.extend_from_slice(status.to_string().as_bytes());
-    text.push(b' ');
+/// Sets `head`'s status, reason and fields, their bytes written into `out` as a head read
+/// from a socket would be: it grows up to MAX_HEAD_BYTES; `false` when the head is longer.
+fn read_head(out: &mut IoBuf, head: &mut ResponseHead, status: u16, fields: &HeaderMap) -> bool {
+    head.status = status;
+    head.fields.clear();
     // HTTP/2 has no reason phrase: the standard one, as HTTP/1.1 clients expect one.
     let reason = http::StatusCode::from_u16(status)
         .ok()
         .and_then(|s| s.canonical_reason())
         .unwrap_or_default();
-    text.extend_from_slice(reason.as_bytes());
-    text.extend_from_slice(b"\r\n");
-    put_field_lines(&mut text, fields);
-    let sized = fields.contains_key(http::header::CONTENT_LENGTH);
-    if more && !sized {
-        text.extend_from_slice(b"transfer-encoding: chunked\r\n");
-    } else if !more && !sized && !is_head && !matches!(status, 204 | 304) {
-        // The stream ended with its head (gRPC's Trailers-Only): no body, which HTTP/1.1
-        // says with a length of 0 (else it would read as a body until the close), and which
-        // an HTTP/2 client gets as one HEADERS frame with END_STREAM.
-        text.extend_from_slice(b"content-length: 0\r\n");
+    let Some(reason) = put(out, reason.as_bytes()) else {
+        return false;
+    };
+    head.reason = reason;
+    for (name, value) in fields {
+        let name_bytes = name.as_str().as_bytes();
+        let (Some(name), Some(value)) = (put(out, name_bytes), put(out, value.as_bytes())) else {
+            return false;
+        };
+        head.fields.push(Field {
+            name,
+            value,
+            role: role_of(name_bytes),
+        });
     }
-    text.extend_from_slice(b"\r\n");
-    // Into the buffer as a head read from a socket would be: it grows up to MAX_HEAD_BYTES, and
-    // a longer head stays incomplete (refused as too large).
-    let mut rest = &text[..];
+    true
+}
+
+/// Appends `bytes` to `out`'s filled bytes (growing it as a head's buffer grows, up to
+/// MAX_HEAD_BYTES); their span, or `None` when they do not fit.
+fn put(out: &mut IoBuf, bytes: &[u8]) -> Option<Span> {
+    let start = out.len();
+    let mut rest = bytes;
     while !rest.is_empty() {
         out.make_room_for_head(MAX_HEAD_BYTES);
         let spare = out.spare();
         if spare.is_empty() {
-            break;
+            return None;
         }
         let n = rest.len().min(spare.len());
         spare[..n].copy_from_slice(&rest[..n]);
         out.fill(n);
         rest = &rest[n..];
     }
+    Some(Span {
+        start: start as u32,
+        end: out.len() as u32,
+    })
 }
 
 /// Writes `fields` as `name: value` lines (names as HTTP/2 carries them, lower case).
