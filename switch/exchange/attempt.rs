@@ -124,9 +124,10 @@ pub(super) struct Attempt<'x, S, R> {
 struct MaybeUpload<F>(Option<Pin<Box<F>>>);
 
 impl<F> MaybeUpload<F> {
-    /// `upload`, made but never polled, is boxed only when `uploading`, else dropped.
-    fn when(uploading: bool, upload: F) -> MaybeUpload<F> {
-        MaybeUpload(uploading.then(|| Box::pin(upload)))
+    /// The upload `make` makes, only when `uploading`: made and then dropped, the future was
+    /// still copied whole into `when` (280 instructions a bodiless HTTP/2 request, callgrind).
+    fn when(uploading: bool, make: impl FnOnce() -> F) -> MaybeUpload<F> {
+        MaybeUpload(uploading.then(|| Box::pin(make())))
     }
 }
 
@@ -339,9 +340,10 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
         let (body, sink) = self.client.split();
         let rate = self.picker.cx.shared.settings.min_body_rate;
         let uploading = !matches!(sent.body_left, BodyFraming::Empty);
-        let upload = body.upload(up, sent.body_left, &relay, &meters.up);
-        let upload = within_rate(upload, &meters.up, rate);
-        let upload = pin!(MaybeUpload::when(uploading, upload));
+        let upload = pin!(MaybeUpload::when(uploading, || {
+            let upload = body.upload(up, sent.body_left, &relay, &meters.up);
+            within_rate(upload, &meters.up, rate)
+        }));
         let mut upload = Upload::new(upload, uploading, backend);
         let mut attempt = Attempt {
             source: down,
