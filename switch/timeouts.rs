@@ -118,12 +118,14 @@ impl Timeouts {
     /// Marks the switch as stopping and wakes every session, so those waiting for a request
     /// can see it and leave.
     pub fn stop(&self) {
+        self.mark_stopping();
+        self.wake_all();
+    }
+
+    /// Marks the switch as stopping, without waking anyone (the workers are all marked
+    /// before any session is woken: supervisor/workers.rs, `stop_timeouts`).
+    pub fn mark_stopping(&self) {
         self.stopping.store(true, Ordering::Relaxed);
-        if let Ok(slots) = self.slots.lock() {
-            for slot in slots.iter().filter_map(Weak::upgrade) {
-                slot.waker.wake();
-            }
-        }
     }
 
     /// Wakes every session, so that those that follow the configuration look at it again (a

@@ -147,10 +147,17 @@ impl Workers {
         self.workers[0].tasks.extend(tasks);
     }
 
-    /// The switch is stopping: sessions waiting for a request leave.
+    /// The switch is stopping: sessions waiting for a request leave. Every worker is marked
+    /// before any session is woken: a client let go on one worker is a sign that a request in
+    /// flight on another is answered with `Connection: close` (marked and woken worker by
+    /// worker, a response written between the two was told the connection stays; seen in CI,
+    /// tests/process.rs).
     pub fn stop_timeouts(&self) {
         for worker in &self.workers {
-            worker.handle.timeouts.stop();
+            worker.handle.timeouts.mark_stopping();
+        }
+        for worker in &self.workers {
+            worker.handle.timeouts.wake_all();
         }
     }
 
