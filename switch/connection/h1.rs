@@ -232,7 +232,8 @@ impl Connection {
     /// The exchange of the current request, its client side this connection's (h1/client.rs).
     async fn exchange(&mut self, started: Instant) -> exchange::account::Outcome {
         let (cx, client, work, tried) = self.exchange_parts();
-        exchange::serve(cx, client, work, tried, started).await
+        let mut client = client;
+        exchange::serve(cx, &mut client, work, tried, started).await
     }
 
     /// Sends a refusal for a request that could not be read, then the connection closes.

@@ -169,7 +169,8 @@ pub(crate) struct Connected<'p> {
 /// One request carried out against the pool the rules chose: [`Exchange::run`].
 pub(crate) struct Exchange<'a, C: ClientSide> {
     picker: Picker<'a>,
-    client: C,
+    /// The front-end's, lent: moved in, its few hundred bytes were copied twice a request.
+    client: &'a mut C,
     work: &'a mut Buffers,
     started: Instant,
     /// A field the pool's module adds to the current response.
@@ -192,7 +193,7 @@ pub(crate) struct Exchange<'a, C: ClientSide> {
 /// `tried` and `work` are the connection's, reused from request to request.
 pub(crate) async fn serve<C: ClientSide>(
     cx: Context<'_>,
-    mut client: C,
+    client: &mut C,
     work: &mut Buffers,
     tried: &mut Vec<usize>,
     started: Instant,
@@ -201,7 +202,7 @@ pub(crate) async fn serve<C: ClientSide>(
     let trace = cx.shared.tracing.begin(client.request(), client.protocol());
     // The rules see the path in its normal form; the buffer is lent out while they do.
     let mut normal_path = std::mem::take(&mut work.normal_path);
-    let step = decide(&cx, &mut client, work, &mut normal_path).await;
+    let step = decide(&cx, client, work, &mut normal_path).await;
     work.normal_path = normal_path;
     let (pool_index, edits, would_limit) = match step {
         policy::Step::Pool {
@@ -218,7 +219,7 @@ pub(crate) async fn serve<C: ClientSide>(
     // request without it carries none of that step's state in its future.
     let up_to = cx.generation.pools[pool_index].config.request_buffer;
     if up_to > 0 && client.request().0.has_body() {
-        let held = Box::pin(hold_body(&cx, &mut client, work, (pool_index, up_to))).await;
+        let held = Box::pin(hold_body(&cx, client, work, (pool_index, up_to))).await;
         if let Some(mut refused) = held {
             refused.limited = would_limit;
             refused.trace = trace;
@@ -500,6 +501,6 @@ impl<'a, C: ClientSide> Exchange<'a, C> {
     async fn answer_locally(&mut self, status: u16, why: &str) -> Outcome {
         let cx = self.picker.cx;
         let pool = Some(self.picker.pool_index);
-        answer_locally(&cx, &mut self.client, &mut self.work.out, status, why, pool).await
+        answer_locally(&cx, self.client, &mut self.work.out, status, why, pool).await
     }
 }

@@ -184,7 +184,8 @@ async fn serve(
             let mut work = Buffers::new();
             work.take();
             let mut tried = Vec::new();
-            let outcome = exchange::serve(cx, client, &mut work, &mut tried, started).await;
+            let mut client = client;
+            let outcome = exchange::serve(cx, &mut client, &mut work, &mut tried, started).await;
             work.give_back();
             outcome
         }
