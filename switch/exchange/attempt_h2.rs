@@ -1,9 +1,9 @@
 //! Attempt over HTTP/2: the request on a stream of one of the server's HTTP/2 connections
 //! (upstream/h2/), the HTTP/2 counterpart of attempt.rs's head sending. The head made from the
-//! request's message (http/request_message.rs) goes with the stream's HEADERS, a small body already here after it;
-//! then the body and the response move at once as for HTTP/1.1 (`duplex`), and the response
-//! is relayed by the same steps (response.rs). A stream is never parked: it ends with its
-//! request, and its connection stays with the server's others.
+//! request's message (http/request_message.rs) goes with the stream's HEADERS, a small body
+//! already here after it; then the body and the response move at once as for HTTP/1.1
+//! (`duplex`), and the response is relayed by the same steps (response.rs). A stream is never
+//! parked: it ends with its request, and its connection stays with the server's others.
 
 use super::account::Outcome;
 use super::attempt::{Meters, Phase, Sent};
