@@ -320,8 +320,7 @@ impl Connection {
     /// Gives the per-request memory back while the connection waits for its next request.
     fn give_back_workspace(&mut self) {
         // In this order, as the free lists hand them out again (the exchange's: Buffers::take).
-        self.inbuf.release();
-        self.work.server_buf.release();
+        self.give_back_buffers();
         recycle::give_fields(&mut self.head.fields);
         recycle::give_fields(&mut self.work.response.fields);
         recycle::give_bytes(&mut self.work.upstream_head);
@@ -332,5 +331,13 @@ impl Connection {
         // when the burst ends (h1.rs).
         self.tried.clear();
         self.log_request.clear();
+    }
+
+    /// Gives the read buffers back (the large part of the per-request memory), keeping the
+    /// field tables and head bytes: what a connection keeps between the requests of a burst
+    /// (h1/wait.rs).
+    fn give_back_buffers(&mut self) {
+        self.inbuf.release();
+        self.work.server_buf.release();
     }
 }

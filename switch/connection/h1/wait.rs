@@ -17,10 +17,12 @@ enum Wake {
 impl Connection {
     /// Waits until bytes of a request (or leftovers of a pipelined one) are in `inbuf`.
     ///
-    /// Meanwhile the connection holds no request memory (it went back to the thread), and a
-    /// stopping switch lets it go at once. `head_deadline` is the first request's: its head must
-    /// be complete within header_timeout of the accept; later requests may wait
-    /// keepalive_timeout for their first byte.
+    /// Meanwhile the connection holds no request memory (it went back to the thread), but for
+    /// its field tables and head bytes in the grace right after a response (`Await::Grace`,
+    /// at most h1.rs's `BURST_GRACE`), kept for the burst's next request; and a stopping
+    /// switch lets it go at once. `head_deadline` is the first request's: its head must be complete
+    /// within header_timeout of the accept; later requests may wait keepalive_timeout for
+    /// their first byte.
     pub(super) async fn wait_for_request(&mut self, waiting: Await) -> Result<(), Waited> {
         let deadline = match waiting {
             Await::FirstHead(at) => self.timer.deadline_at(at),
@@ -50,7 +52,15 @@ impl Connection {
                     Err(_) => return Err(Waited::Closed),
                 }
             }
-            self.give_back_workspace();
+            // Within a burst the field tables and head bytes stay for the next request, as
+            // they do for a pipelined one: given back and taken again around each wait, they
+            // cost a client that waits for each answer about 400 instructions a request
+            // (BENCHMARKS.md). The buffers, most of the memory, go back at once; the rest
+            // when the grace ends.
+            match waiting {
+                Await::Grace(_) => self.give_back_buffers(),
+                Await::FirstHead(_) | Await::KeepAlive(_) => self.give_back_workspace(),
+            }
             // A hand-written wait: the state an idle connection keeps is only this.
             let (client, timer) = (&self.client, &self.timer);
             let woken = std::future::poll_fn(|cx| {
