@@ -242,6 +242,10 @@ pub fn frame_message_head(
     if !(100..=999).contains(&head.status) {
         return Err(bad("invalid status code"));
     }
+    // The bound an HTTP/1 head meets in its parser.
+    if head.fields.len() > MAX_HEADER_FIELDS {
+        return Err(bad("too many response header fields"));
+    }
     head.len = buf.len();
     head.version = Version::Http11;
     read_fields(buf, request, head).map_err(bad)?;
@@ -327,6 +331,76 @@ mod tests {
         is_head: false,
         is_connect: false,
     };
+
+    /// A message head (as an HTTP/2 server's comes) of `status` and `fields`, framed.
+    fn message(
+        status: u16,
+        fields: &[(&str, &str)],
+        request: RequestKind,
+        more: bool,
+    ) -> Result<ResponseHead, BadResponse> {
+        let mut buf = Vec::new();
+        let mut head = ResponseHead {
+            status,
+            ..ResponseHead::default()
+        };
+        for (name, value) in fields {
+            let at = |buf: &mut Vec<u8>, bytes: &[u8]| {
+                let start = buf.len() as u32;
+                buf.extend_from_slice(bytes);
+                Span {
+                    start,
+                    end: buf.len() as u32,
+                }
+            };
+            let name_span = at(&mut buf, name.as_bytes());
+            let value_span = at(&mut buf, value.as_bytes());
+            head.fields.push(Field {
+                name: name_span,
+                value: value_span,
+                role: role_of(name.as_bytes()),
+            });
+        }
+        frame_message_head(&buf, request, more, &mut head).map(|()| head)
+    }
+
+    #[test]
+    fn a_message_head_is_framed_by_its_stream() {
+        // DATA may follow and no length: chunked to HTTP/1.1.
+        let h = message(200, &[("x-a", "1")], GET, true).unwrap();
+        assert_eq!(
+            (h.framing, h.content_length, h.length_said),
+            (BodyFraming::Chunked, None, false)
+        );
+        // The stream ended with the head: a body of none, a length no field said.
+        let h = message(200, &[("grpc-status", "5")], GET, false).unwrap();
+        assert_eq!(
+            (h.framing, h.content_length, h.length_said),
+            (BodyFraming::Empty, Some(0), false)
+        );
+        // A length the server said is read as an HTTP/1 head's is.
+        let h = message(200, &[("content-length", "007")], GET, true).unwrap();
+        assert_eq!(
+            (h.framing, h.content_length, h.length_said),
+            (BodyFraming::Length(7), Some(7), true)
+        );
+        assert!(message(200, &[("content-length", "7, 8")], GET, true).is_err());
+        // HEAD, 204 and 304 frame nothing, and are not given a length.
+        let head = RequestKind {
+            is_head: true,
+            is_connect: false,
+        };
+        for (status, kind) in [(200, head), (204, GET), (304, GET)] {
+            let h = message(status, &[], kind, false).unwrap();
+            assert_eq!((h.framing, h.content_length), (BodyFraming::Empty, None));
+        }
+        // The bounds an HTTP/1 head meets.
+        let many: Vec<(&str, &str)> = (0..=MAX_HEADER_FIELDS).map(|_| ("x-a", "1")).collect();
+        let err = message(200, &many, GET, true).unwrap_err();
+        assert_eq!(err.why, "too many response header fields");
+        assert!(message(200, &many[1..], GET, true).is_ok());
+        assert!(message(1000, &[], GET, true).is_err());
+    }
 
     fn parse(raw: &[u8], request: RequestKind) -> Result<ResponseHead, BadResponse> {
         let mut head = ResponseHead::default();

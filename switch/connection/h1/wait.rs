@@ -20,9 +20,9 @@ impl Connection {
     /// Meanwhile the connection holds no request memory (it went back to the thread), but for
     /// its field tables and head bytes in the grace right after a response (`Await::Grace`,
     /// at most h1.rs's `BURST_GRACE`), kept for the burst's next request; and a stopping
-    /// switch lets it go at once. `head_deadline` is the first request's: its head must be complete
-    /// within header_timeout of the accept; later requests may wait keepalive_timeout for
-    /// their first byte.
+    /// switch lets it go at once. `head_deadline` is the first request's: its head must be
+    /// complete within header_timeout of the accept; later requests may wait
+    /// keepalive_timeout for their first byte.
     pub(super) async fn wait_for_request(&mut self, waiting: Await) -> Result<(), Waited> {
         let deadline = match waiting {
             Await::FirstHead(at) => self.timer.deadline_at(at),
