@@ -11,7 +11,7 @@
 //! trailers`) the exchange reads from the client's head (exchange/attempt.rs, `Asks`). `Host`
 //! becomes the authority.
 
-use super::fields::Span;
+use super::fields::{role_of, FieldRole, Span};
 use super::head_writer::HeadWriter;
 
 /// A request head for servers, over one buffer of its bytes.
@@ -73,19 +73,6 @@ impl RequestMessage {
     }
 }
 
-/// Whether a field belongs to one HTTP/1.1 connection (the module's header says why these).
-fn is_connection_specific(name: &[u8]) -> bool {
-    const NAMES: [&[u8]; 6] = [
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"transfer-encoding",
-        b"upgrade",
-        b"te",
-    ];
-    NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
-}
-
 impl HeadWriter for RequestMessage {
     fn request_line(&mut self, method: &[u8], target: [&[u8]; 3]) {
         self.bytes.clear();
@@ -100,14 +87,16 @@ impl HeadWriter for RequestMessage {
     }
 
     fn field_joined(&mut self, name: &[u8], value: [&[u8]; 3]) {
-        if is_connection_specific(name) {
-            return;
-        }
-        if name.eq_ignore_ascii_case(b"host") {
-            // One authority: the writer sends one Host.
-            let value = self.put(&value);
-            self.authority.get_or_insert(value);
-            return;
+        match role_of(name) {
+            // One connection's own (the module's header says which): left out.
+            FieldRole::Drop | FieldRole::Upgrade | FieldRole::TransferEncoding => return,
+            FieldRole::Host => {
+                // One authority: the writer sends one Host.
+                let value = self.put(&value);
+                self.authority.get_or_insert(value);
+                return;
+            }
+            _ => {}
         }
         let name = self.put(&[name]);
         let value = self.put(&value);

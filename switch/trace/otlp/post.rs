@@ -283,6 +283,23 @@ mod tests {
     /// A collector on 127.0.0.1 that answers each request it reads with the next of
     /// `answers`, closing after those marked so; sends back, per connection accepted, how
     /// many requests it read there.
+    /// `n` batches of `body` posted over one link to a collector giving `answers`: the status
+    /// of each (0 for a failure), and the collector's count of requests per connection (the
+    /// link is closed first, so that its last connection's count comes).
+    fn posted(
+        answers: Vec<(&'static str, bool)>,
+        n: usize,
+        body: [&[u8]; 2],
+    ) -> (Vec<u16>, mpsc::Receiver<usize>) {
+        let (collector, served) = collector(answers);
+        let mut link = CollectorLink::default();
+        let statuses = (0..n)
+            .map(|_| link.post(&collector, body).unwrap_or(0))
+            .collect();
+        drop(link);
+        (statuses, served)
+    }
+
     fn collector(answers: Vec<(&'static str, bool)>) -> (Collector, mpsc::Receiver<usize>) {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let authority = listener.local_addr().expect("address").to_string();
@@ -348,13 +365,8 @@ mod tests {
             ),
             (OK, false),
         ];
-        let (collector, served) = collector(answers);
-        let mut link = CollectorLink::default();
-        let statuses: Vec<u16> = (0..5)
-            .map(|_| link.post(&collector, [b"ab", b"cd"]).unwrap_or(0))
-            .collect();
+        let (statuses, served) = posted(answers, 5, [b"ab", b"cd"]);
         assert_eq!(statuses, [200, 200, 200, 503, 200]);
-        drop(link);
         // Three on the first connection (its third answer said close), the chunked answer
         // alone on the second, the last on a third.
         let per_connection: Vec<usize> = served.iter().take(3).collect();
@@ -397,14 +409,9 @@ mod tests {
             (many_fields, false),
             (OK, false),
         ];
-        let (collector, served) = collector(answers);
-        let mut link = CollectorLink::default();
-        let statuses: Vec<u16> = (0..4)
-            .map(|_| link.post(&collector, [b"", b"x"]).unwrap_or(0))
-            .collect();
+        let (statuses, served) = posted(answers, 4, [b"", b"x"]);
         // A 204's phantom body waited for would end in the deadline's error: 0 here.
         assert_eq!(statuses, [200, 204, 200, 200]);
-        drop(link);
         // The first three on one connection; the head of 70 fields ends it.
         let per_connection: Vec<usize> = served.iter().take(2).collect();
         assert_eq!(per_connection, [3, 1]);
