@@ -688,6 +688,34 @@ async fn an_answer_ended_with_its_head_is_length_0_to_http11_and_one_frame_to_ht
     assert_eq!(r.served_by(), origin.addr.to_string());
 }
 
+/// Content in an answer that has none (a 204 with DATA) never reaches an HTTP/1.1 client,
+/// which would read it as the answer to its next request (response splitting): the client's
+/// connection is closed instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_in_an_answer_without_content_is_never_relayed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let origin = H2Origin::start(H2Options::default()).await;
+    let switch = h2c_switch(&origin).await;
+    let mut client = tokio::net::TcpStream::connect(switch.local_addr("web").unwrap())
+        .await
+        .unwrap();
+    let request = format!("GET /204-with-data HTTP/1.1\r\nHost: {HOST}\r\n\r\n");
+    client.write_all(request.as_bytes()).await.unwrap();
+    // Everything the client gets, to the close (a bounded wait guards against a hang, which
+    // fails the test rather than passing it).
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), client.read_to_end(&mut got)).await;
+    assert!(
+        read.is_ok(),
+        "the connection stays open after a malformed answer"
+    );
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        !text.contains("X-Smuggled") && !text.contains("SMUGGLE"),
+        "{text}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_specific_fields_of_an_http11_client_never_reach_an_h2_server() {
     let origin = H2Origin::start(H2Options::default()).await;

@@ -339,5 +339,16 @@ impl Connection {
     fn give_back_buffers(&mut self) {
         self.inbuf.release();
         self.work.server_buf.release();
+        // A head vector a large head grew goes back too: kept, one large request would pin
+        // it for as long as its client goes on asking within the grace.
+        for bytes in [
+            &mut self.work.upstream_head,
+            &mut self.work.out,
+            &mut self.chunk_scratch,
+        ] {
+            if bytes.capacity() > recycle::HEAD_BUFFER_BYTES {
+                recycle::give_bytes(bytes);
+            }
+        }
     }
 }

@@ -22,6 +22,8 @@
 //! - `/trailers-only`: a response HEADERS, then the trailers, and no DATA frame at all
 //! - `/health`: 200 `ok\n`
 //! - `/empty`: 200 in one HEADERS frame with END_STREAM, no `content-length`
+//! - `/204-with-data`: a malformed answer, 204 then DATA holding what reads as another
+//!   HTTP/1.1 response (`X-Smuggled: yes`)
 //! - `/hold`: waits until the test calls [`H2Origin::release`], then 200 `held\n`
 //! - `POST` or `PUT` to any other path: the body's `"<sha256 hex> <len>\n"`
 //! - anything else: 200 `path <path>\n`
@@ -619,8 +621,15 @@ impl Origin {
         if let Some(delay) = self.options.delay {
             tokio::time::sleep(delay).await;
         }
+        let status = if route == "/204-with-data" { 204 } else { 200 };
+        let content = match status {
+            204 => {
+                b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nX-Smuggled: yes\r\n\r\nSMUGGLE".to_vec()
+            }
+            _ => content,
+        };
         let mut head = Response::builder()
-            .status(200)
+            .status(status)
             .header("x-served-by", self.me.to_string())
             .header("x-connection", index.to_string());
         if announce {

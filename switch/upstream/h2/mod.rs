@@ -20,7 +20,7 @@ use crate::exchange::server::{
 };
 use crate::http::part::BodyPart;
 use crate::http::response::RequestKind;
-use crate::http::ResponseHead;
+use crate::http::{BodyFraming, ResponseHead};
 use crate::relay::{Meter, RelayError};
 use crate::socket::Socket;
 use crate::stream::{wait, TimeLimit};
@@ -221,6 +221,16 @@ impl ResponseBody for H2Download<'_> {
                     let _ = body.flow_control().release_capacity(data.len());
                     if data.is_empty() {
                         continue;
+                    }
+                    if self.head.framing == BodyFraming::Empty {
+                        // Content in an answer that has none (204, 304, to HEAD): HTTP/1.1
+                        // would read it as the next answer on the client's connection
+                        // (response splitting). Malformed (RFC 9113 section 8.1.1): refused,
+                        // the client's connection closed.
+                        return Err(RelayError::Read(stdio::Error::new(
+                            stdio::ErrorKind::InvalidData,
+                            "DATA in an HTTP/2 answer that has no content",
+                        )));
                     }
                     self.data = data;
                     return Ok(BodyPart::Data(&self.data));
