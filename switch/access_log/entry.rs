@@ -49,11 +49,10 @@ impl Request {
 
     /// What the log keeps of an HTTP/2 request refused before it became a head: its method and
     /// target as the client sent them.
-    pub fn refused_h2(&mut self, method: &http::Method, uri: &http::Uri) {
+    pub fn refused_h2(&mut self, method: &str, target: &str) {
         self.clear();
-        self.line.extend_from_slice(method.as_str().as_bytes());
+        self.line.extend_from_slice(method.as_bytes());
         self.line.push(b' ');
-        let target = uri.path_and_query().map(|p| p.as_str()).unwrap_or("");
         self.line.extend_from_slice(target.as_bytes());
         self.protocol = Some("HTTP/2.0");
     }

@@ -39,7 +39,7 @@ use crate::state::generation::{self, Followed, Generation};
 use crate::state::stats::{self, ServiceStats};
 use crate::stream::{wait, write_all, TimeLimit};
 use bytes::Bytes;
-use h2::server::SendResponse;
+use h2::server::{RawRequest, SendResponse};
 use h2::{Reason, RecvStream};
 use io::{Alarm, H2Io};
 use std::future::poll_fn;
@@ -79,7 +79,7 @@ const RELEASE_IDLE_AFTER_MS: u64 = 200;
 /// What wakes the driver.
 enum Event {
     /// A new stream (boxed: a request's parts are large, the other events small).
-    Stream(Box<(http::Request<RecvStream>, SendResponse<Bytes>)>),
+    Stream(Box<(RawRequest, RecvStream, SendResponse<Bytes>)>),
     /// The connection ended (the h2 crate's error, if any).
     Closed(Option<h2::Error>),
     /// The I/O raised its alarm (`h2/io.rs`) with this code: the client spent its overhead
@@ -274,8 +274,7 @@ impl Driver<'_> {
         loop {
             match poll_fn(|cx| self.poll_event(cx)).await {
                 Event::Stream(accepted) => {
-                    let (request, respond) = *accepted;
-                    if !self.start_stream(request, respond) {
+                    if !self.start_stream(*accepted) {
                         tracing::debug!(client = %self.link.peer, "HTTP/2 client keeps opening refused streams: GOAWAY");
                         self.flooded = true;
                         self.conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
@@ -314,8 +313,7 @@ impl Driver<'_> {
     /// is not admitted (admission.rs). `false`: the client spent its budget of refusals.
     fn start_stream(
         &mut self,
-        request: http::Request<RecvStream>,
-        mut respond: SendResponse<Bytes>,
+        (request, body, mut respond): (RawRequest, RecvStream, SendResponse<Bytes>),
     ) -> bool {
         let current = &self.link.shared.generation;
         if let Followed::Moved {
@@ -335,7 +333,7 @@ impl Driver<'_> {
         match admission::admit(client, service) {
             Ok(pass) => {
                 let at = (Arc::clone(&self.generation), self.service);
-                stream::spawn(&self.link, at, pass, request, respond);
+                stream::spawn(&self.link, at, pass, (request, body, respond));
                 true
             }
             Err(refusal) => {
@@ -374,9 +372,9 @@ impl Driver<'_> {
         let room = running < MAX_CONCURRENT_STREAMS as usize;
         // After a graceful GOAWAY the streams the client opened before it still come in.
         let polled = if room && !self.flooded {
-            match self.conn.poll_accept(cx) {
-                Poll::Ready(Some(Ok((request, respond)))) => {
-                    return Poll::Ready(Event::Stream(Box::new((request, respond))))
+            match self.conn.poll_accept_raw(cx) {
+                Poll::Ready(Some(Ok(stream))) => {
+                    return Poll::Ready(Event::Stream(Box::new(stream)))
                 }
                 Poll::Ready(Some(Err(e))) => Poll::Ready(Some(e)),
                 Poll::Ready(None) => Poll::Ready(None),

@@ -9,14 +9,46 @@
 //! later check see one kind of head. No HTTP/1.1 text is written or parsed for it: writing it
 //! and parsing it back cost an HTTP/2 request 1 000 user-space instructions more than this
 //! (52 405 -> 51 385 with `H2=1 benches/instructions.sh`; BENCHMARKS.md, "Where an HTTP/2
-//! request's instructions go").
+//! request's instructions go"). Nor is an `http::Request` built: the vendored h2 crate hands
+//! the request over as it came (`h2::server::RawRequest`, vendor/README.md), its fields in
+//! their order, with no `Uri` and no `HeaderMap` (BENCHMARKS.md, "HTTP/2 requests as they
+//! came").
 
 use crate::http::fields::{role_of, Field, FieldRole, Span, Version};
 use crate::http::request::{read_request_parts, too_large};
 use crate::http::{RequestHead, MAX_HEADER_FIELDS, MAX_HEAD_BYTES};
-use http::header;
-use http::request::Parts;
+use h2::server::RawRequest;
+use http::header::{self, HeaderName, HeaderValue};
 use http::Method;
+
+/// An HTTP/2 request's pseudo-header fields and fields, as the client sent them.
+pub(super) struct Received<'a> {
+    pub(super) method: &'a Method,
+    pub(super) scheme: Option<&'a str>,
+    pub(super) authority: Option<&'a str>,
+    pub(super) path: Option<&'a str>,
+    pub(super) fields: &'a [(HeaderName, HeaderValue)],
+}
+
+impl<'a> Received<'a> {
+    pub(super) fn of(request: &'a RawRequest) -> Received<'a> {
+        Received {
+            method: request.method(),
+            scheme: request.scheme(),
+            authority: request.authority(),
+            path: request.path(),
+            fields: request.fields(),
+        }
+    }
+
+    /// The values of the fields named `name`, in their order.
+    fn values(&self, name: HeaderName) -> impl Iterator<Item = &'a [u8]> + use<'a> {
+        self.fields
+            .iter()
+            .filter(move |(n, _)| *n == name)
+            .map(|(_, v)| v.as_bytes())
+    }
+}
 
 /// Why a request does not go on.
 #[derive(Debug, PartialEq, Eq)]
@@ -27,29 +59,30 @@ pub(super) enum Refusal {
     Answer(u16, &'static str),
 }
 
-/// Reads the request in `parts` into `head`, its bytes into `buf`; `body` says whether DATA
-/// may follow (the HEADERS frame did not end the stream).
+/// Reads `request` into `head`, its bytes into `buf`; `body` says whether DATA may follow
+/// (the HEADERS frame did not end the stream).
 pub(super) fn read_head(
-    parts: &Parts,
+    request: &Received<'_>,
     body: bool,
     buf: &mut Vec<u8>,
     head: &mut RequestHead,
 ) -> Result<(), Refusal> {
     buf.clear();
     head.fields.clear();
-    if parts.method == Method::CONNECT {
-        return Err(connect(parts));
+    if *request.method == Method::CONNECT {
+        return Err(connect(request));
     }
-    let target = target(parts)?;
-    let host = host(parts)?;
-    head.method = put(buf, parts.method.as_str().as_bytes());
+    let target = target(request)?;
+    let host = host(request)?;
+    head.method = put(buf, request.method.as_str().as_bytes());
     head.target = put(buf, target.as_bytes());
     head.version = Version::Http11;
     if let Some(host) = host {
         add_field(buf, head, b"host", host);
     }
     let mut cookies_joined = false;
-    for (name, value) in &parts.headers {
+    let mut length_said = false;
+    for (name, value) in request.fields {
         let value = value.as_bytes();
         if value.first().is_some_and(is_space) || value.last().is_some_and(is_space) {
             return Err(Refusal::Malformed(
@@ -68,13 +101,14 @@ pub(super) fn read_head(
             // field again, joined with "; ", where the first crumb was.
             if !cookies_joined {
                 cookies_joined = true;
-                add_cookie(buf, head, parts);
+                add_cookie(buf, head, request);
             }
             continue;
         }
+        length_said |= *name == header::CONTENT_LENGTH;
         add_field(buf, head, name.as_str().as_bytes(), value);
     }
-    if body && !parts.headers.contains_key(header::CONTENT_LENGTH) {
+    if body && !length_said {
         // A body without a length: chunked to the server, its trailers (if any) after it.
         add_field(buf, head, b"transfer-encoding", b"chunked");
     }
@@ -86,21 +120,17 @@ pub(super) fn read_head(
         return Err(Refusal::Answer(e.status, e.reason));
     }
     head.len = buf.len();
-    read_request_parts(buf, head, parts.method.as_str())
+    read_request_parts(buf, head, request.method.as_str())
         .map_err(|e| Refusal::Answer(e.status, e.reason))
 }
 
 /// What a CONNECT request gets: well formed (RFC 9113 section 8.5: `:authority`, and neither
 /// `:scheme` nor `:path`), a `501`, since the switch does not tunnel over HTTP/2; else it is
 /// malformed, and its stream is reset.
-fn connect(parts: &Parts) -> Refusal {
-    let has_path = parts
-        .uri
-        .path_and_query()
-        .is_some_and(|p| !p.as_str().is_empty());
-    if parts.uri.authority().is_none() {
+fn connect(request: &Received<'_>) -> Refusal {
+    if request.authority.is_none() {
         Refusal::Malformed("CONNECT without :authority")
-    } else if parts.uri.scheme().is_some() || has_path {
+    } else if request.scheme.is_some() || request.path.is_some_and(|p| !p.is_empty()) {
         Refusal::Malformed("CONNECT with :scheme or :path")
     } else {
         Refusal::Answer(501, "CONNECT over HTTP/2 is not supported; use HTTP/1.1")
@@ -108,14 +138,14 @@ fn connect(parts: &Parts) -> Refusal {
 }
 
 /// Every crumb of the request's Cookie fields as one field.
-fn add_cookie(buf: &mut Vec<u8>, head: &mut RequestHead, parts: &Parts) {
+fn add_cookie(buf: &mut Vec<u8>, head: &mut RequestHead, request: &Received<'_>) {
     let name = put(buf, b"cookie");
     let start = buf.len();
-    for (i, crumb) in parts.headers.get_all(header::COOKIE).iter().enumerate() {
+    for (i, crumb) in request.values(header::COOKIE).enumerate() {
         if i > 0 {
             buf.extend_from_slice(b"; ");
         }
-        buf.extend_from_slice(crumb.as_bytes());
+        buf.extend_from_slice(crumb);
     }
     head.fields.push(Field {
         name,
@@ -150,27 +180,26 @@ fn span(start: usize, end: usize) -> Span {
 }
 
 /// The request target: the path and query, or `*` for OPTIONS.
-fn target(parts: &Parts) -> Result<&str, Refusal> {
-    let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("");
+fn target<'a>(request: &Received<'a>) -> Result<&'a str, Refusal> {
+    let path = request.path.unwrap_or("");
     match path.as_bytes().first() {
         Some(b'/') => Ok(path),
-        Some(b'*') if path == "*" && parts.method == Method::OPTIONS => Ok(path),
+        Some(b'*') if path == "*" && *request.method == Method::OPTIONS => Ok(path),
         _ => Err(Refusal::Malformed("invalid :path")),
     }
 }
 
 /// The authority to put in Host: `:authority`, else the one Host field (RFC 9113 section
 /// 8.3.1). A Host that names another authority than `:authority` is refused.
-fn host(parts: &Parts) -> Result<Option<&[u8]>, Refusal> {
-    let mut hosts = parts.headers.get_all(header::HOST).iter();
-    let field = hosts.next().map(|v| v.as_bytes());
+fn host<'a>(request: &Received<'a>) -> Result<Option<&'a [u8]>, Refusal> {
+    let mut hosts = request.values(header::HOST);
+    let field = hosts.next();
     if hosts.next().is_some() {
         return Err(Refusal::Malformed("more than one Host field"));
     }
-    let Some(authority) = parts.uri.authority() else {
+    let Some(authority) = request.authority else {
         return Ok(field);
     };
-    let authority = authority.as_str();
     if authority.contains('@') {
         return Err(Refusal::Malformed(":authority carries user information"));
     }
@@ -192,20 +221,47 @@ mod tests {
     use super::*;
     use crate::http::BodyFraming;
 
-    fn parts(method: &str, uri: &str, fields: &[(&str, &str)]) -> Parts {
-        let mut builder = http::Request::builder().method(method).uri(uri);
-        for (name, value) in fields {
-            builder = builder.header(*name, *value);
-        }
-        builder
-            .body(())
-            .map(|r| r.into_parts().0)
-            .expect("a request")
+    /// A request as a client would send it: `uri`'s parts as the pseudo-header fields.
+    struct Sent {
+        method: Method,
+        scheme: Option<String>,
+        authority: Option<String>,
+        path: Option<String>,
+        fields: Vec<(HeaderName, HeaderValue)>,
     }
 
-    /// The head read from `parts`: method, target and each field as `name: value`.
-    fn head(parts: &Parts, body: bool) -> Result<String, Refusal> {
-        let (head, buf) = read(parts, body)?;
+    impl Sent {
+        fn received(&self) -> Received<'_> {
+            Received {
+                method: &self.method,
+                scheme: self.scheme.as_deref(),
+                authority: self.authority.as_deref(),
+                path: self.path.as_deref(),
+                fields: &self.fields,
+            }
+        }
+    }
+
+    fn parts(method: &str, uri: &str, fields: &[(&str, &str)]) -> Sent {
+        let uri: http::Uri = uri.parse().expect("a URI");
+        Sent {
+            method: method.parse().expect("a method"),
+            scheme: uri.scheme_str().map(str::to_string),
+            authority: uri.authority().map(|a| a.as_str().to_string()),
+            path: uri.path_and_query().map(|p| p.as_str().to_string()),
+            fields: fields
+                .iter()
+                .map(|(n, v)| {
+                    let name = HeaderName::from_bytes(n.as_bytes()).expect("a name");
+                    (name, HeaderValue::from_str(v).expect("a value"))
+                })
+                .collect(),
+        }
+    }
+
+    /// The head read from `sent`: method, target and each field as `name: value`.
+    fn head(sent: &Sent, body: bool) -> Result<String, Refusal> {
+        let (head, buf) = read(sent, body)?;
         let mut text = format!(
             "{} {}",
             String::from_utf8_lossy(head.method.get(&buf)),
@@ -221,10 +277,10 @@ mod tests {
         Ok(text)
     }
 
-    fn read(parts: &Parts, body: bool) -> Result<(RequestHead, Vec<u8>), Refusal> {
+    fn read(sent: &Sent, body: bool) -> Result<(RequestHead, Vec<u8>), Refusal> {
         let mut head = RequestHead::default();
         let mut buf = Vec::new();
-        read_head(parts, body, &mut buf, &mut head)?;
+        read_head(&sent.received(), body, &mut buf, &mut head)?;
         Ok((head, buf))
     }
 
@@ -254,6 +310,21 @@ mod tests {
         assert_eq!(head.fields[0].role, FieldRole::Host);
         assert!(head.idempotent && !head.is_head && head.keep_alive);
         assert_eq!(head.framing, BodyFraming::Empty);
+    }
+
+    /// Fields reach the server in the order the client sent them, as over HTTP/1.1; a map
+    /// would group a name's values at its first place.
+    #[test]
+    fn fields_keep_the_order_they_came_in() {
+        let p = parts(
+            "GET",
+            "http://a/",
+            &[("x-a", "1"), ("accept", "*/*"), ("x-a", "2")],
+        );
+        assert_eq!(
+            head(&p, false).unwrap(),
+            "GET /\nhost: a\nx-a: 1\naccept: */*\nx-a: 2"
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use super::admission::{SparePlace, StreamPass};
 use super::error::h2_error;
-use super::request::{self, Refusal};
+use super::request::{self, Received, Refusal};
 use super::response::{send_answer, H2Sink};
 use crate::access_log;
 use crate::buffering::BufferLease;
@@ -30,7 +30,7 @@ use crate::timeouts::{Slot, SESSION_TIMER};
 use crate::tls::stream::ServerStream;
 use atomic_waker::AtomicWaker;
 use bytes::Bytes;
-use h2::server::SendResponse;
+use h2::server::{RawRequest, SendResponse};
 use h2::{Reason, RecvStream};
 use std::future::{poll_fn, Future};
 use std::io;
@@ -101,8 +101,7 @@ pub(super) fn spawn(
     link: &Arc<Link>,
     (generation, service): (Arc<Generation>, usize),
     pass: StreamPass,
-    request: http::Request<RecvStream>,
-    respond: SendResponse<Bytes>,
+    stream: (RawRequest, RecvStream, SendResponse<Bytes>),
 ) {
     let guard = LiveStreams::enter(link);
     let timer = link.timer.sibling();
@@ -119,7 +118,7 @@ pub(super) fn spawn(
             peer: link.peer,
             sni: link.sni.as_deref(),
         };
-        serve(cx, link, request, respond, started).await;
+        serve(cx, link, stream, started).await;
         drop(pass);
     });
     // Boxed: the exchange's state is several kilobytes, which tokio would otherwise copy into
@@ -142,8 +141,7 @@ fn boxed_in_place<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
 async fn serve(
     cx: Context<'_>,
     link: &Link,
-    request: http::Request<RecvStream>,
-    mut respond: SendResponse<Bytes>,
+    (request, body, mut respond): (RawRequest, RecvStream, SendResponse<Bytes>),
     started: Instant,
 ) {
     if reset_already(&mut respond) {
@@ -156,14 +154,15 @@ async fn serve(
     let stats = &cx.service.stats;
     stats::bump(&stats.requests);
     stats::bump(&stats.h2_streams);
-    let (parts, body) = request.into_parts();
+    let received = Received::of(&request);
     let mut head = RequestHead {
         fields: recycle::take_fields(),
         ..RequestHead::default()
     };
     let mut head_bytes = recycle::take_bytes();
     let mut log = access_log::Request::default();
-    let translated = request::read_head(&parts, !body.is_end_stream(), &mut head_bytes, &mut head);
+    let translated =
+        request::read_head(&received, !body.is_end_stream(), &mut head_bytes, &mut head);
     let outcome = match translated {
         Ok(()) => {
             cx.shared.access_log.capture(&mut log, &head, &head_bytes);
@@ -192,14 +191,14 @@ async fn serve(
         Err(Refusal::Malformed(why)) => {
             tracing::debug!(client = %cx.peer, "HTTP/2 request refused: {why}");
             respond.send_reset(Reason::PROTOCOL_ERROR);
-            log.refused_h2(&parts.method, &parts.uri);
+            log.refused_h2(received.method.as_str(), received.path.unwrap_or(""));
             stats::bump(&stats.local_errors);
             // Logged and counted as the 400 an HTTP/1 client would have had (as nginx logs
             // it), though the stream was reset without an answer.
             Outcome::local(400, 0, true, None)
         }
         Err(Refusal::Answer(status, why)) => {
-            log.refused_h2(&parts.method, &parts.uri);
+            log.refused_h2(received.method.as_str(), received.path.unwrap_or(""));
             stats::bump(&stats.local_errors);
             let mut out = Vec::new();
             let (mut text, mut fields) = (Vec::new(), Vec::new());

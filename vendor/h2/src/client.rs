@@ -142,7 +142,7 @@ use crate::proto::{self, Error};
 use crate::{FlowControl, PingPong, RecvStream, SendStream};
 
 use bytes::{Buf, Bytes};
-use http::{uri, HeaderMap, Method, Request, Response, Version};
+use http::{uri, Method, Request, Response, Version};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -1718,9 +1718,10 @@ impl proto::Peer for Peer {
 
     fn convert_poll_message(
         pseudo: Pseudo,
-        fields: HeaderMap,
+        fields: crate::frame::DecodedFields,
         stream_id: StreamId,
     ) -> Result<Self::Poll, Error> {
+        let fields = crate::frame::decoded_into_map(fields);
         let mut b = Response::builder();
 
         b = b.version(Version::HTTP_2);

@@ -121,7 +121,7 @@ use crate::proto::{self, Config, Error, Prioritized};
 use crate::{FlowControl, PingPong, RecvStream, SendStream};
 
 use bytes::{Buf, Bytes};
-use http::{HeaderMap, Method, Request, Response};
+use http::{Method, Request, Response};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -426,6 +426,23 @@ where
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<(Request<RecvStream>, SendResponse<B>), crate::Error>>> {
+        match self.poll_accept_raw(cx) {
+            Poll::Ready(Some(Ok((request, body, respond)))) => {
+                let (head, _) = request.into_request().into_parts();
+                Poll::Ready(Some(Ok((Request::from_parts(head, body), respond))))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// tcpvs: as `poll_accept`, the request as it came (`RawRequest`), its body beside it.
+    #[allow(clippy::type_complexity)]
+    pub fn poll_accept_raw(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<(RawRequest, RecvStream, SendResponse<B>), crate::Error>>> {
         // Always try to advance the internal state. Getting Pending also is
         // needed to allow this function to return Pending.
         if self.poll_closed(cx)?.is_ready() {
@@ -436,13 +453,11 @@ where
 
         if let Some(inner) = self.connection.next_incoming() {
             tracing::trace!("received incoming");
-            let (head, _) = inner.take_request().into_parts();
+            let request = inner.take_request();
             let body = RecvStream::new(FlowControl::new(inner.clone_to_opaque()));
-
-            let request = Request::from_parts(head, body);
             let respond = SendResponse { inner };
 
-            return Poll::Ready(Some(Ok((request, respond))));
+            return Poll::Ready(Some(Ok((request, body, respond))));
         }
 
         Poll::Pending
@@ -1679,7 +1694,7 @@ impl Peer {
 }
 
 impl proto::Peer for Peer {
-    type Poll = Request<()>;
+    type Poll = RawRequest;
 
     const NAME: &'static str = "Server";
 
@@ -1693,14 +1708,15 @@ impl proto::Peer for Peer {
         proto::DynPeer::Server
     }
 
+    /// tcpvs: checks the request as upstream did, and keeps its parts as they came
+    /// (`RawRequest`) rather than building a `Request` with its `Uri` and `HeaderMap`;
+    /// `RawRequest::into_request` builds that for `poll_accept`.
     fn convert_poll_message(
         pseudo: Pseudo,
-        fields: HeaderMap,
+        fields: frame::DecodedFields,
         stream_id: StreamId,
     ) -> Result<Self::Poll, Error> {
-        use http::{uri, Version};
-
-        let mut b = Request::builder();
+        use http::uri;
 
         macro_rules! malformed {
             ($($arg:tt)*) => {{
@@ -1709,103 +1725,162 @@ impl proto::Peer for Peer {
             }}
         }
 
-        b = b.version(Version::HTTP_2);
-
-        let is_connect;
-        if let Some(method) = pseudo.method {
-            is_connect = method == Method::CONNECT;
-            b = b.method(method);
-        } else {
+        let Some(method) = pseudo.method else {
             malformed!("malformed headers: missing method");
-        }
+        };
+        let is_connect = method == Method::CONNECT;
 
         let has_protocol = pseudo.protocol.is_some();
-        if has_protocol {
-            if is_connect {
-                // Assert that we have the right type.
-                b = b.extension::<crate::ext::Protocol>(pseudo.protocol.unwrap());
-            } else {
-                malformed!("malformed headers: :protocol on non-CONNECT request");
-            }
+        if has_protocol && !is_connect {
+            malformed!("malformed headers: :protocol on non-CONNECT request");
         }
 
         if pseudo.status.is_some() {
             malformed!("malformed headers: :status field on request");
         }
 
-        // Convert the URI
-        let mut parts = uri::Parts::default();
-
-        // A request translated from HTTP/1 must not include the :authority
-        // header
-        if let Some(authority) = pseudo.authority {
-            let maybe_authority = uri::Authority::from_maybe_shared(authority.clone().into_inner());
-            parts.authority = Some(maybe_authority.or_else(|why| {
-                malformed!(
-                    "malformed headers: malformed authority ({:?}): {}",
-                    authority,
-                    why,
-                )
-            })?);
-        }
-
-        // A :scheme is required, except CONNECT.
-        if let Some(scheme) = pseudo.scheme {
-            if is_connect && !has_protocol {
-                malformed!("malformed headers: :scheme in CONNECT");
+        let authority = match pseudo.authority {
+            Some(authority) => {
+                match uri::Authority::from_maybe_shared(authority.clone().into_inner()) {
+                    Ok(authority) => Some(authority),
+                    Err(why) => malformed!(
+                        "malformed headers: malformed authority ({:?}): {}",
+                        authority,
+                        why,
+                    ),
+                }
             }
-            let maybe_scheme = scheme.parse();
-            let scheme = maybe_scheme.or_else(|why| {
-                malformed!(
-                    "malformed headers: malformed scheme ({:?}): {}",
-                    scheme,
-                    why,
-                )
-            })?;
-
-            // It's not possible to build an `Uri` from a scheme and path. So,
-            // after validating is was a valid scheme, we just have to drop it
-            // if there isn't an :authority.
-            if parts.authority.is_some() {
-                parts.scheme = Some(scheme);
-            }
-        } else if !is_connect || has_protocol {
-            malformed!("malformed headers: missing scheme");
-        }
-
-        if let Some(path) = pseudo.path {
-            if is_connect && !has_protocol {
-                malformed!("malformed headers: :path in CONNECT");
-            }
-
-            // This cannot be empty
-            if path.is_empty() {
-                malformed!("malformed headers: missing path");
-            }
-
-            let maybe_path = uri::PathAndQuery::from_maybe_shared(path.clone().into_inner());
-            parts.path_and_query = Some(maybe_path.or_else(|why| {
-                malformed!("malformed headers: malformed path ({:?}): {}", path, why,)
-            })?);
-        } else if is_connect && has_protocol {
-            malformed!("malformed headers: missing path in extended CONNECT");
-        }
-
-        b = b.uri(parts);
-
-        let mut request = match b.body(()) {
-            Ok(request) => request,
-            Err(e) => {
-                // TODO: Should there be more specialized handling for different
-                // kinds of errors
-                proto_err!(stream: "error building request: {}; stream={:?}", e, stream_id);
-                return Err(Error::library_reset(stream_id, Reason::PROTOCOL_ERROR));
-            }
+            None => None,
         };
 
-        *request.headers_mut() = fields;
+        // A :scheme is required, except CONNECT.
+        let scheme = match pseudo.scheme {
+            Some(scheme) => {
+                if is_connect && !has_protocol {
+                    malformed!("malformed headers: :scheme in CONNECT");
+                }
+                match scheme.parse::<uri::Scheme>() {
+                    Ok(parsed) => Some(parsed),
+                    Err(why) => malformed!(
+                        "malformed headers: malformed scheme ({:?}): {}",
+                        scheme,
+                        why,
+                    ),
+                }
+            }
+            None if !is_connect || has_protocol => malformed!("malformed headers: missing scheme"),
+            None => None,
+        };
 
-        Ok(request)
+        let path = match pseudo.path {
+            Some(path) => {
+                if is_connect && !has_protocol {
+                    malformed!("malformed headers: :path in CONNECT");
+                }
+
+                // This cannot be empty
+                if path.is_empty() {
+                    malformed!("malformed headers: missing path");
+                }
+
+                match uri::PathAndQuery::from_maybe_shared(path.clone().into_inner()) {
+                    Ok(parsed) => Some(parsed),
+                    Err(why) => {
+                        malformed!("malformed headers: malformed path ({:?}): {}", path, why)
+                    }
+                }
+            }
+            // tcpvs: upstream's `Uri` refused a request with :authority and no :path, and
+            // took one without either as a path of ""; both are malformed (RFC 9113 section
+            // 8.3.1: every request but a CONNECT has exactly one :path).
+            None if !is_connect || has_protocol => {
+                malformed!("malformed headers: missing path")
+            }
+            None => None,
+        };
+
+        Ok(RawRequest {
+            method,
+            scheme,
+            authority,
+            path,
+            protocol: pseudo.protocol,
+            fields,
+        })
+    }
+}
+
+/// tcpvs: a request as the client sent it, checked as `poll_accept`'s `Request` is (one of
+/// each pseudo-header, before the fields; a method; :scheme and :path unless CONNECT;
+/// authority, scheme and path that parse; no connection-specific field; `te` only
+/// `trailers`), with its fields in the order they came. Reading a request this way
+/// (`Connection::poll_accept_raw`) builds no `Uri` and no `HeaderMap`: for a small request
+/// that was a fifth of the crate's work (tcpvs's BENCHMARKS.md).
+#[derive(Debug)]
+pub struct RawRequest {
+    method: Method,
+    scheme: Option<http::uri::Scheme>,
+    authority: Option<http::uri::Authority>,
+    path: Option<http::uri::PathAndQuery>,
+    protocol: Option<crate::ext::Protocol>,
+    fields: frame::DecodedFields,
+}
+
+impl RawRequest {
+    /// `:method`.
+    pub fn method(&self) -> &Method {
+        &self.method
+    }
+
+    /// `:scheme`, absent only in a CONNECT.
+    pub fn scheme(&self) -> Option<&str> {
+        self.scheme.as_ref().map(|s| s.as_str())
+    }
+
+    /// `:authority`, if the client sent one.
+    pub fn authority(&self) -> Option<&str> {
+        self.authority.as_ref().map(|a| a.as_str())
+    }
+
+    /// `:path` (never empty), absent only in a CONNECT.
+    pub fn path(&self) -> Option<&str> {
+        self.path.as_ref().map(|p| p.as_str())
+    }
+
+    /// `:protocol` of an extended CONNECT.
+    pub fn protocol(&self) -> Option<&crate::ext::Protocol> {
+        self.protocol.as_ref()
+    }
+
+    /// The fields, in the order they came (crumbs of a `cookie` as separate fields).
+    pub fn fields(&self) -> &[(http::HeaderName, http::HeaderValue)] {
+        &self.fields
+    }
+
+    /// The request as `poll_accept` gives it.
+    pub fn into_request(self) -> Request<()> {
+        use http::{uri, Version};
+
+        let mut parts = uri::Parts::default();
+        // Upstream's `Uri` takes a scheme only with an authority.
+        if self.authority.is_some() {
+            parts.scheme = self.scheme;
+        }
+        parts.authority = self.authority;
+        parts.path_and_query = self.path;
+        // The checks of `convert_poll_message` leave only the combinations a `Uri` takes:
+        // scheme, authority and path; authority alone (CONNECT); a path alone.
+        let uri = uri::Uri::from_parts(parts).unwrap_or_default();
+
+        let mut request = Request::new(());
+        *request.method_mut() = self.method;
+        *request.uri_mut() = uri;
+        *request.version_mut() = Version::HTTP_2;
+        if let Some(protocol) = self.protocol {
+            request.extensions_mut().insert(protocol);
+        }
+        *request.headers_mut() = frame::decoded_into_map(self.fields);
+        request
     }
 }
 

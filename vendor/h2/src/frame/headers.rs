@@ -88,8 +88,13 @@ pub struct Iter {
 
 #[derive(Debug, PartialEq, Eq)]
 struct HeaderBlock {
-    /// The decoded header fields
+    /// The header fields to encode
     fields: HeaderMap,
+
+    /// tcpvs: the fields a received block held, in the order they came, with no `HeaderMap`
+    /// built for them: the server side reads them as they are (`server::RawRequest`), the
+    /// rest of the crate gets a map (`into_parts`, `into_fields`).
+    decoded: DecodedFields,
 
     /// Precomputed size of all of our header fields, for perf reasons
     field_size: usize,
@@ -130,6 +135,7 @@ impl Headers {
                 field_size: calculate_headermap_size(&fields),
                 fields,
                 is_over_size: false,
+                decoded: Vec::new(),
                 pseudo,
                 encoded: None,
             },
@@ -149,6 +155,7 @@ impl Headers {
                 field_size: block.len(),
                 fields: HeaderMap::new(),
                 is_over_size: false,
+                decoded: Vec::new(),
                 pseudo: Pseudo::response(status),
                 encoded: Some(block),
             },
@@ -167,6 +174,7 @@ impl Headers {
                 field_size: calculate_headermap_size(&fields),
                 fields,
                 is_over_size: false,
+                decoded: Vec::new(),
                 pseudo: Pseudo::default(),
                 encoded: None,
             },
@@ -233,6 +241,7 @@ impl Headers {
                 fields: HeaderMap::new(),
                 field_size: 0,
                 is_over_size: false,
+                decoded: Vec::new(),
                 pseudo: Pseudo::default(),
                 encoded: None,
             },
@@ -275,8 +284,14 @@ impl Headers {
         self.header_block.is_over_size
     }
 
-    pub fn into_parts(self) -> (Pseudo, HeaderMap) {
-        (self.header_block.pseudo, self.header_block.fields)
+    /// tcpvs: the pseudo-header fields and the fields of a received block, as they came.
+    pub fn into_decoded(self) -> (Pseudo, DecodedFields) {
+        (self.header_block.pseudo, self.header_block.decoded)
+    }
+
+    /// tcpvs: the fields of a received block.
+    pub fn decoded_fields(&self) -> &[(HeaderName, HeaderValue)] {
+        &self.header_block.decoded
     }
 
     #[cfg(feature = "unstable")]
@@ -297,8 +312,9 @@ impl Headers {
         &self.header_block.fields
     }
 
+    /// The fields of a received block (trailers), as a map.
     pub fn into_fields(self) -> HeaderMap {
-        self.header_block.fields
+        decoded_into_map(self.header_block.decoded)
     }
 
     pub fn encode(
@@ -394,6 +410,7 @@ impl PushPromise {
                 field_size: calculate_headermap_size(&fields),
                 fields,
                 is_over_size: false,
+                decoded: Vec::new(),
                 pseudo,
                 encoded: None,
             },
@@ -486,6 +503,7 @@ impl PushPromise {
                 fields: HeaderMap::new(),
                 field_size: 0,
                 is_over_size: false,
+                decoded: Vec::new(),
                 pseudo: Pseudo::default(),
                 encoded: None,
             },
@@ -546,9 +564,9 @@ impl PushPromise {
         Head::new(Kind::PushPromise, self.flags.into(), self.stream_id)
     }
 
-    /// Consume `self`, returning the parts of the frame
-    pub fn into_parts(self) -> (Pseudo, HeaderMap) {
-        (self.header_block.pseudo, self.header_block.fields)
+    /// Consume `self`, returning the parts of the received frame
+    pub fn into_decoded(self) -> (Pseudo, DecodedFields) {
+        (self.header_block.pseudo, self.header_block.decoded)
     }
 }
 
@@ -894,7 +912,7 @@ impl HeaderBlock {
         max_header_list_size: usize,
         decoder: &mut hpack::Decoder,
     ) -> Result<(), Error> {
-        let mut reg = !self.fields.is_empty();
+        let mut reg = !self.decoded.is_empty();
         let mut malformed = false;
         let mut header_list_way_too_large = false;
         let mut headers_size = self.calculate_header_list_size();
@@ -977,11 +995,13 @@ impl HeaderBlock {
                         }
                         if !self.is_over_size {
                             self.field_size += header_size;
-                            if self.fields.try_append(name, value).is_err() {
-                                // HeaderMap capacity exceeded — treat as over-size
-                                // so the stream is rejected downstream (RST_STREAM / 431)
-                                // instead of panicking on the 24,577th unique header.
+                            // tcpvs: kept as they came (`decoded`); beyond what a
+                            // `HeaderMap` could hold, over-size as upstream's map made it
+                            // (RST_STREAM / 431).
+                            if self.decoded.len() >= MAX_DECODED_FIELDS {
                                 self.is_over_size = true;
+                            } else {
+                                self.decoded.push((name, value));
                             }
                         }
                     }
@@ -1062,6 +1082,23 @@ impl HeaderBlock {
             + pseudo_size!(path)
             + self.field_size
     }
+}
+
+/// tcpvs: the fields of a received header block, in the order they came.
+pub type DecodedFields = Vec<(HeaderName, HeaderValue)>;
+
+/// tcpvs: as many fields as a `HeaderMap` holds (its `MAX_SIZE`, 1 << 15, with the map's
+/// three quarters' load): upstream's map refused the 24 577th unique name.
+const MAX_DECODED_FIELDS: usize = 24_576;
+
+/// tcpvs: received fields as the map the rest of the crate and its users take.
+pub fn decoded_into_map(decoded: DecodedFields) -> HeaderMap {
+    let mut map = HeaderMap::with_capacity(decoded.len());
+    for (name, value) in decoded {
+        // Bounded by MAX_DECODED_FIELDS, within what the map holds.
+        let _ = map.try_append(name, value);
+    }
+    map
 }
 
 fn calculate_headermap_size(map: &HeaderMap) -> usize {

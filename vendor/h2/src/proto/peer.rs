@@ -1,8 +1,8 @@
 use crate::error::Reason;
-use crate::frame::{Pseudo, StreamId};
+use crate::frame::{DecodedFields, Pseudo, StreamId};
 use crate::proto::{Error, Open};
 
-use http::{HeaderMap, Request, Response};
+use http::{Request, Response};
 
 use std::fmt;
 
@@ -16,9 +16,10 @@ pub(crate) trait Peer {
 
     //fn is_server() -> bool;
 
+    /// tcpvs: `fields` as they came in the block (`DecodedFields`), not a `HeaderMap`.
     fn convert_poll_message(
         pseudo: Pseudo,
-        fields: HeaderMap,
+        fields: DecodedFields,
         stream_id: StreamId,
     ) -> Result<Self::Poll, Error>;
 
@@ -42,7 +43,10 @@ pub(crate) enum Dyn {
 #[derive(Debug)]
 pub enum PollMessage {
     Client(Response<()>),
-    Server(Request<()>),
+    /// tcpvs: a request as it came, with no `Request`, `Uri` or `HeaderMap` built.
+    Server(crate::server::RawRequest),
+    /// tcpvs: a request a server promised to push (to a client), as upstream made it.
+    Pushed(Request<()>),
 }
 
 // ===== impl Dyn =====
@@ -60,7 +64,7 @@ impl Dyn {
     pub fn convert_poll_message(
         &self,
         pseudo: Pseudo,
-        fields: HeaderMap,
+        fields: DecodedFields,
         stream_id: StreamId,
     ) -> Result<PollMessage, Error> {
         if self.is_server() {

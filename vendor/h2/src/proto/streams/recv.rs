@@ -185,7 +185,13 @@ impl Recv {
             use http::header;
 
             let mut first_content_length = None;
-            for content_length in frame.fields().get_all(header::CONTENT_LENGTH) {
+            // tcpvs: the received fields as they came (`decoded_fields`), no map built.
+            let content_lengths = frame
+                .decoded_fields()
+                .iter()
+                .filter(|(name, _)| name == header::CONTENT_LENGTH)
+                .map(|(_, value)| value);
+            for content_length in content_lengths {
                 let content_length = match frame::parse_u64(content_length.as_bytes()) {
                     Ok(v) => v,
                     Err(_) => {
@@ -244,7 +250,7 @@ impl Recv {
         }
 
         let stream_id = frame.stream_id();
-        let (pseudo, fields) = frame.into_parts();
+        let (pseudo, fields) = frame.into_decoded();
 
         if pseudo.protocol.is_some()
             && counts.peer().is_server()
@@ -303,7 +309,7 @@ impl Recv {
     ///
     /// Panics if `stream.pending_recv` has no `Event::Headers` queued.
     ///
-    pub fn take_request(&mut self, stream: &mut store::Ptr) -> Request<()> {
+    pub fn take_request(&mut self, stream: &mut store::Ptr) -> crate::server::RawRequest {
         use super::peer::PollMessage::*;
 
         match stream.pending_recv.pop_front(&mut self.buffer) {
@@ -323,7 +329,7 @@ impl Recv {
         let mut ppp = stream.pending_push_promises.take();
         let pushed = ppp.pop(stream.store_mut()).map(|mut pushed| {
             match pushed.pending_recv.pop_front(&mut self.buffer) {
-                Some(Event::Headers(Server(headers))) => (headers, pushed.key()),
+                Some(Event::Headers(Pushed(headers))) => (headers, pushed.key()),
                 // When frames are pushed into the queue, it is verified that
                 // the first frame is a HEADERS frame.
                 _ => panic!("Headers not set on pushed stream"),
@@ -849,8 +855,9 @@ impl Recv {
         }
 
         let promised_id = frame.promised_id();
-        let (pseudo, fields) = frame.into_parts();
-        let req = crate::server::Peer::convert_poll_message(pseudo, fields, promised_id)?;
+        let (pseudo, fields) = frame.into_decoded();
+        let req = crate::server::Peer::convert_poll_message(pseudo, fields, promised_id)?
+            .into_request();
 
         if let Err(e) = frame::PushPromise::validate_request(&req) {
             use PushPromiseHeaderError::*;
@@ -874,7 +881,7 @@ impl Recv {
         use super::peer::PollMessage::*;
         stream
             .pending_recv
-            .push_back(&mut self.buffer, Event::Headers(Server(req)));
+            .push_back(&mut self.buffer, Event::Headers(Pushed(req)));
         stream.notify_recv();
         stream.notify_push();
         Ok(())

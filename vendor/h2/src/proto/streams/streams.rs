@@ -1432,7 +1432,7 @@ impl<B> StreamRef<B> {
     /// # Panics
     ///
     /// This function panics if the request isn't present.
-    pub fn take_request(&self) -> Request<()> {
+    pub fn take_request(&self) -> crate::server::RawRequest {
         let mut me = self.opaque.inner.lock().unwrap();
         let me = &mut *me;
 
