@@ -202,6 +202,21 @@ fn malformed_cases() -> Vec<Malformed> {
                 .field(":authority", "h2.test"),
         ),
         one("duplicate :path", get("dup-path").field(":path", "/bad/2")),
+        // RFC 9113 section 8.3.1: every request but a CONNECT has one :path.
+        one(
+            "no :path",
+            Block::new()
+                .field(":method", "GET")
+                .field(":scheme", "http")
+                .field(":authority", "h2.test"),
+        ),
+        one(
+            "no :path, no :authority",
+            Block::new()
+                .field(":method", "GET")
+                .field(":scheme", "http")
+                .field("host", "h2.test"),
+        ),
         one(
             "duplicate :method",
             get("dup-method").field(":method", "GET"),

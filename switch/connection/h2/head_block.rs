@@ -18,7 +18,6 @@
 //! connection-specific fields left out (section 8.2.2).
 
 use crate::http::fields::{is_token_byte, with_controls_as_spaces};
-use bytes::Bytes;
 
 /// RFC 7541 Appendix A: the static table's names from index 15 on (1 to 14 are the request
 /// pseudo-fields and `:status`), each with its index; `static_index` is the same list as a
@@ -193,9 +192,9 @@ impl HeadBlock {
         self.http1_size
     }
 
-    /// The block, for the h2 crate (no copy: the buffer becomes the `Bytes`).
-    pub(super) fn into_bytes(self) -> Bytes {
-        Bytes::from(self.bytes)
+    /// The block, for the h2 crate (no copy, no allocation).
+    pub(super) fn into_bytes(self) -> Vec<u8> {
+        self.bytes
     }
 }
 

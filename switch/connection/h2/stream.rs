@@ -182,10 +182,11 @@ async fn serve(
             };
             let mut work = Buffers::new();
             work.take();
-            let mut tried = Vec::new();
+            let mut tried = recycle::take_tried();
             let mut client = client;
             let outcome = exchange::serve(cx, &mut client, &mut work, &mut tried, started).await;
             work.give_back();
+            recycle::give_tried(&mut tried);
             outcome
         }
         Err(Refusal::Malformed(why)) => {

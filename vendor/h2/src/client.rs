@@ -142,7 +142,7 @@ use crate::proto::{self, Error};
 use crate::{FlowControl, PingPong, RecvStream, SendStream};
 
 use bytes::{Buf, Bytes};
-use http::{uri, Method, Request, Response, Version};
+use http::{uri, HeaderMap, Method, Request, Response, Version};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -1703,6 +1703,7 @@ impl Peer {
 
 impl proto::Peer for Peer {
     type Poll = Response<()>;
+    type Fields = HeaderMap;
 
     const NAME: &'static str = "Client";
 
@@ -1718,10 +1719,9 @@ impl proto::Peer for Peer {
 
     fn convert_poll_message(
         pseudo: Pseudo,
-        fields: crate::frame::DecodedFields,
+        fields: HeaderMap,
         stream_id: StreamId,
     ) -> Result<Self::Poll, Error> {
-        let fields = crate::frame::decoded_into_map(fields);
         let mut b = Response::builder();
 
         b = b.version(Version::HTTP_2);

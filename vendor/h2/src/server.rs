@@ -395,6 +395,8 @@ where
         if let Some(max) = builder.settings.max_header_list_size() {
             codec.set_max_recv_header_list_size(max as usize);
         }
+        // tcpvs: requests are read as they came (`RawRequest`), their fields a list.
+        codec.set_fields_as_list(true);
 
         // Send initial settings frame.
         codec
@@ -1305,7 +1307,7 @@ impl<B: Buf> SendResponse<B> {
     pub fn send_response_encoded(
         &mut self,
         status: http::StatusCode,
-        block: bytes::Bytes,
+        block: Vec<u8>,
         end_of_stream: bool,
     ) -> Result<Option<SendStream<B>>, crate::Error> {
         let stream_id = self.inner.stream_id();
@@ -1695,6 +1697,7 @@ impl Peer {
 
 impl proto::Peer for Peer {
     type Poll = RawRequest;
+    type Fields = frame::DecodedFields;
 
     const NAME: &'static str = "Server";
 

@@ -92,6 +92,11 @@ impl<T> FramedRead<T> {
 
     /// Update the max header list size setting.
     #[inline]
+    /// tcpvs: received header blocks keep their fields as a list (a server's requests).
+    pub fn set_fields_as_list(&mut self, as_list: bool) {
+        self.decoder.hpack.set_fields_as_list(as_list);
+    }
+
     pub fn set_max_header_list_size(&mut self, val: usize) {
         self.decoder
             .set_max_header_list_size(val, self.max_frame_size());

@@ -101,6 +101,11 @@ impl<T, B> Codec<T, B> {
         self.inner.set_header_table_size(val)
     }
 
+    /// tcpvs: received header blocks keep their fields as a list (a server's requests).
+    pub fn set_fields_as_list(&mut self, as_list: bool) {
+        self.inner.set_fields_as_list(as_list);
+    }
+
     /// Set the max header list size that can be received.
     pub fn set_max_recv_header_list_size(&mut self, val: usize) {
         self.inner.set_max_header_list_size(val);

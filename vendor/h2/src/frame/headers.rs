@@ -6,7 +6,7 @@ use crate::hpack::{self, BytesStr};
 use http::header::{self, HeaderName, HeaderValue};
 use http::{uri, HeaderMap, Method, Request, StatusCode, Uri};
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 
 use std::fmt;
 use std::io::Cursor;
@@ -109,7 +109,7 @@ struct HeaderBlock {
     /// tcpvs: a block the caller HPACK-encoded itself (`Headers::encoded`), which uses no
     /// dynamic table entry and adds none; `fields` is then empty and `pseudo` only says the
     /// status, which the block holds.
-    encoded: Option<Bytes>,
+    encoded: Option<Vec<u8>>,
 }
 
 #[derive(Debug)]
@@ -147,7 +147,9 @@ impl Headers {
     /// (`status`, which the frame also keeps to tell a 1xx) and fields as indexed static-table
     /// entries and literals without indexing, so the connection's HPACK dynamic table is
     /// neither used nor changed. The caller checked the fields as `send_response` would.
-    pub fn encoded(stream_id: StreamId, status: StatusCode, block: Bytes) -> Self {
+    /// The block is a `Vec`: made into `Bytes` it would take an allocation of its own (its
+    /// length is not its capacity), and it is only copied into the encoder's buffer.
+    pub fn encoded(stream_id: StreamId, status: StatusCode, block: Vec<u8>) -> Self {
         Headers {
             stream_id,
             stream_dep: None,
@@ -284,14 +286,26 @@ impl Headers {
         self.header_block.is_over_size
     }
 
-    /// tcpvs: the pseudo-header fields and the fields of a received block, as they came.
-    pub fn into_decoded(self) -> (Pseudo, DecodedFields) {
-        (self.header_block.pseudo, self.header_block.decoded)
+    /// The pseudo-header fields and the fields of a block received as a map (a client's).
+    pub fn into_parts(mut self) -> (Pseudo, HeaderMap) {
+        let fields = self.header_block.fields_as_map();
+        (self.header_block.pseudo, fields)
     }
 
-    /// tcpvs: the fields of a received block.
-    pub fn decoded_fields(&self) -> &[(HeaderName, HeaderValue)] {
-        &self.header_block.decoded
+    /// tcpvs: the pseudo-header fields and the fields of a block received as a list (a
+    /// server's), as they came.
+    pub fn into_decoded(mut self) -> (Pseudo, DecodedFields) {
+        let fields = self.header_block.fields_as_list();
+        (self.header_block.pseudo, fields)
+    }
+
+    /// tcpvs: the values of the `content-length` fields of a received block.
+    pub fn content_lengths(&self) -> impl Iterator<Item = &HeaderValue> {
+        let listed = self.header_block.decoded.iter();
+        let listed = listed.filter(|(name, _)| name == header::CONTENT_LENGTH);
+        listed
+            .map(|(_, value)| value)
+            .chain(self.header_block.fields.get_all(header::CONTENT_LENGTH))
     }
 
     #[cfg(feature = "unstable")]
@@ -313,8 +327,8 @@ impl Headers {
     }
 
     /// The fields of a received block (trailers), as a map.
-    pub fn into_fields(self) -> HeaderMap {
-        decoded_into_map(self.header_block.decoded)
+    pub fn into_fields(mut self) -> HeaderMap {
+        self.header_block.fields_as_map()
     }
 
     pub fn encode(
@@ -565,8 +579,9 @@ impl PushPromise {
     }
 
     /// Consume `self`, returning the parts of the received frame
-    pub fn into_decoded(self) -> (Pseudo, DecodedFields) {
-        (self.header_block.pseudo, self.header_block.decoded)
+    pub fn into_decoded(mut self) -> (Pseudo, DecodedFields) {
+        let fields = self.header_block.fields_as_list();
+        (self.header_block.pseudo, fields)
     }
 }
 
@@ -912,7 +927,8 @@ impl HeaderBlock {
         max_header_list_size: usize,
         decoder: &mut hpack::Decoder,
     ) -> Result<(), Error> {
-        let mut reg = !self.decoded.is_empty();
+        let mut reg = !self.fields.is_empty() || !self.decoded.is_empty();
+        let as_list = decoder.fields_as_list();
         let mut malformed = false;
         let mut header_list_way_too_large = false;
         let mut headers_size = self.calculate_header_list_size();
@@ -995,10 +1011,17 @@ impl HeaderBlock {
                         }
                         if !self.is_over_size {
                             self.field_size += header_size;
-                            // tcpvs: kept as they came (`decoded`); beyond what a
-                            // `HeaderMap` could hold, over-size as upstream's map made it
-                            // (RST_STREAM / 431).
-                            if self.decoded.len() >= MAX_DECODED_FIELDS {
+                            // tcpvs: a server's fields are kept as they came (`decoded`);
+                            // beyond what a `HeaderMap` could hold, over-size as upstream's
+                            // map made it (RST_STREAM / 431).
+                            if !as_list {
+                                if self.fields.try_append(name, value).is_err() {
+                                    // HeaderMap capacity exceeded — treat as over-size
+                                    // so the stream is rejected downstream (RST_STREAM / 431)
+                                    // instead of panicking on the 24,577th unique header.
+                                    self.is_over_size = true;
+                                }
+                            } else if self.decoded.len() >= MAX_DECODED_FIELDS {
                                 self.is_over_size = true;
                             } else {
                                 self.decoded.push((name, value));
@@ -1036,6 +1059,34 @@ impl HeaderBlock {
         }
 
         Ok(())
+    }
+
+    /// tcpvs: the received fields as a map, however they were kept.
+    fn fields_as_map(&mut self) -> HeaderMap {
+        if self.decoded.is_empty() {
+            std::mem::take(&mut self.fields)
+        } else {
+            decoded_into_map(std::mem::take(&mut self.decoded))
+        }
+    }
+
+    /// tcpvs: the received fields as a list, however they were kept.
+    fn fields_as_list(&mut self) -> DecodedFields {
+        if self.fields.is_empty() {
+            return std::mem::take(&mut self.decoded);
+        }
+        let mut list = std::mem::take(&mut self.decoded);
+        let mut last = None;
+        for (name, value) in std::mem::take(&mut self.fields) {
+            // A map's iterator names each field only at the first of its values.
+            if let Some(name) = name {
+                last = Some(name);
+            }
+            if let Some(name) = &last {
+                list.push((name.clone(), value));
+            }
+        }
+        list
     }
 
     fn into_encoding(self, encoder: &mut hpack::Encoder) -> EncodingHeaderBlock {

@@ -17,6 +17,9 @@ use std::str::Utf8Error;
 pub struct Decoder {
     // Protocol indicated that the max table size will update
     max_size_update: Option<usize>,
+    /// tcpvs: header blocks keep their fields as a list (`frame::DecodedFields`), not a map:
+    /// set for a server, whose requests the caller reads as they came.
+    fields_as_list: bool,
     last_max_update: usize,
     table: Table,
     buffer: BytesMut,
@@ -156,11 +159,21 @@ impl Decoder {
     pub fn new(size: usize) -> Decoder {
         Decoder {
             max_size_update: None,
+            fields_as_list: false,
             last_max_update: size,
             table: Table::new(size),
             // tcpvs: taken at the first Huffman-coded string (`try_decode_string`).
             buffer: BytesMut::new(),
         }
+    }
+
+    /// tcpvs: whether header blocks keep their fields as a list (see `fields_as_list`).
+    pub fn set_fields_as_list(&mut self, as_list: bool) {
+        self.fields_as_list = as_list;
+    }
+
+    pub fn fields_as_list(&self) -> bool {
+        self.fields_as_list
     }
 
     /// tcpvs: gives the Huffman string buffer back while the connection idles; strings

@@ -1,5 +1,5 @@
 use crate::error::Reason;
-use crate::frame::{DecodedFields, Pseudo, StreamId};
+use crate::frame::{self, Pseudo, StreamId};
 use crate::proto::{Error, Open};
 
 use http::{Request, Response};
@@ -16,10 +16,13 @@ pub(crate) trait Peer {
 
     //fn is_server() -> bool;
 
-    /// tcpvs: `fields` as they came in the block (`DecodedFields`), not a `HeaderMap`.
+    /// tcpvs: how a message's fields are kept: a server's as they came
+    /// (`frame::DecodedFields`), a client's in a `HeaderMap`.
+    type Fields;
+
     fn convert_poll_message(
         pseudo: Pseudo,
-        fields: DecodedFields,
+        fields: Self::Fields,
         stream_id: StreamId,
     ) -> Result<Self::Poll, Error>;
 
@@ -63,14 +66,15 @@ impl Dyn {
 
     pub fn convert_poll_message(
         &self,
-        pseudo: Pseudo,
-        fields: DecodedFields,
+        frame: frame::Headers,
         stream_id: StreamId,
     ) -> Result<PollMessage, Error> {
         if self.is_server() {
+            let (pseudo, fields) = frame.into_decoded();
             crate::server::Peer::convert_poll_message(pseudo, fields, stream_id)
                 .map(PollMessage::Server)
         } else {
+            let (pseudo, fields) = frame.into_parts();
             crate::client::Peer::convert_poll_message(pseudo, fields, stream_id)
                 .map(PollMessage::Client)
         }

@@ -182,16 +182,10 @@ impl Recv {
 
         {
             use super::stream::ContentLength;
-            use http::header;
 
             let mut first_content_length = None;
             // tcpvs: the received fields as they came (`decoded_fields`), no map built.
-            let content_lengths = frame
-                .decoded_fields()
-                .iter()
-                .filter(|(name, _)| name == header::CONTENT_LENGTH)
-                .map(|(_, value)| value);
-            for content_length in content_lengths {
+            for content_length in frame.content_lengths() {
                 let content_length = match frame::parse_u64(content_length.as_bytes()) {
                     Ok(v) => v,
                     Err(_) => {
@@ -250,7 +244,7 @@ impl Recv {
         }
 
         let stream_id = frame.stream_id();
-        let (pseudo, fields) = frame.into_decoded();
+        let pseudo = frame.pseudo();
 
         if pseudo.protocol.is_some()
             && counts.peer().is_server()
@@ -268,7 +262,7 @@ impl Recv {
         if !pseudo.is_informational() {
             let message = counts
                 .peer()
-                .convert_poll_message(pseudo, fields, stream_id)?;
+                .convert_poll_message(frame, stream_id)?;
 
             // Push the frame onto the stream's recv buffer
             stream
@@ -288,7 +282,7 @@ impl Recv {
             // Convert to response and store it for polling
             let message = counts
                 .peer()
-                .convert_poll_message(pseudo, fields, stream_id)?;
+                .convert_poll_message(frame, stream_id)?;
 
             tracing::trace!("Received informational response: stream_id={:?}", stream_id);
 
