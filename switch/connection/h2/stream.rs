@@ -8,6 +8,7 @@ use super::admission::{SparePlace, StreamPass};
 use super::error::h2_error;
 use super::request::{self, Received, Refusal};
 use super::response::{send_answer, H2Sink};
+use super::task_memory::InSlot;
 use crate::access_log;
 use crate::buffering::BufferLease;
 use crate::connection::proxy_header::destination_or_unknown;
@@ -32,10 +33,9 @@ use atomic_waker::AtomicWaker;
 use bytes::Bytes;
 use h2::server::{RawRequest, SendResponse};
 use h2::{Reason, RecvStream};
-use std::future::{poll_fn, Future};
+use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Context as TaskContext;
@@ -106,7 +106,7 @@ pub(super) fn spawn(
     let guard = LiveStreams::enter(link);
     let timer = link.timer.sibling();
     let scope = Arc::clone(&timer);
-    let task = boxed_in_place(move || async move {
+    let task = InSlot::new(move || async move {
         let started = Instant::now();
         let link = &guard.0;
         let cx = Context {
@@ -121,20 +121,11 @@ pub(super) fn spawn(
         serve(cx, link, stream, started).await;
         drop(pass);
     });
-    // Boxed: the exchange's state is several kilobytes, which tokio would otherwise copy into
-    // its task cell and again at each change of the task's stage (a twelfth of a stream's
-    // user-space instructions, measured with benches/instructions.sh H2=1).
+    // In a slot of its own (task_memory.rs): the exchange's state is several kilobytes, which
+    // tokio would otherwise copy into its task cell and again at each change of the task's
+    // stage (a twelfth of a stream's user-space instructions, measured with
+    // benches/instructions.sh H2=1).
     tokio::spawn(SESSION_TIMER.scope(scope, task));
-}
-
-/// The future `make` makes, in a box, made in the box's memory: `Box::pin(future)` makes it
-/// on the stack and copies all of its kilobytes into the box, though a task not yet started
-/// holds only what it captured (652 instructions an HTTP/2 stream, callgrind).
-fn boxed_in_place<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
-    let mut slot = Box::<F>::new_uninit();
-    slot.write(make());
-    // SAFETY: `write` initialised the box's value just above.
-    Box::into_pin(unsafe { slot.assume_init() })
 }
 
 /// Carries out the stream's request and accounts for it.
