@@ -101,15 +101,28 @@ async fn a_server_added_to_the_record_gets_requests_and_a_removed_one_finishes_i
         "a server added to the record joined after {:?}",
         asked.elapsed()
     );
-    // Two requests held at once: the least-connection module gives each server one.
-    let holds: Vec<_> = (0..2)
-        .map(|_| {
-            tokio::spawn(async move {
-                let mut client = Client::connect(addr).await;
-                client.get("/hold").await
-            })
+    // Two requests held at once: the least-connection module gives each server one. The
+    // second is sent once the first is held: sent together, the switch's two workers could
+    // pick both at the same moment, each seeing two idle servers (a clean-clone CI run once
+    // sent both to the first server that way).
+    let hold = move || {
+        tokio::spawn(async move {
+            let mut client = Client::connect(addr).await;
+            client.get("/hold").await
         })
-        .collect();
+    };
+    let mut holds = vec![hold()];
+    // The first is held once a server has its head (it was counted at that server when
+    // picked, before it was sent).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while servers.iter().map(|s| s.requests()).sum::<usize>() < 6 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the first held request reached no server within 10 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    holds.push(hold());
     servers[0].wait_for_requests(6).await;
     servers[1].wait_for_requests(1).await;
 
