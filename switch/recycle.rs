@@ -79,12 +79,18 @@ pub fn take_fields() -> Vec<Field> {
 }
 
 pub fn give_fields(fields: &mut Vec<Field>) {
-    if fields.capacity() == 0 {
+    give_emptied(&FIELDS, fields);
+}
+
+/// Gives `items`' memory back to `list` emptied, leaving a vector without capacity in its
+/// place (nothing to give when it never had any).
+fn give_emptied<T>(list: &'static std::thread::LocalKey<RefCell<Vec<Vec<T>>>>, items: &mut Vec<T>) {
+    if items.capacity() == 0 {
         return;
     }
-    let mut taken = std::mem::take(fields);
+    let mut taken = std::mem::take(items);
     taken.clear();
-    give(&FIELDS, taken);
+    give(list, taken);
 }
 
 /// A list for the servers an HTTP/2 stream's request tried (an HTTP/1 connection keeps its
@@ -95,10 +101,5 @@ pub fn take_tried() -> Vec<usize> {
 }
 
 pub fn give_tried(tried: &mut Vec<usize>) {
-    if tried.capacity() == 0 {
-        return;
-    }
-    let mut taken = std::mem::take(tried);
-    taken.clear();
-    give(&TRIED, taken);
+    give_emptied(&TRIED, tried);
 }
